@@ -1,0 +1,1 @@
+"""Repository tools: contract lint, generated inventory, benchmarks, fuzzers."""
