@@ -1,0 +1,196 @@
+"""Request DTOs of the seven Agent Runtime routes: camelCase on the wire, strict types."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+Status = Literal["todo", "in_progress", "in_review", "done", "canceled"]
+Priority = Literal["low", "normal", "high", "urgent"]
+StatusView = Literal["open", "todo", "in_progress", "in_review", "done", "canceled", "all"]
+Sort = Literal["number", "updated", "priority", "relevance"]
+SubtaskMode = Literal["promote", "delete"]
+
+STATUSES: tuple[str, ...] = ("todo", "in_progress", "in_review", "done", "canceled")
+OPEN_STATUSES: tuple[str, ...] = ("todo", "in_progress", "in_review")
+PRIORITY_RANK: dict[str | None, int] = {None: 0, "low": 1, "normal": 2, "high": 3, "urgent": 4}
+
+MAX_BATCH = 50
+MAX_LIMIT = 100
+DEFAULT_LIMIT = 20
+MAX_KEY_BYTES = 128
+
+Slug = Annotated[str, Meta(min_length=1, max_length=64)]
+Number = Annotated[int, Meta(ge=-(2**62), le=2**62)]
+Title = Annotated[str, Meta(min_length=1, max_length=200)]
+Description = Annotated[str, Meta(max_length=10_000)]
+Handle = Annotated[str, Meta(pattern=r"^@[a-z0-9][a-z0-9_.-]{0,63}$")]
+Label = Annotated[str, Meta(min_length=1, max_length=50)]
+Url = Annotated[str, Meta(pattern=r"^https?://\S{1,2040}$")]
+Text = Annotated[str, Meta(min_length=1, max_length=500)]
+Summary = Annotated[str, Meta(min_length=1, max_length=4000)]
+Ident = Annotated[str, Meta(min_length=1, max_length=128)]
+
+
+class _Dto(Struct, rename="camel", forbid_unknown_fields=True):
+    pass
+
+
+class ChecklistItem(_Dto, frozen=True):
+    text: Text
+    done: bool = False
+
+
+class Attachment(_Dto, frozen=True):
+    name: Annotated[str, Meta(min_length=1, max_length=200)]
+    media_type: Annotated[str, Meta(min_length=1, max_length=100)]
+    size_bytes: Annotated[int, Meta(ge=0)]
+    url: Url | None = None
+
+
+class TaskScope(_Dto, frozen=True):
+    kind: Annotated[str, Meta(min_length=1, max_length=32)]
+    scope_id: Ident
+
+
+class NewTask(_Dto, frozen=True):
+    title: Title
+    description: Description | UnsetType = UNSET
+    assignee: Handle | UnsetType = UNSET
+    labels: Annotated[list[Label], Meta(max_length=20)] | UnsetType = UNSET
+    priority: Priority | UnsetType = UNSET
+    status: Status | UnsetType = UNSET
+    checklist: Annotated[list[ChecklistItem], Meta(max_length=50)] | UnsetType = UNSET
+    urls: Annotated[list[Url], Meta(max_length=20)] | UnsetType = UNSET
+    blocker: Text | UnsetType = UNSET
+
+
+class CreateRequest(_Dto):
+    tasks: Annotated[list[NewTask], Meta(max_length=MAX_BATCH)]
+    channel: Slug | UnsetType = UNSET
+    parent: Number | UnsetType = UNSET
+    parent_task_scope: TaskScope | UnsetType = UNSET
+    target: Annotated[str, Meta(min_length=1, max_length=200)] | UnsetType = UNSET
+    idempotency_key: Annotated[str, Meta(max_length=1024)] | UnsetType = UNSET
+    workflow_run_id: Ident | UnsetType = UNSET
+    callback_effect_id: Ident | UnsetType = UNSET
+
+
+class Locator(_Dto):
+    channel: Slug
+    number: Number
+
+
+class Patch(_Dto):
+    title: Title | UnsetType = UNSET
+    description: Description | None | UnsetType = UNSET
+    status: Status | UnsetType = UNSET
+    priority: Priority | None | UnsetType = UNSET
+    labels: Annotated[list[Label], Meta(max_length=20)] | UnsetType = UNSET
+    assignee: Handle | None | UnsetType = UNSET
+    checklist: Annotated[list[ChecklistItem], Meta(max_length=50)] | UnsetType = UNSET
+    urls: Annotated[list[Url], Meta(max_length=20)] | UnsetType = UNSET
+    attachments: Annotated[list[Attachment], Meta(max_length=20)] | UnsetType = UNSET
+    blocker: Text | None | UnsetType = UNSET
+    parent: Number | None | UnsetType = UNSET
+
+
+PATCH_FIELDS: tuple[str, ...] = Patch.__struct_fields__
+
+
+class UpdateRequest(_Dto):
+    channel: Slug
+    number: Number
+    patch: Patch
+    expected_updated_at: Annotated[str, Meta(max_length=64)] | UnsetType = UNSET
+
+
+class CheckpointRequest(_Dto):
+    channel: Slug
+    number: Number
+    summary: Annotated[str, Meta(max_length=4000)]
+
+
+class SetClaimRequest(_Dto):
+    channel: Slug
+    numbers: Annotated[list[Number], Meta(max_length=MAX_BATCH)]
+    claimed: bool
+
+
+class DeleteRequest(_Dto):
+    channel: Slug
+    number: Number
+    subtask_mode: SubtaskMode | UnsetType = UNSET
+
+
+class ListFilters(_Dto, frozen=True):
+    assignee: Handle | UnsetType = UNSET
+    label: Label | UnsetType = UNSET
+    priority: Priority | UnsetType = UNSET
+
+
+class ListQuery(Struct, frozen=True):
+    """The parsed query string of the list route (not a JSON body)."""
+
+    channel: str
+    query: str
+    status: str
+    include_subtasks: bool
+    limit: int
+    cursor: str | None
+    sort: str
+    filters: ListFilters
+
+
+# --- admin DTOs (the test and seeding surface, outside the seven routes) ---------------------
+
+
+class MintToken(_Dto):
+    workspace_id: Ident
+    agent_id: Ident
+    ttl_seconds: Annotated[float, Meta(gt=0)] | UnsetType = UNSET
+
+
+class NewWorkspace(_Dto):
+    id: Ident
+    name: Ident
+
+
+class NewMember(_Dto):
+    workspace_id: Ident
+    id: Ident
+    handle: Handle
+    kind: Literal["agent", "human"]
+    display_name: Ident | UnsetType = UNSET
+
+
+class NewBoard(_Dto):
+    workspace_id: Ident
+    slug: Slug
+    member_ids: list[Ident]
+    name: Ident | UnsetType = UNSET
+
+
+class Callback(_Dto):
+    workspace_id: Ident
+    run_id: Ident
+    callback_effect_id: Ident
+    responder_agent_id: Ident | UnsetType = UNSET
+
+
+FaultKind = Literal["latency", "status", "drop", "drop_after_commit", "malformed", "unauthorized"]
+
+
+class FaultSpec(_Dto):
+    kind: FaultKind
+    op: str = "*"
+    times: Annotated[int, Meta(ge=1)] = 1
+    delay_ms: Annotated[int, Meta(ge=0, le=600_000)] = 0
+    status: Annotated[int, Meta(ge=400, le=599)] = 503
+    retry_after_seconds: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+
+
+def decode(body: bytes, type_: type[msgspec.Struct]) -> msgspec.Struct:
+    return msgspec.json.decode(body, type=type_)  # type: ignore[no-any-return]

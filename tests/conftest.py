@@ -1,0 +1,92 @@
+"""Shared fixtures: a fresh reference runtime on loopback and an HTTP client for its API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
+
+_SUFFIX = {
+    "list": "", "create": "", "get": "/get", "update": "/update",
+    "checkpoint": "/add-checkpoint", "set-claim": "/set-claim", "delete": "/delete",
+}
+
+
+class Api:
+    """The seven routes of one agent, spoken over real HTTP."""
+
+    def __init__(self, http: httpx.AsyncClient, runtime: Runtime, agent_id: str = AGENT_ID,
+                 workspace_id: str | None = None, token: str | None = None) -> None:
+        self.http = http
+        self.runtime = runtime
+        self.agent_id = agent_id
+        self.workspace_id = workspace_id or runtime.workspace_id
+        self.token = token or runtime.mint_token(agent_id, workspace_id=self.workspace_id)
+
+    def path(self, op: str) -> str:
+        return (f"/api/v1/workspaces/{self.workspace_id}/agents/{self.agent_id}"
+                f"/runtime/tasks{_SUFFIX[op]}")
+
+    async def call(self, op: str, body: Any = None, **params: Any) -> httpx.Response:
+        headers = {"authorization": f"Bearer {self.token}"}
+        if op == "list":
+            return await self.http.get(self.path(op), params=params, headers=headers)
+        return await self.http.post(self.path(op), json=body, headers=headers)
+
+    async def ok(self, op: str, body: Any = None, **params: Any) -> dict[str, Any]:
+        response = await self.call(op, body, **params)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def fails(self, op: str, body: Any = None, *, status: int, code: str,
+                    **params: Any) -> dict[str, Any]:
+        response = await self.call(op, body, **params)
+        assert response.status_code == status, response.text
+        error: dict[str, Any] = response.json()["error"]
+        assert error["code"] == code, error
+        return error
+
+    async def create(self, channel: str = "general", *titles: str, **extra: Any,
+                     ) -> list[dict[str, Any]]:
+        body = {"channel": channel, "tasks": [{"title": t} for t in titles or ("a task",)],
+                **extra}
+        tasks: list[dict[str, Any]] = (await self.ok("create", body))["tasks"]
+        return tasks
+
+    def as_agent(self, agent_id: str) -> Api:
+        return Api(self.http, self.runtime, agent_id, self.workspace_id)
+
+
+async def admin(http: httpx.AsyncClient, runtime: Runtime, path: str,
+                body: Any = None) -> dict[str, Any]:
+    assert runtime.admin_token is not None
+    headers = {"x-admin-token": runtime.admin_token}
+    if body is None:
+        response = await http.get(f"/_admin/{path}", headers=headers)
+    else:
+        response = await http.post(f"/_admin/{path}", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[Runtime]:
+    async with open_runtime(RuntimeConfig()) as rt:
+        yield rt
+
+
+@pytest.fixture
+async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=runtime.url, timeout=10) as client:
+        yield client
+
+
+@pytest.fixture
+def api(http: httpx.AsyncClient, runtime: Runtime) -> Api:
+    return Api(http, runtime)
