@@ -6,7 +6,7 @@ import hmac
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
@@ -44,9 +44,10 @@ _OPS: dict[tuple[str, str | None], str] = {
     ("POST", "/delete"): "delete",
 }
 _LIST_PARAMS = frozenset(
-    {"channel", "query", "status", "includeSubtasks", "limit", "cursor", "sort", "filters"})
-_STATUS_VIEWS = frozenset(dto.StatusView.__args__)
-_SORTS = frozenset(dto.Sort.__args__)
+    {"channel", "query", "status", "includeSubtasks", "limit", "cursor", "sort", "filters"}
+)
+_STATUS_VIEWS = frozenset(get_args(dto.StatusView))
+_SORTS = frozenset(get_args(dto.Sort))
 _MISSING_FIELD = re.compile(r"^Object missing required field `(?P<f>[^`]+)`")
 _UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`")
 
@@ -68,7 +69,8 @@ class App:
             "get": lambda p, r: store.get_task(p, self._decode(r, dto.Locator)),
             "update": lambda p, r: store.update_task(p, self._decode(r, dto.UpdateRequest)),
             "checkpoint": lambda p, r: store.add_checkpoint(
-                p, self._decode(r, dto.CheckpointRequest)),
+                p, self._decode(r, dto.CheckpointRequest)
+            ),
             "set-claim": lambda p, r: store.set_claim(p, self._decode(r, dto.SetClaimRequest)),
             "delete": lambda p, r: store.delete_task(p, self._decode(r, dto.DeleteRequest)),
         }
@@ -95,7 +97,9 @@ class App:
             raise NotFound("route_not_found", f"No route {path}.")
         op = _OPS.get((request.method, match["op"]))
         if op is None:
-            raise MethodNotAllowed("method_not_allowed", f"{request.method} is not allowed on {path}.")
+            raise MethodNotAllowed(
+                "method_not_allowed", f"{request.method} is not allowed on {path}."
+            )
         fault = self.faults.take(op)
         if fault is not None:
             if fault.kind == "latency":
@@ -103,12 +107,20 @@ class App:
             elif fault.kind == "drop":
                 raise DropConnection
             elif fault.kind == "unauthorized":
-                return _json(401, {"error": {"code": "token_expired",
-                                             "message": "The bearer token has expired."}})
+                return _json(
+                    401,
+                    {
+                        "error": {
+                            "code": "token_expired",
+                            "message": "The bearer token has expired.",
+                        }
+                    },
+                )
             elif fault.kind == "status":
                 return _fault_status(fault)
-        principal = self.store.authenticate(request.headers.get("authorization"),
-                                            match["ws"], match["agent"])
+        principal = self.store.authenticate(
+            request.headers.get("authorization"), match["ws"], match["agent"]
+        )
         result = self._ops[op](principal, request)
         if fault is not None and fault.kind == "drop_after_commit":
             raise DropConnection
@@ -137,10 +149,18 @@ class App:
             raise NotFound("route_not_found", f"No route {path}.")
         store = self.store
         if request.method == "GET" and path == "/_admin/stats":
-            return _json(200, {"stats": store.stats(), "faults": self.faults.pending(),
-                               "faultsFired": self.faults.fired})
+            return _json(
+                200,
+                {
+                    "stats": store.stats(),
+                    "faults": self.faults.pending(),
+                    "faultsFired": self.faults.fired,
+                },
+            )
         if request.method != "POST":
-            raise MethodNotAllowed("method_not_allowed", f"{request.method} is not allowed on {path}.")
+            raise MethodNotAllowed(
+                "method_not_allowed", f"{request.method} is not allowed on {path}."
+            )
         if path == "/_admin/tokens":
             mint = self._decode(request, dto.MintToken)
             ttl = None if mint.ttl_seconds is msgspec.UNSET else mint.ttl_seconds
@@ -151,12 +171,18 @@ class App:
             store.add_workspace(ws.id, ws.name)
         elif path == "/_admin/members":
             m = self._decode(request, dto.NewMember)
-            store.add_member(m.workspace_id, m.id, m.handle, m.kind,
-                             None if m.display_name is msgspec.UNSET else m.display_name)
+            store.add_member(
+                m.workspace_id,
+                m.id,
+                m.handle,
+                m.kind,
+                None if m.display_name is msgspec.UNSET else m.display_name,
+            )
         elif path == "/_admin/boards":
             b = self._decode(request, dto.NewBoard)
-            store.add_board(b.workspace_id, b.slug, b.member_ids,
-                            None if b.name is msgspec.UNSET else b.name)
+            store.add_board(
+                b.workspace_id, b.slug, b.member_ids, None if b.name is msgspec.UNSET else b.name
+            )
         elif path in ("/_admin/callbacks", "/_admin/callbacks/complete"):
             cb = self._decode(request, dto.Callback)
             if path.endswith("/complete"):
@@ -164,8 +190,9 @@ class App:
             else:
                 if cb.responder_agent_id is msgspec.UNSET:
                     raise ValidationFailed({"$.responderAgentId": "required to open a callback"})
-                store.open_callback(cb.workspace_id, cb.run_id, cb.callback_effect_id,
-                                    cb.responder_agent_id)
+                store.open_callback(
+                    cb.workspace_id, cb.run_id, cb.callback_effect_id, cb.responder_agent_id
+                )
         elif path == "/_admin/faults":
             spec = self._decode(request, dto.FaultSpec)
             try:
@@ -222,9 +249,16 @@ def parse_list_query(target: str) -> dto.ListQuery:
             errors["$.filters"] = "expected a JSON object"
     if errors:
         raise ValidationFailed(errors)
-    return dto.ListQuery(channel=channel, query=query, status=status,
-                         include_subtasks=include == "true", limit=limit,
-                         cursor=params.get("cursor") or None, sort=sort, filters=filters)
+    return dto.ListQuery(
+        channel=channel,
+        query=query,
+        status=status,
+        include_subtasks=include == "true",
+        limit=limit,
+        cursor=params.get("cursor") or None,
+        sort=sort,
+        filters=filters,
+    )
 
 
 def field_errors(message: str) -> dict[str, str]:
@@ -241,8 +275,9 @@ def field_errors(message: str) -> dict[str, str]:
 def _fault_status(fault: dto.FaultSpec) -> Response:
     if fault.status == 429:
         retry = 1 if fault.retry_after_seconds is msgspec.UNSET else fault.retry_after_seconds
-        err = RateLimited("rate_limited", "Too many requests; retry later.",
-                          details={"retryAfterSeconds": retry})
+        err = RateLimited(
+            "rate_limited", "Too many requests; retry later.", details={"retryAfterSeconds": retry}
+        )
         return _json(429, err.body(), {"retry-after": str(retry)})
     code = "service_unavailable" if fault.status == 503 else "upstream_failure"
     return _json(fault.status, {"error": {"code": code, "message": "Injected failure."}})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 Status = Literal["todo", "in_progress", "in_review", "done", "canceled"]
@@ -34,7 +33,7 @@ Summary = Annotated[str, Meta(min_length=1, max_length=4000)]
 Ident = Annotated[str, Meta(min_length=1, max_length=128)]
 
 
-class _Dto(Struct, rename="camel", forbid_unknown_fields=True):
+class _Dto(Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
     pass
 
 
@@ -67,7 +66,7 @@ class NewTask(_Dto, frozen=True):
     blocker: Text | UnsetType = UNSET
 
 
-class CreateRequest(_Dto):
+class CreateRequest(_Dto, frozen=True):
     tasks: Annotated[list[NewTask], Meta(max_length=MAX_BATCH)]
     channel: Slug | UnsetType = UNSET
     parent: Number | UnsetType = UNSET
@@ -78,48 +77,48 @@ class CreateRequest(_Dto):
     callback_effect_id: Ident | UnsetType = UNSET
 
 
-class Locator(_Dto):
+class Locator(_Dto, frozen=True):
     channel: Slug
     number: Number
 
 
-class Patch(_Dto):
+class Patch(_Dto, frozen=True):
     title: Title | UnsetType = UNSET
-    description: Description | None | UnsetType = UNSET
+    description: Description | UnsetType | None = UNSET
     status: Status | UnsetType = UNSET
-    priority: Priority | None | UnsetType = UNSET
+    priority: Priority | UnsetType | None = UNSET
     labels: Annotated[list[Label], Meta(max_length=20)] | UnsetType = UNSET
-    assignee: Handle | None | UnsetType = UNSET
+    assignee: Handle | UnsetType | None = UNSET
     checklist: Annotated[list[ChecklistItem], Meta(max_length=50)] | UnsetType = UNSET
     urls: Annotated[list[Url], Meta(max_length=20)] | UnsetType = UNSET
     attachments: Annotated[list[Attachment], Meta(max_length=20)] | UnsetType = UNSET
-    blocker: Text | None | UnsetType = UNSET
-    parent: Number | None | UnsetType = UNSET
+    blocker: Text | UnsetType | None = UNSET
+    parent: Number | UnsetType | None = UNSET
 
 
 PATCH_FIELDS: tuple[str, ...] = Patch.__struct_fields__
 
 
-class UpdateRequest(_Dto):
+class UpdateRequest(_Dto, frozen=True):
     channel: Slug
     number: Number
     patch: Patch
     expected_updated_at: Annotated[str, Meta(max_length=64)] | UnsetType = UNSET
 
 
-class CheckpointRequest(_Dto):
+class CheckpointRequest(_Dto, frozen=True):
     channel: Slug
     number: Number
     summary: Annotated[str, Meta(max_length=4000)]
 
 
-class SetClaimRequest(_Dto):
+class SetClaimRequest(_Dto, frozen=True):
     channel: Slug
     numbers: Annotated[list[Number], Meta(max_length=MAX_BATCH)]
     claimed: bool
 
 
-class DeleteRequest(_Dto):
+class DeleteRequest(_Dto, frozen=True):
     channel: Slug
     number: Number
     subtask_mode: SubtaskMode | UnsetType = UNSET
@@ -147,18 +146,18 @@ class ListQuery(Struct, frozen=True):
 # --- admin DTOs (the test and seeding surface, outside the seven routes) ---------------------
 
 
-class MintToken(_Dto):
+class MintToken(_Dto, frozen=True):
     workspace_id: Ident
     agent_id: Ident
     ttl_seconds: Annotated[float, Meta(gt=0)] | UnsetType = UNSET
 
 
-class NewWorkspace(_Dto):
+class NewWorkspace(_Dto, frozen=True):
     id: Ident
     name: Ident
 
 
-class NewMember(_Dto):
+class NewMember(_Dto, frozen=True):
     workspace_id: Ident
     id: Ident
     handle: Handle
@@ -166,14 +165,14 @@ class NewMember(_Dto):
     display_name: Ident | UnsetType = UNSET
 
 
-class NewBoard(_Dto):
+class NewBoard(_Dto, frozen=True):
     workspace_id: Ident
     slug: Slug
     member_ids: list[Ident]
     name: Ident | UnsetType = UNSET
 
 
-class Callback(_Dto):
+class Callback(_Dto, frozen=True):
     workspace_id: Ident
     run_id: Ident
     callback_effect_id: Ident
@@ -183,7 +182,7 @@ class Callback(_Dto):
 FaultKind = Literal["latency", "status", "drop", "drop_after_commit", "malformed", "unauthorized"]
 
 
-class FaultSpec(_Dto):
+class FaultSpec(_Dto, frozen=True):
     kind: FaultKind
     op: str = "*"
     times: Annotated[int, Meta(ge=1)] = 1
@@ -191,6 +190,3 @@ class FaultSpec(_Dto):
     status: Annotated[int, Meta(ge=400, le=599)] = 503
     retry_after_seconds: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
 
-
-def decode(body: bytes, type_: type[msgspec.Struct]) -> msgspec.Struct:
-    return msgspec.json.decode(body, type=type_)  # type: ignore[no-any-return]

@@ -13,7 +13,8 @@
     └── Internal        500     an unexpected failure (never a stack on the wire)
 
 The wire shape is ``{"error": {"code", "message", "fieldErrors"?, "candidates"?, "details"?}}``.
-Codes are stable snake_case; ``fieldErrors`` keys are JSON paths of the request (``$.tasks[0].title``).
+Codes are stable snake_case; ``fieldErrors`` keys are JSON paths of the request
+(``$.tasks[0].title``).
 """
 
 from __future__ import annotations
@@ -60,8 +61,13 @@ class BadRequest(ApiError):
 class ValidationFailed(ApiError):
     status = 422
 
-    def __init__(self, field_errors: dict[str, str], message: str | None = None,
-                 code: str = "validation_failed", **kw: Any) -> None:
+    def __init__(
+        self,
+        field_errors: dict[str, str],
+        message: str | None = None,
+        code: str = "validation_failed",
+        **kw: Any,
+    ) -> None:
         super().__init__(code, message or _summary(field_errors), field_errors=field_errors, **kw)
 
 

@@ -39,4 +39,7 @@ class Faults:
         return None
 
     def pending(self) -> list[dict[str, object]]:
-        return [{"kind": s.kind, "op": s.op, "left": n} for s, n in zip(self.armed, self._left)]
+        return [
+            {"kind": s.kind, "op": s.op, "left": n}
+            for s, n in zip(self.armed, self._left, strict=True)
+        ]

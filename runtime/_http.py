@@ -43,8 +43,9 @@ class BodyTooLarge(Exception):
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-async def serve_connection(stream: trio.SocketStream, handler: Handler,
-                           too_large: Callable[[], Response]) -> None:
+async def serve_connection(
+    stream: trio.SocketStream, handler: Handler, too_large: Callable[[], Response]
+) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     try:
         while True:
@@ -97,14 +98,19 @@ async def _read_request(stream: trio.SocketStream, conn: h11.Connection) -> Requ
         elif isinstance(event, h11.EndOfMessage):
             assert head is not None
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
-            return Request(head.method.decode(), head.target.decode("latin-1"), headers,
-                           bytes(body))
+            return Request(
+                head.method.decode(), head.target.decode("latin-1"), headers, bytes(body)
+            )
 
 
-async def _send(stream: trio.SocketStream, conn: h11.Connection, response: Response,
-                *, close: bool) -> None:
-    headers = [("content-type", response.content_type),
-               ("content-length", str(len(response.body))), *response.headers]
+async def _send(
+    stream: trio.SocketStream, conn: h11.Connection, response: Response, *, close: bool
+) -> None:
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+        *response.headers,
+    ]
     if close:
         headers.append(("connection", "close"))
     data = conn.send(h11.Response(status_code=response.status, headers=headers))

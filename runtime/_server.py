@@ -43,10 +43,15 @@ class Runtime:
     workspace_id: str = WORKSPACE_ID
     agent_id: str = AGENT_ID
 
-    def mint_token(self, agent_id: str | None = None, ttl_seconds: float | None = None,
-                   workspace_id: str | None = None) -> str:
-        token, _ = self.store.mint_token(workspace_id or self.workspace_id,
-                                         agent_id or self.agent_id, ttl_seconds)
+    def mint_token(
+        self,
+        agent_id: str | None = None,
+        ttl_seconds: float | None = None,
+        workspace_id: str | None = None,
+    ) -> str:
+        token, _ = self.store.mint_token(
+            workspace_id or self.workspace_id, agent_id or self.agent_id, ttl_seconds
+        )
         return token
 
     def token_command(self, agent_id: str | None = None, ttl_seconds: float | None = None) -> str:
@@ -78,21 +83,34 @@ async def open_runtime(config: RuntimeConfig | None = None) -> AsyncIterator[Run
         faults = Faults()
         app = App(store, faults, config.admin_token)
         handler = partial(serve_connection, handler=app.handle, too_large=too_large)
+        # Bind before the nursery so a busy port is a plain OSError for the caller.
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(partial(trio.serve_tcp, handler, config.port,
-                                                    host=config.host))
+            await nursery.start(trio.serve_listeners, handler, listeners)
             host, port = listeners[0].socket.getsockname()[:2]
-            yield Runtime(f"http://{host}:{port}", store, faults, config.admin_token,
-                          config.db_path)
+            yield Runtime(
+                f"http://{host}:{port}", store, faults, config.admin_token, config.db_path
+            )
             nursery.cancel_scope.cancel()
     finally:
         store.close()
 
 
-def mint_command(db_path: str, workspace_id: str, agent_id: str,
-                 ttl_seconds: float | None = None) -> str:
-    parts = [sys.executable, "-m", "runtime", "mint-token", "--db", os.path.abspath(db_path),
-             "--workspace", workspace_id, "--agent", agent_id]
+def mint_command(
+    db_path: str, workspace_id: str, agent_id: str, ttl_seconds: float | None = None
+) -> str:
+    parts = [
+        sys.executable,
+        "-m",
+        "runtime",
+        "mint-token",
+        "--db",
+        os.path.abspath(db_path),
+        "--workspace",
+        workspace_id,
+        "--agent",
+        agent_id,
+    ]
     if ttl_seconds is not None:
         parts += ["--ttl", str(ttl_seconds)]
     return shlex.join(parts)
@@ -103,9 +121,14 @@ async def serve_forever(config: RuntimeConfig, announce: bool = True) -> None:
         if announce:
             for key, value in runtime.bridge_env().items():
                 print(f"export {key}={shlex.quote(value)}", flush=True)
-            print(f"# admin token (tests and seeding only): {runtime.admin_token}",
-                  file=sys.stderr, flush=True)
-            print(f"# reference runtime listening on {runtime.url}; Ctrl-C to stop",
-                  file=sys.stderr, flush=True)
+            print(
+                f"# admin token (tests and seeding only): {runtime.admin_token}",
+                file=sys.stderr,
+                flush=True,
+            )
+            print(
+                f"# reference runtime listening on {runtime.url}; Ctrl-C to stop",
+                file=sys.stderr,
+                flush=True,
+            )
         await trio.sleep_forever()
-

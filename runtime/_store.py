@@ -56,20 +56,25 @@ class Board:
 class Store:
     """The runtime's storage and the rules of every operation."""
 
-    def __init__(self, conn: sqlite3.Connection, *, cursor_secret: bytes,
-                 token_ttl_seconds: float = 900.0) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, *, cursor_secret: bytes, token_ttl_seconds: float = 900.0
+    ) -> None:
         self._conn = conn
         self._clock = Clock()
         self._cursor_secret = cursor_secret
         self.token_ttl_seconds = token_ttl_seconds
 
     @classmethod
-    def open(cls, path: str, *, cursor_secret: bytes | None = None,
-             token_ttl_seconds: float = 900.0) -> Store:
+    def open(
+        cls, path: str, *, cursor_secret: bytes | None = None, token_ttl_seconds: float = 900.0
+    ) -> Store:
         conn = connect(path)
         migrate(conn)
-        return cls(conn, cursor_secret=cursor_secret or secrets.token_bytes(32),
-                   token_ttl_seconds=token_ttl_seconds)
+        return cls(
+            conn,
+            cursor_secret=cursor_secret or secrets.token_bytes(32),
+            token_ttl_seconds=token_ttl_seconds,
+        )
 
     def close(self) -> None:
         self._conn.close()
@@ -86,20 +91,26 @@ class Store:
 
     # --- tokens --------------------------------------------------------------------------
 
-    def mint_token(self, workspace_id: str, agent_id: str, ttl_seconds: float | None = None) -> tuple[str, float]:
+    def mint_token(
+        self, workspace_id: str, agent_id: str, ttl_seconds: float | None = None
+    ) -> tuple[str, float]:
         ttl = self.token_ttl_seconds if ttl_seconds is None else ttl_seconds
         with self._tx() as c:
             self._agent(c, workspace_id, agent_id)
             token = "atk_" + secrets.token_urlsafe(32)
             expires_at = time.time() + ttl
-            c.execute("INSERT INTO tokens VALUES (?, ?, ?, ?)",
-                      (_token_hash(token), workspace_id, agent_id, expires_at))
+            c.execute(
+                "INSERT INTO tokens VALUES (?, ?, ?, ?)",
+                (_token_hash(token), workspace_id, agent_id, expires_at),
+            )
         return token, expires_at
 
-    def authenticate(self, authorization: str | None, workspace_id: str, agent_id: str) -> Principal:
+    def authenticate(
+        self, authorization: str | None, workspace_id: str, agent_id: str
+    ) -> Principal:
         if not authorization or not authorization.startswith("Bearer "):
             raise Unauthorized("unauthorized", "A bearer token is required.")
-        token = authorization[len("Bearer "):].strip()
+        token = authorization[len("Bearer ") :].strip()
         row = self._conn.execute(
             "SELECT workspace_id, agent_id, expires_at FROM tokens WHERE token_hash = ?",
             (_token_hash(token),),
@@ -109,8 +120,9 @@ class Store:
         if row[2] <= time.time():
             raise Unauthorized("token_expired", "The bearer token has expired; mint a fresh one.")
         if (row[0], row[1]) != (workspace_id, agent_id):
-            raise Forbidden("token_scope_mismatch",
-                            "The bearer token belongs to another workspace or agent.")
+            raise Forbidden(
+                "token_scope_mismatch", "The bearer token belongs to another workspace or agent."
+            )
         return Principal(workspace_id, agent_id)
 
     # --- seeding and admin ---------------------------------------------------------------
@@ -119,37 +131,62 @@ class Store:
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO workspaces VALUES (?, ?)", (workspace_id, name))
 
-    def add_member(self, workspace_id: str, member_id: str, handle: str, kind: str,
-                   display_name: str | None = None) -> None:
+    def add_member(
+        self,
+        workspace_id: str,
+        member_id: str,
+        handle: str,
+        kind: str,
+        display_name: str | None = None,
+    ) -> None:
         with self._tx() as c:
-            c.execute("INSERT OR IGNORE INTO members VALUES (?, ?, ?, ?, ?)",
-                      (member_id, workspace_id, handle, kind, display_name or handle[1:]))
+            c.execute(
+                "INSERT OR IGNORE INTO members VALUES (?, ?, ?, ?, ?)",
+                (member_id, workspace_id, handle, kind, display_name or handle[1:]),
+            )
 
-    def add_board(self, workspace_id: str, slug: str, member_ids: Sequence[str],
-                  name: str | None = None) -> None:
+    def add_board(
+        self, workspace_id: str, slug: str, member_ids: Sequence[str], name: str | None = None
+    ) -> None:
         with self._tx() as c:
-            c.execute("INSERT OR IGNORE INTO boards (workspace_id, slug, name) VALUES (?, ?, ?)",
-                      (workspace_id, slug, name or slug))
-            board_id = c.execute("SELECT id FROM boards WHERE workspace_id = ? AND slug = ?",
-                                 (workspace_id, slug)).fetchone()[0]
-            c.executemany("INSERT OR IGNORE INTO board_members VALUES (?, ?)",
-                          [(board_id, m) for m in member_ids])
+            c.execute(
+                "INSERT OR IGNORE INTO boards (workspace_id, slug, name) VALUES (?, ?, ?)",
+                (workspace_id, slug, name or slug),
+            )
+            board_id = c.execute(
+                "SELECT id FROM boards WHERE workspace_id = ? AND slug = ?", (workspace_id, slug)
+            ).fetchone()[0]
+            c.executemany(
+                "INSERT OR IGNORE INTO board_members VALUES (?, ?)",
+                [(board_id, m) for m in member_ids],
+            )
 
-    def open_callback(self, workspace_id: str, run_id: str, callback_effect_id: str,
-                      responder_agent_id: str) -> None:
+    def open_callback(
+        self, workspace_id: str, run_id: str, callback_effect_id: str, responder_agent_id: str
+    ) -> None:
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO workflow_callbacks VALUES (?, ?, ?, ?, 'active')",
-                      (workspace_id, run_id, callback_effect_id, responder_agent_id))
+            c.execute(
+                "INSERT OR REPLACE INTO workflow_callbacks VALUES (?, ?, ?, ?, 'active')",
+                (workspace_id, run_id, callback_effect_id, responder_agent_id),
+            )
 
     def complete_callback(self, workspace_id: str, run_id: str, callback_effect_id: str) -> None:
         with self._tx() as c:
-            c.execute("UPDATE workflow_callbacks SET state = 'completed' WHERE workspace_id = ?"
-                      " AND run_id = ? AND callback_effect_id = ?",
-                      (workspace_id, run_id, callback_effect_id))
+            c.execute(
+                "UPDATE workflow_callbacks SET state = 'completed' WHERE workspace_id = ?"
+                " AND run_id = ? AND callback_effect_id = ?",
+                (workspace_id, run_id, callback_effect_id),
+            )
 
     def stats(self) -> dict[str, int]:
-        tables = ("tasks", "activity", "live_events", "idempotency_receipts", "checkpoints",
-                  "tombstones")
+        tables = (
+            "tasks",
+            "activity",
+            "live_events",
+            "idempotency_receipts",
+            "checkpoints",
+            "tombstones",
+        )
         return {t: self._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
     # --- list ----------------------------------------------------------------------------
@@ -203,9 +240,11 @@ class Store:
             outer = f" WHERE {seek}"
             args.extend(after[i] for i in _SEEK_ARGS[len(keys)])
         # The inner query names every column so the keyset predicate can use the FTS rank.
-        sql = (f"SELECT * FROM (SELECT {_TASK_COLUMNS}, t.priority_rank AS priority_rank,"
-               f" {rank} AS rank FROM {source} WHERE {' AND '.join(where)}){outer}"
-               f" ORDER BY {order} LIMIT ?")
+        sql = (
+            f"SELECT * FROM (SELECT {_TASK_COLUMNS}, t.priority_rank AS priority_rank,"
+            f" {rank} AS rank FROM {source} WHERE {' AND '.join(where)}){outer}"
+            f" ORDER BY {order} LIMIT ?"
+        )
         rows = c.execute(sql, [*args, q.limit + 1]).fetchall()
         page = rows[: q.limit]
         result: dict[str, Any] = {
@@ -223,8 +262,11 @@ class Store:
         return body.decode() + "." + mac
 
     def _decode_cursor(self, cursor: str, digest: str) -> list[Any]:
-        invalid = BadRequest("cursor_invalid", "The cursor is not one this server issued.",
-                             field_errors={"$.cursor": "not a cursor issued by this server"})
+        invalid = BadRequest(
+            "cursor_invalid",
+            "The cursor is not one this server issued.",
+            field_errors={"$.cursor": "not a cursor issued by this server"},
+        )
         body, _, mac = cursor.partition(".")
         good = hmac.new(self._cursor_secret, body.encode(), hashlib.sha256).hexdigest()[:16]
         if not hmac.compare_digest(mac, good):
@@ -278,8 +320,16 @@ class Store:
                 assert req.workflow_run_id is not UNSET and req.callback_effect_id is not UNSET
                 c.execute(
                     "INSERT INTO idempotency_receipts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (p.workspace_id, p.agent_id, req.workflow_run_id, req.callback_effect_id,
-                     key, digest, _json_encode(result).decode(), now),
+                    (
+                        p.workspace_id,
+                        p.agent_id,
+                        req.workflow_run_id,
+                        req.callback_effect_id,
+                        key,
+                        digest,
+                        _json_encode(result).decode(),
+                        now,
+                    ),
                 )
             return result
 
@@ -299,12 +349,16 @@ class Store:
             errors["$.tasks"] = "at least one task is required"
         if len(req.tasks) > 1:
             for i, item in enumerate(req.tasks):
-                extra = [f for f in item.__struct_fields__
-                         if f != "title" and getattr(item, f) is not UNSET]
+                extra = [
+                    f
+                    for f in item.__struct_fields__
+                    if f != "title" and getattr(item, f) is not UNSET
+                ]
                 if extra:
                     name = _camel(extra[0])
                     errors[f"$.tasks[{i}].{name}"] = (
-                        "a batch of several tasks is title-only; create a rich task alone")
+                        "a batch of several tasks is title-only; create a rich task alone"
+                    )
         key: str | None = None
         if req.idempotency_key is not UNSET:
             key = req.idempotency_key.strip()
@@ -312,7 +366,8 @@ class Store:
                 errors["$.idempotencyKey"] = "the idempotency key must not be blank"
             elif len(key.encode()) > dto.MAX_KEY_BYTES:
                 errors["$.idempotencyKey"] = (
-                    f"the idempotency key is at most {dto.MAX_KEY_BYTES} UTF-8 bytes")
+                    f"the idempotency key is at most {dto.MAX_KEY_BYTES} UTF-8 bytes"
+                )
             elif req.workflow_run_id is UNSET or req.callback_effect_id is UNSET:
                 raise ValidationFailed(
                     {"$.idempotencyKey": "accepted only inside an active workflow callback"},
@@ -323,19 +378,24 @@ class Store:
             raise ValidationFailed(errors)
         return key
 
-    def _idempotent_replay(self, c: sqlite3.Connection, p: Principal, req: dto.CreateRequest,
-                           key: str, digest: str) -> dict[str, Any] | None:
+    def _idempotent_replay(
+        self, c: sqlite3.Connection, p: Principal, req: dto.CreateRequest, key: str, digest: str
+    ) -> dict[str, Any] | None:
         cb = c.execute(
             "SELECT responder_agent_id, state FROM workflow_callbacks WHERE workspace_id = ?"
             " AND run_id = ? AND callback_effect_id = ?",
             (p.workspace_id, req.workflow_run_id, req.callback_effect_id),
         ).fetchone()
         if cb is None:
-            raise Conflict("callback_not_active",
-                           "No workflow callback with this run and effect identity exists.")
+            raise Conflict(
+                "callback_not_active",
+                "No workflow callback with this run and effect identity exists.",
+            )
         if cb[0] != p.agent_id:
-            raise Forbidden("callback_responder_mismatch",
-                            "The authenticated agent is not the responder of this callback.")
+            raise Forbidden(
+                "callback_responder_mismatch",
+                "The authenticated agent is not the responder of this callback.",
+            )
         receipt = c.execute(
             "SELECT payload_digest, result FROM idempotency_receipts WHERE workspace_id = ?"
             " AND agent_id = ? AND run_id = ? AND callback_effect_id = ? AND idempotency_key = ?",
@@ -352,23 +412,36 @@ class Store:
             original["reused"] = True
             return original
         if cb[1] != "active":
-            raise Conflict("callback_not_active",
-                           "The workflow callback has completed; a new key cannot be reserved.")
+            raise Conflict(
+                "callback_not_active",
+                "The workflow callback has completed; a new key cannot be reserved.",
+            )
         return None
 
-    def _create_locator(self, c: sqlite3.Connection, p: Principal, req: dto.CreateRequest,
-                        ) -> tuple[Board, tuple[int, int] | None]:
+    def _create_locator(
+        self,
+        c: sqlite3.Connection,
+        p: Principal,
+        req: dto.CreateRequest,
+    ) -> tuple[Board, tuple[int, int] | None]:
         """Resolve the board and the optional parent task as (task id, number)."""
         if req.parent_task_scope is not UNSET:
             scope = req.parent_task_scope
             if scope.kind != "task":
-                raise ValidationFailed({"$.parentTaskScope.kind": "only `task` scopes are accepted"},
-                                       code="scope_not_task")
-            tomb = c.execute("SELECT 1 FROM tombstones WHERE scope_id = ? AND workspace_id = ?",
-                             (scope.scope_id, p.workspace_id)).fetchone()
+                raise ValidationFailed(
+                    {"$.parentTaskScope.kind": "only `task` scopes are accepted"},
+                    code="scope_not_task",
+                )
+            tomb = c.execute(
+                "SELECT 1 FROM tombstones WHERE scope_id = ? AND workspace_id = ?",
+                (scope.scope_id, p.workspace_id),
+            ).fetchone()
             if tomb:
-                raise NotFound("scope_deleted", "The parent task scope was deleted.",
-                               field_errors={"$.parentTaskScope.scopeId": "deleted task scope"})
+                raise NotFound(
+                    "scope_deleted",
+                    "The parent task scope was deleted.",
+                    field_errors={"$.parentTaskScope.scopeId": "deleted task scope"},
+                )
             row = c.execute(
                 "SELECT t.id, t.number, b.id, b.slug, b.name FROM tasks t JOIN boards b"
                 " ON b.id = t.board_id WHERE t.scope_id = ? AND t.workspace_id = ?"
@@ -376,8 +449,11 @@ class Store:
                 (scope.scope_id, p.workspace_id),
             ).fetchone()
             if row is None:
-                raise NotFound("scope_not_found", "No task scope with this id in this workspace.",
-                               field_errors={"$.parentTaskScope.scopeId": "unknown task scope"})
+                raise NotFound(
+                    "scope_not_found",
+                    "No task scope with this id in this workspace.",
+                    field_errors={"$.parentTaskScope.scopeId": "unknown task scope"},
+                )
             board = Board(row[2], row[3], row[4])
             self._require_member(c, p, board)
             return board, (row[0], row[1])
@@ -391,13 +467,17 @@ class Store:
     def _check_target(self, c: sqlite3.Connection, p: Principal, target: str, board: Board) -> None:
         slug, _, thread = target[1:].partition(":")
         if not target.startswith("#") or not slug or (":" in target and not thread):
-            raise ValidationFailed({"$.target": "expected `#channel` or `#channel:threadid`"},
-                                   code="target_invalid")
+            raise ValidationFailed(
+                {"$.target": "expected `#channel` or `#channel:threadid`"}, code="target_invalid"
+            )
         found = self._board(c, p.workspace_id, slug)
         if found is None:
-            raise NotFound("target_not_found", f"No board `{slug}` for target `{target}`.",
-                           field_errors={"$.target": "unknown board"},
-                           candidates=self._board_candidates(c, p, slug))
+            raise NotFound(
+                "target_not_found",
+                f"No board `{slug}` for target `{target}`.",
+                field_errors={"$.target": "unknown board"},
+                candidates=self._board_candidates(c, p, slug),
+            )
         if found.id != board.id:
             raise Conflict(
                 "target_conflict",
@@ -405,11 +485,21 @@ class Store:
                 field_errors={"$.target": f"resolves to board `{found.slug}`"},
             )
 
-    def _insert_task(self, c: sqlite3.Connection, p: Principal, board: Board,
-                     parent: tuple[int, int] | None, item: dto.NewTask,
-                     req: dto.CreateRequest, now: str) -> int:
-        number = c.execute("UPDATE boards SET next_number = next_number + 1 WHERE id = ?"
-                           " RETURNING next_number - 1", (board.id,)).fetchone()[0]
+    def _insert_task(
+        self,
+        c: sqlite3.Connection,
+        p: Principal,
+        board: Board,
+        parent: tuple[int, int] | None,
+        item: dto.NewTask,
+        req: dto.CreateRequest,
+        now: str,
+    ) -> int:
+        number = c.execute(
+            "UPDATE boards SET next_number = next_number + 1 WHERE id = ?"
+            " RETURNING next_number - 1",
+            (board.id,),
+        ).fetchone()[0]
         assignee = None
         if item.assignee is not UNSET:
             assignee = self._board_member(c, p, board, item.assignee, "$.tasks[0].assignee")
@@ -421,21 +511,38 @@ class Store:
             " checklist, urls, blocker, source_target, created_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                scope_id, p.workspace_id, board.id, number, parent[0] if parent else None,
-                item.title, _or_none(item.description),
+                scope_id,
+                p.workspace_id,
+                board.id,
+                number,
+                parent[0] if parent else None,
+                item.title,
+                _or_none(item.description),
                 "todo" if item.status is UNSET else item.status,
-                priority, dto.PRIORITY_RANK[priority],
-                _json_list(item.labels), assignee, p.agent_id,
-                _json_list(item.checklist), _json_list(item.urls), _or_none(item.blocker),
-                _or_none(req.target), now, now,
+                priority,
+                dto.PRIORITY_RANK[priority],
+                _json_list(item.labels),
+                assignee,
+                p.agent_id,
+                _json_list(item.checklist),
+                _json_list(item.urls),
+                _or_none(item.blocker),
+                _or_none(req.target),
+                now,
+                now,
             ),
         )
         task_id = cur.lastrowid
         assert task_id is not None
-        c.execute("INSERT INTO activity (task_id, actor_id, kind, at) VALUES (?, ?, 'created', ?)",
-                  (task_id, p.agent_id, now))
-        c.execute("INSERT INTO live_events (workspace_id, kind, task_scope_id, at)"
-                  " VALUES (?, 'task_created', ?, ?)", (p.workspace_id, scope_id, now))
+        c.execute(
+            "INSERT INTO activity (task_id, actor_id, kind, at) VALUES (?, ?, 'created', ?)",
+            (task_id, p.agent_id, now),
+        )
+        c.execute(
+            "INSERT INTO live_events (workspace_id, kind, task_scope_id, at)"
+            " VALUES (?, 'task_created', ?, ?)",
+            (p.workspace_id, scope_id, now),
+        )
         return task_id
 
     # --- update --------------------------------------------------------------------------
@@ -444,8 +551,11 @@ class Store:
         patch = req.patch
         present = [f for f in dto.PATCH_FIELDS if getattr(patch, f) is not UNSET]
         if not present:
-            raise ValidationFailed({"$.patch": "the patch is empty; set at least one field"},
-                                   "An empty patch changes nothing.", code="empty_patch")
+            raise ValidationFailed(
+                {"$.patch": "the patch is empty; set at least one field"},
+                "An empty patch changes nothing.",
+                code="empty_patch",
+            )
         with self._tx() as c:
             board = self._member_board(c, p, req.channel, "$.channel")
             row = self._task(c, board, req.number, "$.number")
@@ -460,21 +570,40 @@ class Store:
             if changes:
                 now = self._clock.now()
                 assigns = ", ".join(f"{col} = ?" for col in changes)
-                c.execute(f"UPDATE tasks SET {assigns}, updated_at = ? WHERE id = ?",
-                          [*changes.values(), now, row[0]])
-                c.execute("INSERT INTO activity (task_id, actor_id, kind, detail, at)"
-                          " VALUES (?, ?, 'updated', ?, ?)",
-                          (row[0], p.agent_id, _json_encode({"fields": changed}).decode(), now))
+                c.execute(
+                    f"UPDATE tasks SET {assigns}, updated_at = ? WHERE id = ?",
+                    [*changes.values(), now, row[0]],
+                )
+                c.execute(
+                    "INSERT INTO activity (task_id, actor_id, kind, detail, at)"
+                    " VALUES (?, ?, 'updated', ?, ?)",
+                    (row[0], p.agent_id, _json_encode({"fields": changed}).decode(), now),
+                )
             task = self._compact(c, board, self._task_row(c, row[0]))
             return {"task": task, "changed": [_camel(f) for f in changed]}
 
-    def _patch_changes(self, c: sqlite3.Connection, p: Principal, board: Board, row: Any,
-                       patch: dto.Patch, present: list[str]) -> tuple[dict[str, Any], list[str]]:
+    def _patch_changes(
+        self,
+        c: sqlite3.Connection,
+        p: Principal,
+        board: Board,
+        row: Any,
+        patch: dto.Patch,
+        present: list[str],
+    ) -> tuple[dict[str, Any], list[str]]:
         """Map the patch onto the columns it really changes; a no-op field changes nothing."""
         current = {
-            "title": row[4], "description": row[5], "status": row[6], "priority": row[7],
-            "labels": row[8], "assignee": row[9], "checklist": row[11], "urls": row[12],
-            "attachments": row[13], "blocker": row[14], "parent": row[3],
+            "title": row[4],
+            "description": row[5],
+            "status": row[6],
+            "priority": row[7],
+            "labels": row[8],
+            "assignee": row[9],
+            "checklist": row[11],
+            "urls": row[12],
+            "attachments": row[13],
+            "blocker": row[14],
+            "parent": row[3],
         }
         changes: dict[str, Any] = {}
         changed: list[str] = []
@@ -503,9 +632,12 @@ class Store:
             if ancestor == row[0]:
                 raise ValidationFailed(
                     {"$.patch.parent": f"task {number} is this task or one of its subtasks"},
-                    "Re-parenting would create a cycle.", code="parent_cycle")
-            ancestor = c.execute("SELECT parent_id FROM tasks WHERE id = ?",
-                                 (ancestor,)).fetchone()[0]
+                    "Re-parenting would create a cycle.",
+                    code="parent_cycle",
+                )
+            ancestor = c.execute(
+                "SELECT parent_id FROM tasks WHERE id = ?", (ancestor,)
+            ).fetchone()[0]
         return int(parent[0])
 
     # --- checkpoint ----------------------------------------------------------------------
@@ -518,13 +650,22 @@ class Store:
             board = self._member_board(c, p, req.channel, "$.channel")
             row = self._task(c, board, req.number, "$.number")
             now = self._clock.now()
-            cur = c.execute("INSERT INTO checkpoints (task_id, summary, author_id, created_at)"
-                            " VALUES (?, ?, ?, ?)", (row[0], summary, p.agent_id, now))
-            c.execute("INSERT INTO activity (task_id, actor_id, kind, at)"
-                      " VALUES (?, ?, 'checkpoint', ?)", (row[0], p.agent_id, now))
+            cur = c.execute(
+                "INSERT INTO checkpoints (task_id, summary, author_id, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (row[0], summary, p.agent_id, now),
+            )
+            c.execute(
+                "INSERT INTO activity (task_id, actor_id, kind, at) VALUES (?, ?, 'checkpoint', ?)",
+                (row[0], p.agent_id, now),
+            )
             return {
-                "checkpoint": {"id": cur.lastrowid, "summary": summary,
-                               "author": self._handle(c, p.agent_id), "createdAt": now},
+                "checkpoint": {
+                    "id": cur.lastrowid,
+                    "summary": summary,
+                    "author": self._handle(c, p.agent_id),
+                    "createdAt": now,
+                },
                 "task": self._compact(c, board, row),
             }
 
@@ -551,42 +692,68 @@ class Store:
             tasks = []
             now = self._clock.now()
             for n in req.numbers:
-                row = c.execute(f"SELECT {_TASK_COLUMNS} FROM tasks t WHERE t.board_id = ?"
-                                " AND t.number = ? AND t.deleted_at IS NULL",
-                                (board.id, n)).fetchone()
+                row = c.execute(
+                    f"SELECT {_TASK_COLUMNS} FROM tasks t WHERE t.board_id = ?"
+                    " AND t.number = ? AND t.deleted_at IS NULL",
+                    (board.id, n),
+                ).fetchone()
                 if row is None:
-                    failures.append({"number": n, "code": "task_not_found",
-                                     "message": f"No live task {n} on `{board.slug}`."})
+                    failures.append(
+                        {
+                            "number": n,
+                            "code": "task_not_found",
+                            "message": f"No live task {n} on `{board.slug}`.",
+                        }
+                    )
                     continue
                 holder = row[9]
                 desired = p.agent_id if req.claimed else None
                 if holder == desired:
                     unchanged.append(n)
                 elif req.claimed and holder is not None:
-                    failures.append({"number": n, "code": "claimed_by_other",
-                                     "message": f"Task {n} is held by {self._handle(c, holder)}.",
-                                     "holder": self._handle(c, holder)})
+                    failures.append(
+                        {
+                            "number": n,
+                            "code": "claimed_by_other",
+                            "message": f"Task {n} is held by {self._handle(c, holder)}.",
+                            "holder": self._handle(c, holder),
+                        }
+                    )
                     continue
                 elif not req.claimed and holder != p.agent_id:
                     if holder is None:
                         unchanged.append(n)
                     else:
-                        failures.append({"number": n, "code": "not_assignee",
-                                         "message": f"Task {n} is held by {self._handle(c, holder)};"
-                                         " only its assignee can release it.",
-                                         "holder": self._handle(c, holder)})
+                        failures.append(
+                            {
+                                "number": n,
+                                "code": "not_assignee",
+                                "message": f"Task {n} is held by {self._handle(c, holder)};"
+                                " only its assignee can release it.",
+                                "holder": self._handle(c, holder),
+                            }
+                        )
                         continue
                 else:
-                    c.execute("UPDATE tasks SET assignee_id = ?, updated_at = ? WHERE id = ?",
-                              (desired, now, row[0]))
-                    c.execute("INSERT INTO activity (task_id, actor_id, kind, at)"
-                              " VALUES (?, ?, ?, ?)",
-                              (row[0], p.agent_id, "claimed" if req.claimed else "released", now))
+                    c.execute(
+                        "UPDATE tasks SET assignee_id = ?, updated_at = ? WHERE id = ?",
+                        (desired, now, row[0]),
+                    )
+                    c.execute(
+                        "INSERT INTO activity (task_id, actor_id, kind, at) VALUES (?, ?, ?, ?)",
+                        (row[0], p.agent_id, "claimed" if req.claimed else "released", now),
+                    )
                     changed.append(n)
                 tasks.append(self._compact(c, board, self._task_row(c, row[0])))
-            return {"channel": board.slug, "claimed": req.claimed,
-                    "count": len(changed) + len(unchanged), "changed": changed,
-                    "unchanged": unchanged, "failures": failures, "tasks": tasks}
+            return {
+                "channel": board.slug,
+                "claimed": req.claimed,
+                "count": len(changed) + len(unchanged),
+                "changed": changed,
+                "unchanged": unchanged,
+                "failures": failures,
+                "tasks": tasks,
+            }
 
     # --- delete --------------------------------------------------------------------------
 
@@ -595,16 +762,24 @@ class Store:
             board = self._member_board(c, p, req.channel, "$.channel")
             row = self._task(c, board, req.number, "$.number")
             if row[10] != p.agent_id:
-                raise Forbidden("not_creator", f"Task {req.number} was created by "
-                                f"{self._handle(c, row[10])}; only its creator may delete it.")
-            children = c.execute("SELECT id, number FROM tasks WHERE parent_id = ?"
-                                 " AND deleted_at IS NULL ORDER BY number", (row[0],)).fetchall()
+                raise Forbidden(
+                    "not_creator",
+                    f"Task {req.number} was created by "
+                    f"{self._handle(c, row[10])}; only its creator may delete it.",
+                )
+            children = c.execute(
+                "SELECT id, number FROM tasks WHERE parent_id = ?"
+                " AND deleted_at IS NULL ORDER BY number",
+                (row[0],),
+            ).fetchall()
             if children and req.subtask_mode is UNSET:
                 raise ValidationFailed(
                     {"$.subtaskMode": "this task has subtasks: choose `promote` or `delete`"},
                     f"Task {req.number} has {len(children)} subtask(s); choose `promote` to keep"
-                    " them or `delete` to remove them too.", code="subtask_mode_required",
-                    candidates=[{"number": n} for _, n in children[:10]])
+                    " them or `delete` to remove them too.",
+                    code="subtask_mode_required",
+                    candidates=[{"number": n} for _, n in children[:10]],
+                )
             now = self._clock.now()
             doomed = [(row[0], row[1], row[2])]
             promoted: list[int] = []
@@ -616,23 +791,39 @@ class Store:
                         "descendant_not_owned",
                         "Recursive deletion needs every subtask to have the same creator;"
                         f" not yours: {', '.join(map(str, foreign[:10]))}.",
-                        details={"numbers": foreign[:50]})
+                        details={"numbers": foreign[:50]},
+                    )
                 doomed += [(tid, scope, n) for tid, scope, n, _ in descendants]
             elif children:
-                c.execute("UPDATE tasks SET parent_id = ?, updated_at = ? WHERE parent_id = ?"
-                          " AND deleted_at IS NULL", (row[3], now, row[0]))
+                c.execute(
+                    "UPDATE tasks SET parent_id = ?, updated_at = ? WHERE parent_id = ?"
+                    " AND deleted_at IS NULL",
+                    (row[3], now, row[0]),
+                )
                 promoted = [n for _, n in children]
             for tid, scope, n in doomed:
-                c.execute("UPDATE tasks SET deleted_at = ?, updated_at = ? WHERE id = ?",
-                          (now, now, tid))
-                c.execute("INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?)",
-                          (scope, p.workspace_id, board.id, n, p.agent_id, now))
-                c.execute("INSERT INTO activity (task_id, actor_id, kind, at)"
-                          " VALUES (?, ?, 'deleted', ?)", (tid, p.agent_id, now))
-                c.execute("INSERT INTO live_events (workspace_id, kind, task_scope_id, at)"
-                          " VALUES (?, 'task_deleted', ?, ?)", (p.workspace_id, scope, now))
-            return {"channel": board.slug, "deleted": sorted(n for _, _, n in doomed),
-                    "promoted": promoted}
+                c.execute(
+                    "UPDATE tasks SET deleted_at = ?, updated_at = ? WHERE id = ?", (now, now, tid)
+                )
+                c.execute(
+                    "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?)",
+                    (scope, p.workspace_id, board.id, n, p.agent_id, now),
+                )
+                c.execute(
+                    "INSERT INTO activity (task_id, actor_id, kind, at)"
+                    " VALUES (?, ?, 'deleted', ?)",
+                    (tid, p.agent_id, now),
+                )
+                c.execute(
+                    "INSERT INTO live_events (workspace_id, kind, task_scope_id, at)"
+                    " VALUES (?, 'task_deleted', ?, ?)",
+                    (p.workspace_id, scope, now),
+                )
+            return {
+                "channel": board.slug,
+                "deleted": sorted(n for _, _, n in doomed),
+                "promoted": promoted,
+            }
 
     def _descendants(self, c: sqlite3.Connection, task_id: int) -> list[tuple[int, str, int, str]]:
         return c.execute(
@@ -640,92 +831,131 @@ class Store:
             " IS NULL UNION ALL SELECT t.id FROM tasks t JOIN d ON t.parent_id = d.id"
             " WHERE t.deleted_at IS NULL)"
             " SELECT t.id, t.scope_id, t.number, t.creator_id FROM tasks t JOIN d ON t.id = d.id"
-            " ORDER BY t.number", (task_id,)).fetchall()
+            " ORDER BY t.number",
+            (task_id,),
+        ).fetchall()
 
     # --- resolution helpers --------------------------------------------------------------
 
     def _agent(self, c: sqlite3.Connection, workspace_id: str, agent_id: str) -> None:
-        row = c.execute("SELECT kind FROM members WHERE id = ? AND workspace_id = ?",
-                        (agent_id, workspace_id)).fetchone()
+        row = c.execute(
+            "SELECT kind FROM members WHERE id = ? AND workspace_id = ?", (agent_id, workspace_id)
+        ).fetchone()
         if row is None or row[0] != "agent":
             raise NotFound("agent_not_found", "No such agent in this workspace.")
 
     def _board(self, c: sqlite3.Connection, workspace_id: str, slug: str) -> Board | None:
-        row = c.execute("SELECT id, slug, name FROM boards WHERE workspace_id = ? AND slug = ?",
-                        (workspace_id, slug)).fetchone()
+        row = c.execute(
+            "SELECT id, slug, name FROM boards WHERE workspace_id = ? AND slug = ?",
+            (workspace_id, slug),
+        ).fetchone()
         return Board(*row) if row else None
 
     def _member_board(self, c: sqlite3.Connection, p: Principal, slug: str, path: str) -> Board:
         board = self._board(c, p.workspace_id, slug)
         if board is None:
-            raise NotFound("channel_not_found", f"No board `{slug}` in this workspace.",
-                           field_errors={path: "unknown board"},
-                           candidates=self._board_candidates(c, p, slug))
+            raise NotFound(
+                "channel_not_found",
+                f"No board `{slug}` in this workspace.",
+                field_errors={path: "unknown board"},
+                candidates=self._board_candidates(c, p, slug),
+            )
         self._require_member(c, p, board)
         return board
 
     def _require_member(self, c: sqlite3.Connection, p: Principal, board: Board) -> None:
-        if c.execute("SELECT 1 FROM board_members WHERE board_id = ? AND member_id = ?",
-                     (board.id, p.agent_id)).fetchone() is None:
+        if (
+            c.execute(
+                "SELECT 1 FROM board_members WHERE board_id = ? AND member_id = ?",
+                (board.id, p.agent_id),
+            ).fetchone()
+            is None
+        ):
             raise Forbidden("not_a_member", f"The agent is not a member of board `{board.slug}`.")
 
-    def _board_candidates(self, c: sqlite3.Connection, p: Principal, slug: str) -> list[dict[str, Any]]:
-        rows = c.execute("SELECT b.slug, b.name FROM boards b JOIN board_members m ON"
-                         " m.board_id = b.id WHERE b.workspace_id = ? AND m.member_id = ?"
-                         " ORDER BY b.slug", (p.workspace_id, p.agent_id)).fetchall()
+    def _board_candidates(
+        self, c: sqlite3.Connection, p: Principal, slug: str
+    ) -> list[dict[str, Any]]:
+        rows = c.execute(
+            "SELECT b.slug, b.name FROM boards b JOIN board_members m ON"
+            " m.board_id = b.id WHERE b.workspace_id = ? AND m.member_id = ?"
+            " ORDER BY b.slug",
+            (p.workspace_id, p.agent_id),
+        ).fetchall()
         names = {r[0]: r[1] for r in rows}
         close = difflib.get_close_matches(slug, list(names), n=3, cutoff=0.3) or list(names)[:3]
         return [{"channel": s, "name": names[s]} for s in close]
 
     def _task(self, c: sqlite3.Connection, board: Board, number: int, path: str) -> Any:
-        row = c.execute(f"SELECT {_TASK_COLUMNS}, t.deleted_at FROM tasks t WHERE t.board_id = ?"
-                        " AND t.number = ?", (board.id, number)).fetchone()
+        row = c.execute(
+            f"SELECT {_TASK_COLUMNS}, t.deleted_at FROM tasks t WHERE t.board_id = ?"
+            " AND t.number = ?",
+            (board.id, number),
+        ).fetchone()
         if row is not None and row[-1] is None:
             return row[:-1]
         if row is not None:
             live_parent = self._live_parent(c, row[3])
-            raise NotFound("task_deleted", f"Task {number} on `{board.slug}` was deleted.",
-                           field_errors={path: "deleted task"},
-                           candidates=[live_parent] if live_parent else [])
-        near = c.execute("SELECT number, title FROM tasks WHERE board_id = ? AND deleted_at IS NULL"
-                         " ORDER BY abs(number - ?), number LIMIT 3",
-                         (board.id, number)).fetchall()
-        raise NotFound("task_not_found", f"No task {number} on `{board.slug}`.",
-                       field_errors={path: "unknown task number"},
-                       candidates=[{"channel": board.slug, "number": n, "title": t}
-                                   for n, t in near])
+            raise NotFound(
+                "task_deleted",
+                f"Task {number} on `{board.slug}` was deleted.",
+                field_errors={path: "deleted task"},
+                candidates=[live_parent] if live_parent else [],
+            )
+        near = c.execute(
+            "SELECT number, title FROM tasks WHERE board_id = ? AND deleted_at IS NULL"
+            " ORDER BY abs(number - ?), number LIMIT 3",
+            (board.id, number),
+        ).fetchall()
+        raise NotFound(
+            "task_not_found",
+            f"No task {number} on `{board.slug}`.",
+            field_errors={path: "unknown task number"},
+            candidates=[{"channel": board.slug, "number": n, "title": t} for n, t in near],
+        )
 
     def _live_parent(self, c: sqlite3.Connection, parent_id: int | None) -> dict[str, Any] | None:
         while parent_id is not None:
-            row = c.execute("SELECT t.number, t.title, b.slug, t.deleted_at, t.parent_id FROM tasks"
-                            " t JOIN boards b ON b.id = t.board_id WHERE t.id = ?",
-                            (parent_id,)).fetchone()
+            row = c.execute(
+                "SELECT t.number, t.title, b.slug, t.deleted_at, t.parent_id FROM tasks"
+                " t JOIN boards b ON b.id = t.board_id WHERE t.id = ?",
+                (parent_id,),
+            ).fetchone()
             if row[3] is None:
                 return {"channel": row[2], "number": row[0], "title": row[1]}
             parent_id = row[4]
         return None
 
     def _task_row(self, c: sqlite3.Connection, task_id: int) -> Any:
-        return c.execute(f"SELECT {_TASK_COLUMNS} FROM tasks t WHERE t.id = ?",
-                         (task_id,)).fetchone()
+        return c.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks t WHERE t.id = ?", (task_id,)
+        ).fetchone()
 
-    def _member_by_handle(self, c: sqlite3.Connection, workspace_id: str, handle: str) -> str | None:
-        row = c.execute("SELECT id FROM members WHERE workspace_id = ? AND handle = ?",
-                        (workspace_id, handle)).fetchone()
+    def _member_by_handle(
+        self, c: sqlite3.Connection, workspace_id: str, handle: str
+    ) -> str | None:
+        row = c.execute(
+            "SELECT id FROM members WHERE workspace_id = ? AND handle = ?", (workspace_id, handle)
+        ).fetchone()
         return row[0] if row else None
 
-    def _board_member(self, c: sqlite3.Connection, p: Principal, board: Board, handle: str,
-                      path: str) -> str:
-        rows = c.execute("SELECT m.id, m.handle FROM members m JOIN board_members bm ON"
-                         " bm.member_id = m.id WHERE bm.board_id = ? ORDER BY m.handle",
-                         (board.id,)).fetchall()
-        by_handle = {h: i for i, h in rows}
+    def _board_member(
+        self, c: sqlite3.Connection, p: Principal, board: Board, handle: str, path: str
+    ) -> str:
+        rows = c.execute(
+            "SELECT m.id, m.handle FROM members m JOIN board_members bm ON"
+            " bm.member_id = m.id WHERE bm.board_id = ? ORDER BY m.handle",
+            (board.id,),
+        ).fetchall()
+        by_handle: dict[str, str] = {h: i for i, h in rows}
         if handle in by_handle:
             return by_handle[handle]
         close = difflib.get_close_matches(handle, list(by_handle), n=3, cutoff=0.3)
-        raise ValidationFailed({path: f"`{handle}` is not a member of board `{board.slug}`"},
-                               code="assignee_not_member",
-                               candidates=[{"assignee": h} for h in close or list(by_handle)[:3]])
+        raise ValidationFailed(
+            {path: f"`{handle}` is not a member of board `{board.slug}`"},
+            code="assignee_not_member",
+            candidates=[{"assignee": h} for h in close or list(by_handle)[:3]],
+        )
 
     def _handle(self, c: sqlite3.Connection, member_id: str | None) -> str | None:
         if member_id is None:
@@ -739,12 +969,20 @@ class Store:
         parent = None
         if row[3] is not None:
             parent = c.execute("SELECT number FROM tasks WHERE id = ?", (row[3],)).fetchone()[0]
-        subtasks = c.execute("SELECT count(*) FROM tasks WHERE parent_id = ? AND deleted_at IS NULL",
-                             (row[0],)).fetchone()[0]
+        subtasks = c.execute(
+            "SELECT count(*) FROM tasks WHERE parent_id = ? AND deleted_at IS NULL", (row[0],)
+        ).fetchone()[0]
         task: dict[str, Any] = {
-            "channel": board.slug, "number": row[2], "scopeId": row[1], "title": row[4],
-            "status": row[6], "priority": row[7], "assignee": self._handle(c, row[9]),
-            "labels": _json_decode(row[8]), "parent": parent, "subtaskCount": subtasks,
+            "channel": board.slug,
+            "number": row[2],
+            "scopeId": row[1],
+            "title": row[4],
+            "status": row[6],
+            "priority": row[7],
+            "assignee": self._handle(c, row[9]),
+            "labels": _json_decode(row[8]),
+            "parent": parent,
+            "subtaskCount": subtasks,
             "updatedAt": row[17],
         }
         return task
@@ -753,34 +991,43 @@ class Store:
         task = self._compact(c, board, row)
         checkpoints = c.execute(
             "SELECT id, summary, author_id, created_at FROM checkpoints WHERE task_id = ?"
-            " ORDER BY id DESC LIMIT ?", (row[0], _CHECKPOINTS_IN_DETAIL)).fetchall()
-        checkpoint_count = c.execute("SELECT count(*) FROM checkpoints WHERE task_id = ?",
-                                     (row[0],)).fetchone()[0]
+            " ORDER BY id DESC LIMIT ?",
+            (row[0], _CHECKPOINTS_IN_DETAIL),
+        ).fetchall()
+        checkpoint_count = c.execute(
+            "SELECT count(*) FROM checkpoints WHERE task_id = ?", (row[0],)
+        ).fetchone()[0]
         children = c.execute(
             "SELECT number, title, status FROM tasks WHERE parent_id = ? AND deleted_at IS NULL"
-            " ORDER BY number LIMIT ?", (row[0], _CHILDREN_IN_DETAIL)).fetchall()
-        task.update({
-            "description": row[5],
-            "checklist": _json_decode(row[11]),
-            "urls": _json_decode(row[12]),
-            "attachments": [
-                {k: a[k] for k in ("name", "mediaType", "sizeBytes") if k in a}
-                for a in _json_decode(row[13])
-            ],
-            "blocker": row[14],
-            "thread": row[15],
-            "creator": self._handle(c, row[10]),
-            "createdAt": row[16],
-            "checkpoints": {
-                "items": [{"id": i, "summary": s, "author": self._handle(c, a), "createdAt": t}
-                          for i, s, a, t in checkpoints],
-                "total": checkpoint_count,
-            },
-            "subtasks": {
-                "items": [{"number": n, "title": t, "status": s} for n, t, s in children],
-                "total": task["subtaskCount"],
-            },
-        })
+            " ORDER BY number LIMIT ?",
+            (row[0], _CHILDREN_IN_DETAIL),
+        ).fetchall()
+        task.update(
+            {
+                "description": row[5],
+                "checklist": _json_decode(row[11]),
+                "urls": _json_decode(row[12]),
+                "attachments": [
+                    {k: a[k] for k in ("name", "mediaType", "sizeBytes") if k in a}
+                    for a in _json_decode(row[13])
+                ],
+                "blocker": row[14],
+                "thread": row[15],
+                "creator": self._handle(c, row[10]),
+                "createdAt": row[16],
+                "checkpoints": {
+                    "items": [
+                        {"id": i, "summary": s, "author": self._handle(c, a), "createdAt": t}
+                        for i, s, a, t in checkpoints
+                    ],
+                    "total": checkpoint_count,
+                },
+                "subtasks": {
+                    "items": [{"number": n, "title": t, "status": s} for n, t, s in children],
+                    "total": task["subtaskCount"],
+                },
+            }
+        )
         return task
 
 
@@ -790,10 +1037,16 @@ _COLUMN = {"number": 2, "updated_at": 17, "priority_rank": 19, "rank": 20}
 _SORTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     # sort -> (cursor key columns, ORDER BY, keyset predicate after the last row of a page)
     "number": (("number",), "number", "number > ?"),
-    "updated": (("updated_at", "number"), "updated_at DESC, number DESC",
-                "(updated_at < ? OR (updated_at = ? AND number < ?))"),
-    "priority": (("priority_rank", "number"), "priority_rank DESC, number",
-                 "(priority_rank < ? OR (priority_rank = ? AND number > ?))"),
+    "updated": (
+        ("updated_at", "number"),
+        "updated_at DESC, number DESC",
+        "(updated_at < ? OR (updated_at = ? AND number < ?))",
+    ),
+    "priority": (
+        ("priority_rank", "number"),
+        "priority_rank DESC, number",
+        "(priority_rank < ? OR (priority_rank = ? AND number > ?))",
+    ),
     "relevance": (("rank", "number"), "rank, number", "(rank > ? OR (rank = ? AND number > ?))"),
 }
 # Which cursor key feeds each `?` of the keyset predicate, by the number of keys.
@@ -801,10 +1054,16 @@ _SEEK_ARGS = {1: (0,), 2: (0, 0, 1)}
 
 
 def _filter_digest(channel: str, q: dto.ListQuery, sort: str) -> str:
-    material = _json_encode({
-        "channel": channel, "query": q.query.strip(), "status": q.status,
-        "includeSubtasks": q.include_subtasks, "sort": sort, "filters": q.filters,
-    })
+    material = _json_encode(
+        {
+            "channel": channel,
+            "query": q.query.strip(),
+            "status": q.status,
+            "includeSubtasks": q.include_subtasks,
+            "sort": sort,
+            "filters": q.filters,
+        }
+    )
     return hashlib.sha256(material).hexdigest()[:24]
 
 
@@ -816,8 +1075,11 @@ def _fts_query(text: str) -> str:
 
 def _payload_digest(req: dto.CreateRequest) -> str:
     canonical = {
-        "channel": req.channel, "parent": req.parent, "parentTaskScope": req.parent_task_scope,
-        "target": req.target, "tasks": req.tasks,
+        "channel": req.channel,
+        "parent": req.parent,
+        "parentTaskScope": req.parent_task_scope,
+        "target": req.target,
+        "tasks": req.tasks,
     }
     clean = {k: v for k, v in canonical.items() if v is not UNSET}
     return hashlib.sha256(_json_encode(clean)).hexdigest()

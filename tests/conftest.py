@@ -11,16 +11,27 @@ import pytest
 from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 _SUFFIX = {
-    "list": "", "create": "", "get": "/get", "update": "/update",
-    "checkpoint": "/add-checkpoint", "set-claim": "/set-claim", "delete": "/delete",
+    "list": "",
+    "create": "",
+    "get": "/get",
+    "update": "/update",
+    "checkpoint": "/add-checkpoint",
+    "set-claim": "/set-claim",
+    "delete": "/delete",
 }
 
 
 class Api:
     """The seven routes of one agent, spoken over real HTTP."""
 
-    def __init__(self, http: httpx.AsyncClient, runtime: Runtime, agent_id: str = AGENT_ID,
-                 workspace_id: str | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        runtime: Runtime,
+        agent_id: str = AGENT_ID,
+        workspace_id: str | None = None,
+        token: str | None = None,
+    ) -> None:
         self.http = http
         self.runtime = runtime
         self.agent_id = agent_id
@@ -28,8 +39,10 @@ class Api:
         self.token = token or runtime.mint_token(agent_id, workspace_id=self.workspace_id)
 
     def path(self, op: str) -> str:
-        return (f"/api/v1/workspaces/{self.workspace_id}/agents/{self.agent_id}"
-                f"/runtime/tasks{_SUFFIX[op]}")
+        return (
+            f"/api/v1/workspaces/{self.workspace_id}/agents/{self.agent_id}"
+            f"/runtime/tasks{_SUFFIX[op]}"
+        )
 
     async def call(self, op: str, body: Any = None, **params: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {self.token}"}
@@ -43,18 +56,22 @@ class Api:
         result: dict[str, Any] = response.json()
         return result
 
-    async def fails(self, op: str, body: Any = None, *, status: int, code: str,
-                    **params: Any) -> dict[str, Any]:
+    async def fails(
+        self, op: str, body: Any = None, *, expect: int, code: str, **params: Any
+    ) -> dict[str, Any]:
         response = await self.call(op, body, **params)
-        assert response.status_code == status, response.text
+        assert response.status_code == expect, response.text
         error: dict[str, Any] = response.json()["error"]
         assert error["code"] == code, error
         return error
 
-    async def create(self, channel: str = "general", *titles: str, **extra: Any,
-                     ) -> list[dict[str, Any]]:
-        body = {"channel": channel, "tasks": [{"title": t} for t in titles or ("a task",)],
-                **extra}
+    async def create(
+        self,
+        channel: str = "general",
+        *titles: str,
+        **extra: Any,
+    ) -> list[dict[str, Any]]:
+        body = {"channel": channel, "tasks": [{"title": t} for t in titles or ("a task",)], **extra}
         tasks: list[dict[str, Any]] = (await self.ok("create", body))["tasks"]
         return tasks
 
@@ -62,8 +79,9 @@ class Api:
         return Api(self.http, self.runtime, agent_id, self.workspace_id)
 
 
-async def admin(http: httpx.AsyncClient, runtime: Runtime, path: str,
-                body: Any = None) -> dict[str, Any]:
+async def admin(
+    http: httpx.AsyncClient, runtime: Runtime, path: str, body: Any = None
+) -> dict[str, Any]:
     assert runtime.admin_token is not None
     headers = {"x-admin-token": runtime.admin_token}
     if body is None:

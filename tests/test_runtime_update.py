@@ -1,0 +1,160 @@
+"""task_update: patch semantics, lifecycle, optimistic concurrency, re-parenting without cycles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Api
+
+
+async def _update(api: Api, number: int, patch: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return await api.ok("update", {"channel": "general", "number": number, "patch": patch, **extra})
+
+
+async def test_omitted_fields_stay_and_null_clears_nullable_ones(api: Api) -> None:
+    await api.ok(
+        "create",
+        {
+            "channel": "general",
+            "tasks": [{"title": "t", "description": "d", "priority": "high", "assignee": "@alice"}],
+        },
+    )
+    result = await _update(api, 1, {"description": None, "assignee": None})
+    assert result["changed"] == ["description", "assignee"]
+    task = (await api.ok("get", {"channel": "general", "number": 1}))["task"]
+    assert (task["title"], task["description"], task["priority"], task["assignee"]) == (
+        "t",
+        None,
+        "high",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "path"),
+    [
+        ({"title": None}, "$.patch.title"),
+        ({"status": "blocked"}, "$.patch.status"),
+        ({"number": 5}, "$.patch.number"),
+        ({"creator": "@alice"}, "$.patch.creator"),
+        ({"labels": "ops"}, "$.patch.labels"),
+    ],
+)
+async def test_invalid_or_write_once_fields_are_refused(
+    api: Api, patch: dict[str, Any], path: str
+) -> None:
+    await api.create("general", "t")
+    error = await api.fails(
+        "update",
+        {"channel": "general", "number": 1, "patch": patch},
+        expect=422,
+        code="validation_failed",
+    )
+    assert path in error["fieldErrors"]
+
+
+async def test_empty_patch_is_refused(api: Api) -> None:
+    await api.create("general", "t")
+    await api.fails(
+        "update", {"channel": "general", "number": 1, "patch": {}}, expect=422, code="empty_patch"
+    )
+
+
+async def test_lifecycle_status_moves(api: Api) -> None:
+    await api.create("general", "t")
+    for status in ("in_progress", "in_review", "done", "canceled", "todo"):
+        assert (await _update(api, 1, {"status": status}))["task"]["status"] == status
+
+
+async def test_stale_expected_updated_at_conflicts_with_the_current_revision(api: Api) -> None:
+    task = (await api.create("general", "t"))[0]
+    fresh = await _update(api, 1, {"title": "t2"}, expectedUpdatedAt=task["updatedAt"])
+    assert fresh["task"]["updatedAt"] > task["updatedAt"]
+    error = await api.fails(
+        "update",
+        {
+            "channel": "general",
+            "number": 1,
+            "patch": {"title": "t3"},
+            "expectedUpdatedAt": task["updatedAt"],
+        },
+        expect=409,
+        code="stale_update",
+    )
+    assert error["details"]["currentUpdatedAt"] == fresh["task"]["updatedAt"]
+    again = await _update(
+        api, 1, {"title": "t3"}, expectedUpdatedAt=error["details"]["currentUpdatedAt"]
+    )
+    assert again["task"]["title"] == "t3"
+
+
+async def test_a_no_op_patch_changes_no_revision(api: Api) -> None:
+    task = (await api.create("general", "t"))[0]
+    result = await _update(api, 1, {"title": "t"})
+    assert result["changed"] == [] and result["task"]["updatedAt"] == task["updatedAt"]
+
+
+async def test_reparenting_and_cycles(api: Api) -> None:
+    await api.create("general", "a", "b")
+    await api.create("general", "c", parent=2)
+    assert (await _update(api, 2, {"parent": 1}))["task"]["parent"] == 1
+    error = await api.fails(
+        "update",
+        {"channel": "general", "number": 1, "patch": {"parent": 3}},
+        expect=422,
+        code="parent_cycle",
+    )
+    assert "$.patch.parent" in error["fieldErrors"]
+    await api.fails(
+        "update",
+        {"channel": "general", "number": 1, "patch": {"parent": 1}},
+        expect=422,
+        code="parent_cycle",
+    )
+    assert (await _update(api, 2, {"parent": None}))["task"]["parent"] is None
+
+
+async def test_assignee_must_be_a_board_member(api: Api) -> None:
+    await api.create("general", "t")
+    error = await api.fails(
+        "update",
+        {"channel": "general", "number": 1, "patch": {"assignee": "@alicia"}},
+        expect=422,
+        code="assignee_not_member",
+    )
+    assert {"assignee": "@alice"} in error["candidates"]
+
+
+async def test_attachments_are_metadata_only_in_detail(api: Api) -> None:
+    await api.create("general", "t")
+    await _update(
+        api,
+        1,
+        {
+            "attachments": [
+                {
+                    "name": "log.txt",
+                    "mediaType": "text/plain",
+                    "sizeBytes": 1200,
+                    "url": "https://files.test/log.txt",
+                }
+            ]
+        },
+    )
+    task = (await api.ok("get", {"channel": "general", "number": 1}))["task"]
+    assert task["attachments"] == [
+        {"name": "log.txt", "mediaType": "text/plain", "sizeBytes": 1200}
+    ]
+
+
+async def test_unknown_task_answers_with_nearby_candidates(api: Api) -> None:
+    await api.create("general", "a", "b", "c")
+    error = await api.fails(
+        "update",
+        {"channel": "general", "number": 9, "patch": {"title": "x"}},
+        expect=404,
+        code="task_not_found",
+    )
+    assert [c["number"] for c in error["candidates"]] == [3, 2, 1]
