@@ -13,3 +13,7 @@ def data_dir() -> Path:
 
 def default_runtime_db() -> Path:
     return data_dir() / "runtime.db"
+
+
+def default_journal() -> Path:
+    return data_dir() / "journal.db"

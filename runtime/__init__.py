@@ -5,6 +5,7 @@ of every integration test. It imports nothing of the bridge or the journal (it i
 of the wire). See docs/runtime.md for routes, semantics, error codes and the admin surface.
 """
 
+from ._dto import FaultSpec
 from ._errors import ApiError
 from ._faults import OPS, Faults
 from ._seed import AGENT_ID, BOARDS, HUMAN_ID, OTHER_AGENT_ID, WORKSPACE_ID, seed_local
@@ -19,6 +20,7 @@ __all__ = [
     "OTHER_AGENT_ID",
     "WORKSPACE_ID",
     "ApiError",
+    "FaultSpec",
     "Faults",
     "Principal",
     "Runtime",

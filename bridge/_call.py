@@ -1,0 +1,365 @@
+"""The hot path: one tool call, read top to bottom.
+
+    receive -> resolve tool -> validate -> inject hidden context -> journal (write-ahead)
+      -> forward (one upstream operation; one refresh-and-replay on 401) -> normalize
+      -> budget -> journal the outcome (durable) -> answer
+
+Every stage is a journal event. A mutation's upstream request is durable before it is sent and
+every outcome is durable before the model sees it; when the journal cannot be written, mutations
+fail closed and reads go on saying so in `meta.journal`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mcp_types as types
+import msgspec
+import trio
+
+from journal import (
+    CallCancelled,
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    Event,
+    InjectedField,
+    Payload,
+    TokenRefreshed,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+from . import _inputs as inp
+from ._budget import decode_cursor, fit, list_digest
+from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
+from ._errors import ToolError, classify_upstream_error, snake, suggest
+from ._registry import TOOLS, ToolSpec
+from ._render import render
+from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
+from ._upstream import transport_error as classify_transport
+from ._validate import canonical_arguments, validate
+
+log = logging.getLogger("agentteam.bridge")
+_plain = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+_MAX_JOURNALED_BODY = 256 * 1024
+
+
+class JournalPort(Protocol):
+    """What the call flow needs of the journal writer."""
+
+    @property
+    def healthy(self) -> bool: ...
+
+    async def append(self, event: Event, *, durable: bool = False) -> None: ...
+
+
+class JournalFailed(Exception):
+    """Raised by a JournalPort whose write did not land."""
+
+
+@dataclass
+class Session:
+    session_id: str
+    client_name: str | None = None
+    client_version: str | None = None
+    calls: int = 0
+
+
+class Bridge:
+    """Serves tool calls for one session against one Agent Runtime."""
+
+    def __init__(self, launch: LaunchContext, credentials: Credentials, upstream: UpstreamClient,
+                 journal: JournalPort, session: Session) -> None:
+        self.launch = launch
+        self.credentials = credentials
+        self.upstream = upstream
+        self.journal = journal
+        self.session = session
+        self._route = base_route(launch.workspace_id, launch.agent_id)
+        self._ids = itertools.count(1)
+        self._keys_in_flight: set[tuple[str, ...]] = set()
+
+    async def call(self, name: str, arguments: Any, meta: Mapping[str, Any] | None,
+                   request_id: str | int | None) -> types.CallToolResult:
+        started = time.perf_counter()
+        call = _Call(self, f"{self.session.session_id}.{next(self._ids)}", name, request_id)
+        self.session.calls += 1
+        meta = meta or {}
+        args: dict[str, Any] = {}
+        try:
+            await call.record(CallReceived(arguments=_jsonable(arguments),
+                                           meta_keys=sorted(meta), jsonrpc_request_id=request_id))
+            spec = TOOLS.get(name)
+            if spec is None:
+                raise _Rejected(ToolError("unknown_tool", f"No tool named `{name[:64]}`.",
+                                          field_errors={"$.name": "not a tool of this server"}))
+            try:
+                value = validate(spec.input_type, arguments)
+            except ToolError as exc:
+                raise _Rejected(exc) from None
+            args = canonical_arguments(value)
+            return await self._forward(call, spec, args, meta, started)
+        except _Rejected as rejected:
+            error = rejected.error
+            await call.record(CallRejected(error_code=error.code, message=error.message,
+                                           field_errors=error.field_errors or {}), durable=True)
+            return _error_result(error)
+        except ToolError as error:
+            if error.suggested_action is None:
+                error.suggested_action = suggest(error, name, args)
+            await call.record(CallError(error_code=error.code, retryable=error.retryable,
+                                        message=error.message,
+                                        duration_ms=_ms(started)), durable=True)
+            return _error_result(error)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await call.record(CallCancelled(reason="cancelled by the client or shutdown"))
+            raise
+
+    async def _forward(self, call: _Call, spec: ToolSpec, args: dict[str, Any],
+                       meta: Mapping[str, Any], started: float) -> types.CallToolResult:
+        injected, fields = self._inject(spec, args, meta)
+        key_scope = self._key_scope(args, injected)
+        if key_scope is not None and key_scope in self._keys_in_flight:
+            raise ToolError("idempotency_in_progress",
+                            suggested_action={"tool": spec.name, "arguments": args})
+        await call.record(ContextInjected(fields=fields))
+        if spec.mutation and not self.journal.healthy:
+            raise ToolError("journal_unavailable")
+        list_state = None
+        upstream_args = args
+        if spec.name == "task_list":
+            upstream_args, list_state = _list_upstream(args)
+        try:
+            if key_scope is not None:
+                self._keys_in_flight.add(key_scope)
+            prepared = prepare(spec, self._route, upstream_args, injected)
+            reply = await self._exchange(call, spec, prepared, bool(key_scope))
+        finally:
+            if key_scope is not None:
+                self._keys_in_flight.discard(key_scope)
+        body = self._parse(spec, reply)
+        if not 200 <= reply.status < 300:
+            raise classify_upstream_error(reply.status, body, mutation=spec.mutation,
+                                          retry_after=reply.headers.get("retry-after"))
+        data, result_meta = self._normalize(spec, body, list_state)
+        envelope: dict[str, Any] = {"data": data, "meta": result_meta}
+        if not self.journal.healthy:
+            result_meta["journal"] = "unavailable"
+        encoded, truncated = fit(spec.budget, spec.budget_bytes, envelope,
+                                 list_state=list_state)
+        if truncated and spec.name == "task_list" and "next_cursor" in result_meta:
+            result_meta["continuation"] = {
+                "tool": "task_list", "arguments": {**args, "cursor": result_meta["next_cursor"]}}
+            encoded = _plain(envelope)
+        await call.record(CallResult(result=envelope, truncated=truncated,
+                                     duration_ms=_ms(started)), durable=True)
+        return types.CallToolResult(
+            content=[types.TextContent(text=render(spec.name, data, result_meta))],
+            structured_content=envelope,
+            is_error=False,
+            _meta=_routing_meta(spec, data),
+        )
+
+    def _inject(self, spec: ToolSpec, args: dict[str, Any], meta: Mapping[str, Any],
+                ) -> tuple[dict[str, str], list[InjectedField]]:
+        """Hidden context for the upstream DTO, and its journal record (secrets never)."""
+        sources = self.launch.sources
+        fields = [
+            InjectedField(name="workspace_id", source=sources["workspace_id"],
+                          value=self.launch.workspace_id),
+            InjectedField(name="agent_id", source=sources["agent_id"],
+                          value=self.launch.agent_id),
+            InjectedField(name="bearer_token", source=sources["bearer_token"], value="[redacted]"),
+        ]
+        injected: dict[str, str] = {}
+        if spec.name == "task_create" and "idempotency_key" in args:
+            run, callback = meta.get(META_RUN), meta.get(META_CALLBACK)
+            if not (isinstance(run, str) and run and isinstance(callback, str) and callback):
+                raise _Rejected(ToolError(
+                    "idempotency_key_requires_callback",
+                    field_errors={"$.idempotency_key": "no active workflow callback in this call"}))
+            injected = {"workflowRunId": run[:128], "callbackEffectId": callback[:128]}
+            fields += [InjectedField(name="workflow_run_id", source=f"request _meta {META_RUN}",
+                                     value=run[:128]),
+                       InjectedField(name="callback_effect_id",
+                                     source=f"request _meta {META_CALLBACK}",
+                                     value=callback[:128])]
+        return injected, fields
+
+    def _key_scope(self, args: dict[str, Any], injected: dict[str, str]) -> tuple[str, ...] | None:
+        key = args.get("idempotency_key")
+        if key is None:
+            return None
+        return (self.launch.workspace_id, self.launch.agent_id, injected["workflowRunId"],
+                injected["callbackEffectId"], "task_create", key)
+
+    async def _exchange(self, call: _Call, spec: ToolSpec, prepared: Prepared,
+                        has_key: bool) -> Reply:
+        """The one upstream operation, replayed once after a 401 with a refreshed token."""
+        try:
+            token = await self.credentials.current()
+        except CredentialError as exc:
+            raise ToolError("credential_unavailable", f"No bearer token: {exc}.") from None
+        for attempt in (1, 2):
+            request = UpstreamRequest(method=prepared.method, route=prepared.route,
+                                      body=prepared.journal_body, attempt=attempt)
+            # Write-ahead: a mutation is on disk before it can have any effect upstream.
+            if not await call.record(request, durable=spec.mutation) and spec.mutation:
+                raise ToolError("journal_unavailable")
+            try:
+                reply = await self.upstream.exchange(prepared, token)
+            except TransportFailure as failure:
+                raise classify_transport(failure, mutation=spec.mutation,
+                                         has_key=has_key) from None
+            await call.record(UpstreamResponse(status=reply.status, body=_journal_body(reply),
+                                               headers=reply.headers,
+                                               duration_ms=round(reply.duration_ms, 3),
+                                               attempt=attempt))
+            if reply.status != 401 or attempt == 2:
+                return reply
+            try:
+                fresh = await self.credentials.refresh(token)
+            except CredentialError as exc:
+                raise ToolError("credential_unavailable", f"No fresh token: {exc}.") from None
+            await call.record(TokenRefreshed(source=self.credentials.source.kind,
+                                             reason="upstream answered 401"))
+            if fresh is None:
+                return reply
+            token = fresh
+        raise AssertionError("unreachable")
+
+    def _parse(self, spec: ToolSpec, reply: Reply) -> Any:
+        try:
+            return _decode(reply.body) if reply.body else None
+        except msgspec.DecodeError:
+            if 200 <= reply.status < 300:
+                raise ToolError("outcome_unknown" if spec.mutation else "upstream_malformed",
+                                "The Task service answered with a body that is not JSON.",
+                                retryable=not spec.mutation) from None
+            return None
+
+    def _normalize(self, spec: ToolSpec, body: Any, list_state: tuple[str | None, int, str] | None,
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+        meta: dict[str, Any] = {}
+        if not isinstance(body, dict):
+            raise _malformed(spec)
+        snake_body = snake_keys(body)
+        next_cursor = snake_body.pop("next_cursor", None)
+        if list_state is not None and list_state[1]:
+            snake_body["items"] = snake_body.get("items", [])[list_state[1]:]
+        try:
+            data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
+        except msgspec.ValidationError:
+            raise _malformed(spec) from None
+        if isinstance(next_cursor, str):
+            meta["next_cursor"] = next_cursor
+        return data, meta
+
+
+class _Call:
+    """One call's journal identity; `record` never raises, it reports whether the event landed."""
+
+    def __init__(self, bridge: Bridge, call_id: str, tool: str, request_id: str | int | None):
+        self._bridge = bridge
+        self.call_id = call_id
+        self.tool = tool
+        self.request_id = request_id
+
+    async def record(self, payload: Payload, *, durable: bool = False) -> bool:
+        event = Event(session_id=self._bridge.session.session_id, call_id=self.call_id,
+                      mcp_method_name="tools/call", gen_ai_tool_name=self.tool[:128],
+                      jsonrpc_request_id=self.request_id, payload=payload)
+        try:
+            await self._bridge.journal.append(event, durable=durable)
+        except JournalFailed as exc:
+            log.error("journal write failed (%s): %s", payload.kind, exc)
+            return False
+        return True
+
+
+class _Rejected(Exception):
+    """A call refused before any upstream effect (journaled as `call_rejected`)."""
+
+    def __init__(self, error: ToolError) -> None:
+        super().__init__(error.code)
+        self.error = error
+
+
+def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | None, int, str]]:
+    """Unwrap a bridge cursor (a truncated page's continuation) into the upstream cursor."""
+    digest = list_digest(args)
+    upstream_args = dict(args)
+    skip = 0
+    upstream_cursor = args.get("cursor")
+    if isinstance(upstream_cursor, str):
+        upstream_cursor, skip = decode_cursor(upstream_cursor, digest)
+        if upstream_cursor is None:
+            upstream_args.pop("cursor")
+        else:
+            upstream_args["cursor"] = upstream_cursor
+    upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
+    return upstream_args, (upstream_cursor, skip, digest)
+
+
+def snake_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {snake(k): snake_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(v) for v in value]
+    return value
+
+
+def _malformed(spec: ToolSpec) -> ToolError:
+    if spec.mutation:
+        return ToolError("outcome_unknown",
+                         "The Task service answered with an unexpected body; the change may "
+                         "have been applied. Check before retrying.")
+    return ToolError("upstream_malformed")
+
+
+def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the active task is, for the runtime's routing (never hidden context)."""
+    task = data.get("task")
+    if task is None and spec.name == "task_create" and len(data.get("tasks", [])) == 1:
+        task = data["tasks"][0]
+    if not isinstance(task, dict) or "scope_id" not in task:
+        return None
+    return {"agentteam/task": {"channel": task["channel"], "number": task["number"],
+                               "scope_id": task["scope_id"]}}
+
+
+def _error_result(error: ToolError) -> types.CallToolResult:
+    envelope = error.envelope()
+    return types.CallToolResult(content=[types.TextContent(text=_plain(envelope).decode())],
+                                structured_content=envelope, is_error=True)
+
+
+def _journal_body(reply: Reply) -> Any:
+    if len(reply.body) > _MAX_JOURNALED_BODY:
+        return {"truncated_bytes": len(reply.body),
+                "head": reply.body[:4096].decode(errors="replace")}
+    try:
+        return _decode(reply.body) if reply.body else None
+    except msgspec.DecodeError:
+        return {"unparsed": reply.body.decode(errors="replace")}
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return _decode(_plain(value))
+    except (TypeError, msgspec.EncodeError):
+        return repr(value)[:1000]
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

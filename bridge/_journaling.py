@@ -1,0 +1,50 @@
+"""The bridge's side of the journal: open the writer, register secrets, fail closed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import journal
+from journal import Event
+
+from ._call import JournalFailed
+
+
+class JournalOpenError(Exception):
+    """The journal file cannot be created or opened; the message names the path and why."""
+
+
+class JournalAdapter:
+    """A JournalPort over `journal`'s writer: classified failures, health for fail-closed."""
+
+    def __init__(self, writer: journal.JournalWriter) -> None:
+        self._writer = writer
+
+    @property
+    def healthy(self) -> bool:
+        return not self._writer.failed
+
+    def add_secret(self, value: str) -> None:
+        self._writer.add_secret(value)
+
+    async def append(self, event: Event, *, durable: bool = False) -> None:
+        try:
+            await self._writer.append(event, durable=durable)
+        except journal.JournalUnavailable as exc:
+            raise JournalFailed(str(exc)) from None
+
+
+@asynccontextmanager
+async def open_journal(path: Path, *, durable: bool = True) -> AsyncIterator[JournalAdapter]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        writer_cm = journal.open_writer(path, synchronous_full=durable)
+        writer = await writer_cm.__aenter__()
+    except (OSError, journal.JournalUnavailable) as exc:
+        raise JournalOpenError(f"cannot open the journal {path}: {exc}") from None
+    try:
+        yield JournalAdapter(writer)
+    finally:
+        await writer_cm.__aexit__(None, None, None)

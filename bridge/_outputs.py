@@ -1,0 +1,150 @@
+"""Model-facing results: the `data` shape of each tool and the shared `{data, meta, error}` envelope.
+
+Upstream answers are converted into these types (camelCase keys renamed first), which both
+validates the upstream body and guarantees that `structuredContent` matches the `outputSchema`
+generated from the same types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET, Struct, UnsetType
+
+
+class _Out(Struct, frozen=True):
+    pass
+
+
+class ChecklistItem(_Out, frozen=True):
+    text: str
+    done: bool
+
+
+class Attachment(_Out, frozen=True):
+    name: str
+    media_type: str
+    size_bytes: int
+
+
+class Checkpoint(_Out, frozen=True):
+    id: int
+    summary: str
+    author: str | None
+    created_at: str
+
+
+class SubtaskSummary(_Out, frozen=True):
+    number: int
+    title: str
+    status: str
+
+
+class CheckpointSection(_Out, frozen=True):
+    items: list[Checkpoint]
+    total: int
+
+
+class SubtaskSection(_Out, frozen=True):
+    items: list[SubtaskSummary]
+    total: int
+
+
+class TaskSummary(_Out, frozen=True):
+    channel: str
+    number: int
+    scope_id: str
+    title: str
+    status: str
+    priority: str | None
+    assignee: str | None
+    labels: list[str]
+    parent: int | None
+    subtask_count: int
+    updated_at: str
+
+
+class TaskDetail(TaskSummary, frozen=True):
+    description: str | None
+    checklist: list[ChecklistItem]
+    urls: list[str]
+    attachments: list[Attachment]
+    blocker: str | None
+    thread: str | None
+    creator: str | None
+    created_at: str
+    checkpoints: CheckpointSection
+    subtasks: SubtaskSection
+
+
+class ClaimFailure(_Out, frozen=True):
+    number: int
+    code: str
+    message: str
+    holder: str | None | UnsetType = UNSET
+
+
+class TaskListData(_Out, frozen=True):
+    channel: str
+    items: list[TaskSummary]
+
+
+class TaskGetData(_Out, frozen=True):
+    task: TaskDetail
+
+
+class TaskCreateData(_Out, frozen=True):
+    channel: str
+    parent: int | None
+    tasks: list[TaskSummary]
+    reused: bool
+
+
+class TaskUpdateData(_Out, frozen=True):
+    task: TaskSummary
+    changed: list[str]
+
+
+class TaskCheckpointData(_Out, frozen=True):
+    checkpoint: Checkpoint
+    task: TaskSummary
+
+
+class TaskSetClaimData(_Out, frozen=True):
+    channel: str
+    claimed: bool
+    count: int
+    changed: list[int]
+    unchanged: list[int]
+    failures: list[ClaimFailure]
+    tasks: list[TaskSummary]
+
+
+class TaskDeleteData(_Out, frozen=True):
+    channel: str
+    deleted: list[int]
+    promoted: list[int]
+
+
+class SuggestedAction(_Out, frozen=True):
+    tool: str
+    arguments: dict[str, Any]
+
+
+class ErrorBody(_Out, frozen=True):
+    code: str
+    message: str
+    retryable: bool
+    field_errors: dict[str, str] | UnsetType = UNSET
+    suggested_action: SuggestedAction | UnsetType = UNSET
+    candidates: list[dict[str, Any]] | UnsetType = UNSET
+    retry_after_seconds: float | UnsetType = UNSET
+
+
+class Meta(_Out, frozen=True):
+    next_cursor: str | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    truncated_fields: list[str] | UnsetType = UNSET
+    continuation: SuggestedAction | UnsetType = UNSET
+    deprecation: dict[str, Any] | UnsetType = UNSET
+    journal: str | UnsetType = UNSET

@@ -1,0 +1,151 @@
+"""The stdio MCP server: the SDK's low-level server under trio, wired to the call flow.
+
+`serve` owns everything a session needs in one nursery-shaped stack: the journal writer, the
+optional embedded runtime, the HTTP pool and the MCP session. Shutdown (stdin EOF, SIGTERM) is a
+cancel scope; on the way out the session end is journaled and the writer checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import trio
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from journal import Event, SessionEnded, SessionStarted
+
+from . import __version__
+from ._call import Bridge, JournalPort, Session
+from ._context import Credentials, LaunchContext, load_launch_context
+from ._journaling import open_journal
+from ._registry import INSTRUCTIONS, MCP_TOOLS
+from ._upstream import UpstreamClient
+
+log = logging.getLogger("agentteam.bridge")
+SERVER_NAME = "agentteam-tasks"
+_LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    journal_path: Path
+    compat: str = "hint"
+    api_url: str | None = None
+    embedded: bool = False
+    runtime_db: Path | None = None
+    durable: bool = True
+    upstream_timeout_seconds: float = 10.0
+
+
+class _SessionLog:
+    """Journals the session's start once, as soon as the client has said who it is."""
+
+    def __init__(self, journal: JournalPort, session: Session, launch: LaunchContext,
+                 compat: str) -> None:
+        self._journal = journal
+        self._session = session
+        self._launch = launch
+        self._compat = compat
+        self.started = False
+
+    async def start(self, ctx: ServerRequestContext[Any] | None) -> None:
+        if self.started:
+            return
+        self.started = True
+        client = ctx.session.client_params if ctx is not None else None
+        info = client.client_info if client is not None else None
+        self._session.client_name = info.name if info else None
+        self._session.client_version = info.version if info else None
+        await self._journal.append(Event(
+            session_id=self._session.session_id, mcp_method_name="initialize",
+            payload=SessionStarted(
+                bridge_version=__version__, compat_policy=self._compat,
+                client_name=self._session.client_name,
+                client_version=self._session.client_version,
+                protocol_version=ctx.protocol_version if ctx is not None else None,
+                workspace_id=self._launch.workspace_id, agent_id=self._launch.agent_id,
+                api_url=self._launch.api_url,
+            )), durable=True)
+
+
+def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
+    async def on_list_tools(ctx: ServerRequestContext[Any],
+                            params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        await session_log.start(ctx)
+        return _LIST_RESULT
+
+    async def on_call_tool(ctx: ServerRequestContext[Any],
+                           params: types.CallToolRequestParams) -> types.CallToolResult:
+        await session_log.start(ctx)
+        return await bridge.call(params.name, params.arguments, params.meta, ctx.request_id)
+
+    async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
+        await session_log.start(ctx)
+
+    server: Server[Any] = Server(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS,
+                                 on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    server.add_notification_handler("notifications/initialized", types.NotificationParams,
+                                    on_initialized)
+    # The SDK's default OpenTelemetry middleware costs a span per message with no exporter.
+    server.middleware.clear()
+    return server
+
+
+@asynccontextmanager
+async def _launch(config: ServeConfig, env: Mapping[str, str],
+                  ) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
+    if not config.embedded:
+        launch = load_launch_context(env, api_url=config.api_url)
+        yield launch, Credentials(launch.token_source)
+        return
+    from ._embedded import open_embedded
+
+    async with open_embedded(config.runtime_db or config.journal_path.parent / "runtime.db") as launch:
+        yield launch, Credentials(launch.token_source)
+
+
+async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> None:
+    """Run one stdio MCP session until stdin closes or SIGTERM arrives."""
+    env = os.environ if env is None else env
+    session = Session(session_id="s" + secrets.token_hex(6))
+    async with AsyncExitStack() as stack:
+        launch, credentials = await stack.enter_async_context(_launch(config, env))
+        journal = await stack.enter_async_context(
+            open_journal(config.journal_path, durable=config.durable))
+        credentials.on_token = journal.add_secret
+        upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
+        stack.push_async_callback(upstream.aclose)
+        bridge = Bridge(launch, credentials, upstream, journal, session)
+        session_log = _SessionLog(journal, session, launch, config.compat)
+        server = build_server(bridge, session_log)
+        reason = "stdin closed"
+        async with trio.open_nursery() as nursery:
+            async def stop_on_sigterm() -> None:
+                nonlocal reason
+                with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        reason = "SIGTERM"
+                        nursery.cancel_scope.cancel()
+                        return
+
+            nursery.start_soon(stop_on_sigterm)
+            async with stdio_server() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream,
+                                 server.create_initialization_options())
+            nursery.cancel_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await session_log.start(None)
+            await journal.append(Event(session_id=session.session_id,
+                                       payload=SessionEnded(reason=reason, calls=session.calls)),
+                                 durable=True)

@@ -1,0 +1,157 @@
+"""Validation of the complete intent before any side effect (contract sections 4 and 7.1).
+
+Schema rules come from the tool's msgspec input type; branch rules that a flat root schema
+cannot express (section 4.2) are checked here, each naming the JSON path at fault.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from . import _inputs as inp
+from ._context import is_hidden_name
+from ._errors import ToolError
+
+_MAX_DEPTH = 16
+_MISSING = re.compile(r"^Object missing required field `(?P<f>[^`]+)`")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`")
+
+
+def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct:
+    """Parse model arguments into the tool's input type, or raise a classified ToolError."""
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise ToolError("invalid_arguments", "Arguments must be a JSON object.",
+                        field_errors={"$": "expected an object"})
+    hidden = _hidden_fields(arguments, "$", 0)
+    if hidden:
+        raise ToolError(
+            "hidden_context_field",
+            "Workspace, agent, workflow run and credentials are supplied by the bridge; "
+            "remove these arguments.",
+            field_errors={path: "hidden context is not model input" for path in hidden[:10]},
+        )
+    try:
+        value = msgspec.convert(arguments, input_type, strict=True)
+    except msgspec.ValidationError as exc:
+        path, reason = _path_and_reason(str(exc))
+        raise ToolError("invalid_arguments", f"{reason} - at `{path}`",
+                        field_errors={path: reason}) from None
+    rule = BRANCH_RULES.get(input_type)
+    if rule is not None:
+        errors = rule(value)
+        if errors:
+            path, reason = next(iter(errors.items()))
+            raise ToolError("invalid_arguments", f"{reason} - at `{path}`", field_errors=errors)
+    return value
+
+
+def _hidden_fields(node: Any, path: str, depth: int) -> list[str]:
+    if depth > _MAX_DEPTH:
+        raise ToolError("invalid_arguments", "Arguments are nested too deeply.",
+                        field_errors={path: f"nested deeper than {_MAX_DEPTH} levels"})
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child = f"{path}.{key}"
+            if isinstance(key, str) and is_hidden_name(key):
+                found.append(child)
+            found += _hidden_fields(value, child, depth + 1)
+    elif isinstance(node, list):
+        for i, item in enumerate(node[:100]):
+            found += _hidden_fields(item, f"{path}[{i}]", depth + 1)
+    return found
+
+
+def _path_and_reason(message: str) -> tuple[str, str]:
+    reason, _, where = message.partition(" - at `")
+    path = where.rstrip("`") if where else "$"
+    for pattern, text in ((_MISSING, "required"), (_UNKNOWN, "unknown field")):
+        found = pattern.match(reason)
+        if found:
+            return f"{path}.{found['f']}", text
+    return path, reason
+
+
+# --- branch rules ------------------------------------------------------------------------
+
+
+def _list_rules(v: inp.TaskListInput) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    searching = isinstance(v.query, str) and bool(v.query.strip())
+    if v.status == "all" and not searching:
+        errors["$.status"] = "`all` is accepted only with a non-empty `query`"
+    if v.sort == "relevance" and not searching:
+        errors["$.sort"] = "`relevance` is accepted only with a non-empty `query`"
+    return errors
+
+
+def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    has_channel = v.channel is not msgspec.UNSET
+    has_scope = v.parent_task_scope is not msgspec.UNSET
+    if has_channel and has_scope:
+        errors["$.parent_task_scope"] = "mutually exclusive with `channel`"
+    elif not has_channel and not has_scope:
+        errors["$.channel"] = "required unless `parent_task_scope` is given"
+    if has_scope and v.parent is not msgspec.UNSET:
+        errors["$.parent"] = "cannot be combined with `parent_task_scope`"
+    if len(v.tasks) > 1:
+        for i, task in enumerate(v.tasks):
+            extra = [f for f in task.__struct_fields__
+                     if f != "title" and getattr(task, f) is not msgspec.UNSET]
+            if extra:
+                errors[f"$.tasks[{i}].{extra[0]}"] = (
+                    "several tasks are title-only; create a rich task on its own")
+    if isinstance(v.idempotency_key, str):
+        key = v.idempotency_key.strip()
+        if not key:
+            errors["$.idempotency_key"] = "must not be blank"
+        elif len(key.encode()) > inp.MAX_KEY_BYTES:
+            errors["$.idempotency_key"] = f"at most {inp.MAX_KEY_BYTES} UTF-8 bytes"
+    return errors
+
+
+def _update_rules(v: inp.TaskUpdateInput) -> dict[str, str]:
+    if all(getattr(v.patch, f) is msgspec.UNSET for f in v.patch.__struct_fields__):
+        return {"$.patch": "empty; set at least one field"}
+    return {}
+
+
+def _claim_rules(v: inp.TaskSetClaimInput) -> dict[str, str]:
+    seen: set[int] = set()
+    for i, n in enumerate(v.numbers):
+        if n in seen:
+            return {f"$.numbers[{i}]": f"task {n} appears twice"}
+        seen.add(n)
+    return {}
+
+
+def _checkpoint_rules(v: inp.TaskCheckpointInput) -> dict[str, str]:
+    return {} if v.summary.strip() else {"$.summary": "must not be blank"}
+
+
+BRANCH_RULES: dict[type[Any], Callable[[Any], dict[str, str]]] = {
+    inp.TaskListInput: _list_rules,
+    inp.TaskCreateInput: _create_rules,
+    inp.TaskUpdateInput: _update_rules,
+    inp.TaskSetClaimInput: _claim_rules,
+    inp.TaskCheckpointInput: _checkpoint_rules,
+}
+
+
+def canonical_arguments(value: msgspec.Struct) -> dict[str, Any]:
+    """The validated input as builtins (UNSET fields omitted), with documented trimming."""
+    args: dict[str, Any] = msgspec.to_builtins(value)
+    if isinstance(args.get("idempotency_key"), str):
+        args["idempotency_key"] = args["idempotency_key"].strip()
+    if isinstance(value, inp.TaskCheckpointInput):
+        args["summary"] = args["summary"].strip()
+    if isinstance(value, inp.TaskListInput) and not str(args.get("query", "")).strip():
+        args.pop("query", None)
+    return args
