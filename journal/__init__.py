@@ -1,3 +1,154 @@
-"""The append-only, hash-chained SQLite event log; knows nothing of MCP."""
+"""The append-only, hash-chained SQLite event log; knows nothing of MCP.
 
-__all__: list[str] = []
+A journal is one SQLite file holding one ordered stream of immutable events. It imports nothing of
+``bridge``, ``replay`` or ``runtime``; they import it.
+
+Writing, from trio (the bridge)::
+
+    async with journal.open_writer(path, key=key_path_or_bytes) as w:
+        w.add_secret(token)                       # redacted wherever it occurs, from now on
+        seq = await w.append(journal.Event(
+            session_id=sid, call_id=cid, mcp_method_name="tools/call",
+            gen_ai_tool_name="task_create", jsonrpc_request_id=7,
+            payload=journal.UpstreamRequest(method="POST", route="/tasks", body=body),
+        ))                                        # returns once on disk (durable=True)
+        await w.append(event, durable=False)      # returns once queued; group-committed
+
+``append`` raises :class:`JournalUnavailable` (``.reason``: disk_full, read_only, locked, io_error,
+cannot_open, corrupt, chain_conflict, closed) when the event cannot be recorded; the writer then
+stays failed (``w.failed``) until ``await w.recover()``. Concurrent appends are committed together,
+one transaction per ready batch, in a worker thread; the event loop never blocks on the disk.
+``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
+signed every ``checkpoint_every`` events / ``checkpoint_interval`` seconds and on close, stored in
+the ``checkpoints`` table, and exported to ``checkpoint_path`` when given. ``open_sync_writer``
+is the blocking twin for tools and tests.
+
+Reading and verifying (replay, audits)::
+
+    with journal.open_reader(path) as r:          # read-only, never locks the writer out
+        for record in r.events(call_id=cid):      # also session_id=, kind=, tool=, since_seq=
+            ...
+        report = journal.verify(r, checkpoint=journal.load_checkpoint(cp_path), key=key)
+        report.ok, report.findings                # Finding(seq, rule, detail)
+
+Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns in
+``COLUMNS``: seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind, kind_version,
+mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
+duration_ms, payload, prev_hash, hash), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
+``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
+UPDATE, DELETE and REPLACE on every table, and an insert that breaks the sequence or the chain.
+``journal/datasette-metadata.json`` gives Datasette facets and canned queries.
+
+Canonical encoding and hash: see :mod:`journal._canonical` (sorted-key compact JSON of every
+column but ``hash``, the payload text inserted verbatim; ``hash`` = sha256 hex of it; seq 1's
+``prev_hash`` is 64 zeros). Redaction rules: :mod:`journal._redact`. Checkpoint signatures and the
+key file: :mod:`journal._checkpoint`.
+
+Errors::
+
+    JournalError
+     ├── JournalUnavailable   cannot record now (reason); fail closed
+     ├── JournalFormatError   not a journal / newer schema / another journal's id / bad row
+     └── EventEncodeError     the event cannot be encoded (also a ValueError)
+"""
+
+from ._async_writer import AsyncWriter, WriterStats, open_writer
+from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
+from ._checkpoint import (
+    Checkpoint,
+    default_key_path,
+    export_checkpoint,
+    key_id,
+    load_checkpoint,
+    load_key,
+    sign_checkpoint,
+)
+from ._errors import (
+    EventEncodeError,
+    JournalError,
+    JournalFormatError,
+    JournalUnavailable,
+    JournalUnavailableReason,
+)
+from ._events import (
+    KIND_SET_VERSION,
+    KINDS,
+    PAYLOAD_TYPES,
+    CallCancelled,
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    DeprecatedUsage,
+    Event,
+    InjectedField,
+    Kind,
+    Payload,
+    Record,
+    SessionEnded,
+    SessionStarted,
+    TokenRefreshed,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+from ._reader import Reader, open_reader
+from ._redact import REDACTED, Redactor
+from ._schema import SCHEMA_VERSION, VIEWS
+from ._verify import ChainVerifier, Finding, Rule, VerifyReport, verify
+from ._writer import SyncWriter, open_sync_writer
+
+__all__ = [
+    "COLUMNS",
+    "GENESIS_HASH",
+    "KINDS",
+    "KIND_SET_VERSION",
+    "PAYLOAD_TYPES",
+    "REDACTED",
+    "SCHEMA_VERSION",
+    "VIEWS",
+    "AsyncWriter",
+    "CallCancelled",
+    "CallError",
+    "CallReceived",
+    "CallRejected",
+    "CallResult",
+    "ChainVerifier",
+    "Checkpoint",
+    "ContextInjected",
+    "DeprecatedUsage",
+    "Event",
+    "EventEncodeError",
+    "Finding",
+    "InjectedField",
+    "JournalError",
+    "JournalFormatError",
+    "JournalUnavailable",
+    "JournalUnavailableReason",
+    "Kind",
+    "Payload",
+    "Reader",
+    "Record",
+    "Redactor",
+    "Rule",
+    "SessionEnded",
+    "SessionStarted",
+    "SyncWriter",
+    "TokenRefreshed",
+    "UpstreamRequest",
+    "UpstreamResponse",
+    "VerifyReport",
+    "WriterStats",
+    "canonical_bytes",
+    "default_key_path",
+    "export_checkpoint",
+    "key_id",
+    "load_checkpoint",
+    "load_key",
+    "open_reader",
+    "open_sync_writer",
+    "open_writer",
+    "row_hash",
+    "sign_checkpoint",
+    "verify",
+]

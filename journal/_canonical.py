@@ -1,0 +1,131 @@
+"""The canonical encoding of an event and the hash chain built on it.
+
+Rule (stable; replay/ and any script must recompute it byte for byte):
+
+* ``payload`` is stored as canonical JSON text: the payload converted to JSON types, keys sorted
+  by code point, compact separators (``,`` and ``:``), UTF-8 with non-ASCII characters unescaped,
+  as ``msgspec.json.encode(obj, order="sorted")`` writes it.
+* The canonical encoding of an event is one JSON object holding every column of the ``events``
+  table except ``hash``, keys sorted, compact, UTF-8, absent values as ``null``; the value of
+  ``"payload"`` is the stored payload text inserted verbatim (it is not re-encoded). Column values
+  are exactly what SQLite returns: ``seq``, ``kind_version``, ``ts_mono_ns`` and
+  ``http_response_status_code`` integers, ``duration_ms`` a float rounded to 3 decimals (never in
+  exponent notation), every other column text.
+* ``hash`` = lowercase hex SHA-256 of that encoding. It covers ``prev_hash``, the previous
+  event's hash (64 zeros for ``seq`` 1), so each hash commits to the whole history before it.
+
+A plain-``sqlite3`` recomputation, for a row read with ``row_factory = sqlite3.Row``::
+
+    cols = {k: row[k] for k in row.keys() if k not in ("hash", "payload")}
+    cols["payload"] = "\\0"
+    text = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace('"payload":"\\\\u0000"', '"payload":' + row["payload"], 1)
+    assert hashlib.sha256(text.encode()).hexdigest() == row["hash"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, Final, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "COLUMNS",
+    "GENESIS_HASH",
+    "Row",
+    "canonical_bytes",
+    "encode_payload",
+    "format_wall",
+    "row_hash",
+]
+
+GENESIS_HASH: Final = "0" * 64
+
+# Column order of the events table; a Row is a tuple in this order.
+COLUMNS: Final = (
+    "seq",
+    "journal_id",
+    "session_id",
+    "call_id",
+    "ts_mono_ns",
+    "ts_wall",
+    "kind",
+    "kind_version",
+    "mcp_method_name",
+    "gen_ai_tool_name",
+    "jsonrpc_request_id",
+    "http_response_status_code",
+    "error_type",
+    "duration_ms",
+    "payload",
+    "prev_hash",
+    "hash",
+)
+Row: TypeAlias = tuple[Any, ...]
+
+
+class _Canonical(msgspec.Struct):
+    """The hashed image of a row; fields in sorted key order, so encoding needs no sort."""
+
+    call_id: str | None
+    duration_ms: float | None
+    error_type: str | None
+    gen_ai_tool_name: str | None
+    http_response_status_code: int | None
+    journal_id: str
+    jsonrpc_request_id: str | None
+    kind: str
+    kind_version: int
+    mcp_method_name: str | None
+    payload: msgspec.Raw
+    prev_hash: str
+    seq: int
+    session_id: str
+    ts_mono_ns: int
+    ts_wall: str
+
+
+_encoder: Final = msgspec.json.Encoder(order="sorted")
+_raw_encoder: Final = msgspec.json.Encoder()
+
+
+def encode_payload(obj: Any) -> str:
+    """Canonical JSON text of a payload already converted to JSON types."""
+    return _encoder.encode(obj).decode()
+
+
+def canonical_bytes(row: Row) -> bytes:
+    """The canonical encoding of a row (a tuple in COLUMNS order; ``hash`` may be anything)."""
+    payload = row[14]
+    return _raw_encoder.encode(
+        _Canonical(
+            row[3],
+            row[13],
+            row[12],
+            row[9],
+            row[11],
+            row[1],
+            row[10],
+            row[6],
+            row[7],
+            row[8],
+            msgspec.Raw(payload.encode() if isinstance(payload, str) else payload),
+            row[15],
+            row[0],
+            row[2],
+            row[4],
+            row[5],
+        )
+    )
+
+
+def row_hash(row: Row) -> str:
+    """The chain hash of a row: hex SHA-256 of its canonical encoding."""
+    return hashlib.sha256(canonical_bytes(row)).hexdigest()
+
+
+def format_wall(moment: datetime) -> str:
+    """RFC 3339 UTC with microseconds and ``Z``: ``2025-01-31T12:00:00.000000Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

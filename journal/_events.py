@@ -1,0 +1,274 @@
+"""The closed, versioned set of event kinds, their typed payloads, and the stored record type.
+
+A writer is given an :class:`Event` (the envelope the caller knows: session, call, the OpenTelemetry
+filter attributes, and one payload); it stamps sequence, journal id, timestamps and hashes and
+stores a row. A reader yields :class:`Record`, the stored row with its payload decoded.
+
+Adding a kind or a field is additive: a new payload field must have a default, a new kind gets a
+new name (and a row in the ``event_kinds`` table through a migration), and ``KIND_SET_VERSION``
+goes up. A changed meaning gets a new ``kind_version``, never a silent edit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, Literal, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "KINDS",
+    "KIND_SET_VERSION",
+    "PAYLOAD_TYPES",
+    "CallCancelled",
+    "CallError",
+    "CallReceived",
+    "CallRejected",
+    "CallResult",
+    "ContextInjected",
+    "DeprecatedUsage",
+    "Event",
+    "InjectedField",
+    "Kind",
+    "Payload",
+    "Record",
+    "SessionEnded",
+    "SessionStarted",
+    "TokenRefreshed",
+    "UpstreamRequest",
+    "UpstreamResponse",
+]
+
+KIND_SET_VERSION: Final = 1
+
+Kind: TypeAlias = Literal[
+    "session_started",
+    "session_ended",
+    "call_received",
+    "call_rejected",
+    "context_injected",
+    "upstream_request",
+    "upstream_response",
+    "token_refreshed",
+    "deprecated_usage",
+    "call_result",
+    "call_error",
+    "call_cancelled",
+]
+
+
+class _Payload(msgspec.Struct, frozen=True, kw_only=True):
+    kind: ClassVar[Kind]
+    kind_version: ClassVar[int] = 1
+    description: ClassVar[str]
+
+
+class SessionStarted(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "session_started"
+    description: ClassVar[str] = "an MCP session began: client, protocol, bridge and policy"
+    bridge_version: str
+    compat_policy: str
+    client_name: str | None = None
+    client_version: str | None = None
+    protocol_version: str | None = None
+    workspace_id: str | None = None
+    agent_id: str | None = None
+    api_url: str | None = None
+
+
+class SessionEnded(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "session_ended"
+    description: ClassVar[str] = "the MCP session ended"
+    reason: str
+    calls: int = 0
+
+
+class CallReceived(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "call_received"
+    description: ClassVar[str] = "a request as the model sent it"
+    arguments: dict[str, Any] = {}
+    meta_keys: list[str] = []
+    jsonrpc_request_id: str | int | None = None
+
+
+class CallRejected(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "call_rejected"
+    description: ClassVar[str] = "a request refused before any upstream effect"
+    error_code: str
+    message: str
+    field_errors: dict[str, str] = {}
+
+
+class InjectedField(msgspec.Struct, frozen=True, kw_only=True):
+    """One hidden-context value the bridge supplied: what, from where, and its (redacted) value."""
+
+    name: str
+    source: str
+    value: Any = None
+
+
+class ContextInjected(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "context_injected"
+    description: ClassVar[str] = "hidden context injected by the bridge (secrets never)"
+    fields: list[InjectedField] = []
+
+
+class UpstreamRequest(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "upstream_request"
+    description: ClassVar[str] = "a request about to be sent to the Agent Runtime API"
+    method: str
+    route: str
+    body: Any = None
+    headers: dict[str, str] = {}
+    attempt: int = 1
+
+
+class UpstreamResponse(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "upstream_response"
+    description: ClassVar[str] = "the Agent Runtime API's answer"
+    status: int
+    body: Any = None
+    headers: dict[str, str] = {}
+    duration_ms: float | None = None
+    attempt: int = 1
+
+
+class TokenRefreshed(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "token_refreshed"
+    description: ClassVar[str] = "the bearer token was refreshed (never the token itself)"
+    source: str
+    reason: str
+
+
+class DeprecatedUsage(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "deprecated_usage"
+    description: ClassVar[str] = "a deprecated tool name, argument or upstream route was used"
+    use_kind: Literal["tool_name", "argument", "upstream_route"]
+    old_name: str
+    replacement: str | None = None
+    client_name: str | None = None
+    client_version: str | None = None
+    agent_id: str | None = None
+
+
+class CallResult(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "call_result"
+    description: ClassVar[str] = "the successful result as the model will see it"
+    result: Any = None
+    truncated: bool = False
+    duration_ms: float | None = None
+
+
+class CallError(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "call_error"
+    description: ClassVar[str] = "the error result as the model will see it"
+    error_code: str
+    retryable: bool
+    message: str
+    duration_ms: float | None = None
+
+
+class CallCancelled(_Payload, frozen=True, kw_only=True):
+    kind: ClassVar[Kind] = "call_cancelled"
+    description: ClassVar[str] = "the call was cancelled before an outcome"
+    reason: str
+
+
+Payload: TypeAlias = (
+    SessionStarted
+    | SessionEnded
+    | CallReceived
+    | CallRejected
+    | ContextInjected
+    | UpstreamRequest
+    | UpstreamResponse
+    | TokenRefreshed
+    | DeprecatedUsage
+    | CallResult
+    | CallError
+    | CallCancelled
+)
+
+PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
+    t.kind: t
+    for t in (
+        SessionStarted,
+        SessionEnded,
+        CallReceived,
+        CallRejected,
+        ContextInjected,
+        UpstreamRequest,
+        UpstreamResponse,
+        TokenRefreshed,
+        DeprecatedUsage,
+        CallResult,
+        CallError,
+        CallCancelled,
+    )
+}
+KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """What a caller appends: the envelope and one payload.
+
+    The filter attributes follow the OpenTelemetry MCP/GenAI conventions (``mcp.method.name``,
+    ``gen_ai.tool.name``, ``jsonrpc.request.id``). ``http_response_status_code``, ``error_type``
+    and ``duration_ms`` are derived from the payload, so they are never written twice.
+    """
+
+    session_id: str
+    payload: Payload
+    call_id: str | None = None
+    mcp_method_name: str | None = None
+    gen_ai_tool_name: str | None = None
+    jsonrpc_request_id: str | int | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return self.payload.kind
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event as a reader yields it (every column, the payload decoded).
+
+    ``payload`` is the typed payload for a known kind and version, else the decoded JSON object;
+    ``payload_json`` is the stored canonical text.
+    """
+
+    seq: int
+    journal_id: str
+    session_id: str
+    call_id: str | None
+    ts_mono_ns: int
+    ts_wall: str
+    kind: str
+    kind_version: int
+    mcp_method_name: str | None
+    gen_ai_tool_name: str | None
+    jsonrpc_request_id: str | None
+    http_response_status_code: int | None
+    error_type: str | None
+    duration_ms: float | None
+    payload: Payload | dict[str, Any]
+    payload_json: str
+    prev_hash: str
+    hash: str
+
+
+def derived_columns(payload: Payload) -> tuple[int | None, str | None, float | None]:
+    """The (http_response_status_code, error_type, duration_ms) columns a payload implies.
+
+    ``error.type`` follows OpenTelemetry: the error code of a failed call, and the status code as a
+    string for an HTTP response of 400 or more.
+    """
+    match payload:
+        case UpstreamResponse(status=status, duration_ms=duration):
+            return status, (str(status) if status >= 400 else None), duration
+        case CallError(error_code=code, duration_ms=duration):
+            return None, code, duration
+        case CallRejected(error_code=code):
+            return None, code, None
+        case CallResult(duration_ms=duration):
+            return None, None, duration
+        case _:
+            return None, None, None

@@ -1,0 +1,176 @@
+"""Read-only access to a journal: events in order, filtered, streamed with constant memory.
+
+A reader opens the file with a ``mode=ro`` URI and never takes the write lock, so it can run
+beside a live writer (each query sees one consistent snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import msgspec
+
+from ._canonical import COLUMNS, GENESIS_HASH, Row
+from ._checkpoint import Checkpoint
+from ._errors import JournalFormatError
+from ._events import PAYLOAD_TYPES, Payload, Record
+from ._schema import connect_reader
+
+__all__ = ["Reader", "decode_row", "open_reader"]
+
+_SELECT: Final = f"SELECT {', '.join(COLUMNS)} FROM events"
+_DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
+    (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
+}
+_ANY_DECODER: Final = msgspec.json.Decoder()
+
+
+def decode_payload(kind: str, kind_version: int, text: str) -> Payload | dict[str, Any]:
+    """The typed payload of a known kind and version, else the JSON object; raises on bad JSON."""
+    decoder = _DECODERS.get((kind, kind_version))
+    if decoder is not None:
+        payload: Payload = decoder.decode(text)
+        return payload
+    value = _ANY_DECODER.decode(text)
+    if not isinstance(value, dict):
+        raise msgspec.ValidationError("payload is not a JSON object")
+    return value
+
+
+def decode_row(row: Row) -> Record:
+    """A stored row (tuple in COLUMNS order) as a Record; JournalFormatError if it won't decode."""
+    try:
+        payload = decode_payload(row[6], row[7], row[14])
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
+        raise JournalFormatError(f"event {row[0]}: payload does not decode: {exc}") from exc
+    return Record(
+        seq=row[0],
+        journal_id=row[1],
+        session_id=row[2],
+        call_id=row[3],
+        ts_mono_ns=row[4],
+        ts_wall=row[5],
+        kind=row[6],
+        kind_version=row[7],
+        mcp_method_name=row[8],
+        gen_ai_tool_name=row[9],
+        jsonrpc_request_id=row[10],
+        http_response_status_code=row[11],
+        error_type=row[12],
+        duration_ms=row[13],
+        payload=payload,
+        payload_json=row[14],
+        prev_hash=row[15],
+        hash=row[16],
+    )
+
+
+class Reader:
+    """A journal opened read-only. Use as a context manager, or call close()."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        meta = dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
+        self.journal_id: str | None = meta.get("journal_id")
+        self.created_at: str | None = meta.get("created_at")
+        self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the last event; (0, 64 zeros) when the journal is empty."""
+        sql = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+        row = self._conn.execute(sql).fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    def rows(self, *, since_seq: int = 0, until_seq: int | None = None) -> Iterator[Row]:
+        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order."""
+        sql, params = _SELECT + " WHERE seq > ?", [since_seq]
+        if until_seq is not None:
+            sql += " AND seq <= ?"
+            params.append(until_seq)
+        yield from self._conn.execute(sql + " ORDER BY seq", params)
+
+    def events(
+        self,
+        *,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        kind: str | Iterable[str] | None = None,
+        tool: str | None = None,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+    ) -> Iterator[Record]:
+        """Events in seq order matching every filter given (``tool`` is ``gen_ai_tool_name``)."""
+        clauses: list[str] = ["seq > ?"]
+        params: list[object] = [since_seq]
+        for column, value in (
+            ("session_id", session_id),
+            ("call_id", call_id),
+            ("gen_ai_tool_name", tool),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if until_seq is not None:
+            clauses.append("seq <= ?")
+            params.append(until_seq)
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, str) else list(kind)
+            clauses.append(f"kind IN ({', '.join('?' * len(kinds))})")
+            params.extend(kinds)
+        cursor = self._conn.execute(f"{_SELECT} WHERE {' AND '.join(clauses)} ORDER BY seq", params)
+        for row in cursor:
+            yield decode_row(row)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints stored in the journal, oldest first."""
+        cursor = self._conn.execute(
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature FROM checkpoints"
+            " ORDER BY id"
+        )
+        return [
+            Checkpoint(
+                journal_id=r[0], seq=r[1], head_hash=r[2], ts_wall=r[3], key_id=r[4], signature=r[5]
+            )
+            for r in cursor
+        ]
+
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash of the event at seq (GENESIS for 0), or None if there is none."""
+        if seq == 0:
+            return GENESIS_HASH
+        row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_reader(path: str | os.PathLike[str]) -> Reader:
+    """Open a journal read-only (FileNotFoundError if absent, JournalFormatError if not one)."""
+    path = Path(path)
+    conn = connect_reader(path)
+    try:
+        return Reader(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise JournalFormatError(f"cannot read {path} as a journal: {exc}") from exc

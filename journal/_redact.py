@@ -1,0 +1,146 @@
+"""Redaction at the journal boundary: no credential reaches the file, whatever the caller passes.
+
+Three rules, applied to every payload (any depth) and to the envelope's text columns:
+
+* **by key name** — the value of a mapping key that names a credential is replaced whole. Keys are
+  compared case-insensitively after camelCase and ``-`` are folded to ``_``: a key equal to, or
+  ending in ``_`` + one of, ``authorization``, ``token``, ``access_token``, ``secret``,
+  ``password``, ``passwd``, ``api_key``, ``apikey``, ``credential(s)``, ``cookie``,
+  ``private_key``, ``session_key``... (see ``_SECRET_NAMES``). ``{"name": ..., "value": ...}`` pairs
+  (HTTP header lists, injected-context fields) whose name is such a key get their value replaced.
+  Words that only contain a name (``max_tokens``, ``token_source``, ``idempotency_key``) are kept.
+* **by shape** — ``Bearer <x>`` credentials (8+ token characters), JWTs, ``user:password@`` in
+  URLs and credential query parameters (``?access_token=...``) inside any string.
+* **by value** — every secret the writer was told about (``add_secret``: the current bearer token,
+  a refreshed one) is replaced wherever it occurs inside any string or key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+__all__ = ["REDACTED", "Redactor"]
+
+REDACTED: Final = "[REDACTED]"
+
+# A secret shorter than this is only replaced where a whole string equals it: replacing a short
+# value inside every string would shred unrelated text.
+MIN_SUBSTRING_SECRET: Final = 8
+
+_SECRET_NAMES: Final = frozenset(
+    {
+        "authorization",
+        "proxy_authorization",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "bearer",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "api_key",
+        "apikey",
+        "credential",
+        "credentials",
+        "cookie",
+        "set_cookie",
+        "private_key",
+        "session_key",
+        "signing_key",
+        "x_api_key",
+    }
+)
+_SECRET_SUFFIXES: Final = tuple(
+    "_" + name
+    for name in (
+        "authorization",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "api_key",
+        "apikey",
+        "credential",
+        "credentials",
+        "cookie",
+        "private_key",
+    )
+)
+
+_CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SHAPES: Final = (
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"), r"\1 " + REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"(://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
+    (
+        re.compile(
+            r"(?i)([?&](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret|"
+            r"password|client_secret|sig|signature)=)[^&#\s]+"
+        ),
+        r"\1" + REDACTED,
+    ),
+)
+
+
+def is_secret_name(key: str) -> bool:
+    """Whether a mapping key names a credential (see the module docstring)."""
+    folded = _CAMEL.sub("_", key).lower().replace("-", "_").strip("_")
+    return folded in _SECRET_NAMES or folded.endswith(_SECRET_SUFFIXES)
+
+
+class Redactor:
+    """Removes credentials from JSON-typed values; knows the secrets it was told about."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._long: list[str] = []
+        self._short: set[str] = set()
+        for value in secrets:
+            self.add_secret(value)
+
+    def add_secret(self, value: str) -> None:
+        """Register a secret value to be replaced wherever it occurs (e.g. a bearer token)."""
+        if not value:
+            return
+        if len(value) >= MIN_SUBSTRING_SECRET:
+            if value not in self._long:
+                self._long.append(value)
+                self._long.sort(key=len, reverse=True)
+        else:
+            self._short.add(value)
+
+    def redact_text(self, text: str) -> str:
+        """Apply the shape and value rules to one string."""
+        if text in self._short:
+            return REDACTED
+        for secret in self._long:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern, replacement in _SHAPES:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def redact(self, value: Any) -> Any:
+        """A copy of a JSON-typed value with every rule applied at any depth."""
+        if isinstance(value, str):
+            return self.redact_text(value)
+        if isinstance(value, dict):
+            return self._redact_mapping(value)
+        if isinstance(value, list | tuple):
+            return [self.redact(item) for item in value]
+        return value
+
+    def _redact_mapping(self, mapping: dict[Any, Any]) -> dict[str, Any]:
+        names_secret = isinstance(mapping.get("name"), str) and is_secret_name(mapping["name"])
+        out: dict[str, Any] = {}
+        for key, item in mapping.items():
+            text_key = self.redact_text(key) if isinstance(key, str) else str(key)
+            if (isinstance(key, str) and is_secret_name(key)) or (names_secret and key == "value"):
+                out[text_key] = REDACTED if item is not None else None
+            else:
+                out[text_key] = self.redact(item)
+        return out

@@ -1,0 +1,392 @@
+"""The journal's SQLite schema: tables, append-only triggers, views, migrations and connections.
+
+Migrations are sqlite-utils ``Migrations`` and additive only: a migration may add a table, a
+nullable column, an index, a view, a kind (a row of ``event_kinds``); it never rewrites or drops
+data. ``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`; ``_sqlite_migrations`` lists what ran.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+from urllib.parse import quote
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from ._canonical import COLUMNS, GENESIS_HASH, format_wall
+from ._errors import (
+    JournalFormatError,
+    JournalUnavailable,
+    classify_os_error,
+    classify_sqlite_error,
+)
+from ._events import PAYLOAD_TYPES
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "VIEWS",
+    "connect_reader",
+    "connect_writer",
+    "create_private_file",
+    "ensure_identity",
+]
+
+SCHEMA_VERSION: Final = 1
+BUSY_TIMEOUT_S: Final = 5.0
+MIGRATIONS: Final = Migrations("agentteam_journal")
+
+_V1_KINDS: Final = (
+    "session_started",
+    "session_ended",
+    "call_received",
+    "call_rejected",
+    "context_injected",
+    "upstream_request",
+    "upstream_response",
+    "token_refreshed",
+    "deprecated_usage",
+    "call_result",
+    "call_error",
+    "call_cancelled",
+)
+
+_EVENT_COLUMNS: Final[dict[str, type]] = {
+    "seq": int,
+    "journal_id": str,
+    "session_id": str,
+    "call_id": str,
+    "ts_mono_ns": int,
+    "ts_wall": str,
+    "kind": str,
+    "kind_version": int,
+    "mcp_method_name": str,
+    "gen_ai_tool_name": str,
+    "jsonrpc_request_id": str,
+    "http_response_status_code": int,
+    "error_type": str,
+    "duration_ms": float,
+    "payload": str,
+    "prev_hash": str,
+    "hash": str,
+}
+assert tuple(_EVENT_COLUMNS) == COLUMNS
+
+_EVENTS_APPEND_ONLY: Final = f"""
+CREATE TRIGGER journal_events_append BEFORE INSERT ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal: seq must continue the stream (previous seq + 1)')
+    WHERE NEW.seq IS NOT (SELECT IFNULL(MAX(seq), 0) + 1 FROM events)
+       OR typeof(NEW.seq) != 'integer';
+  SELECT RAISE(ABORT, 'journal: prev_hash must equal the hash of the previous event')
+    WHERE NEW.prev_hash IS NOT
+      IFNULL((SELECT hash FROM events WHERE seq = NEW.seq - 1), '{GENESIS_HASH}');
+  SELECT RAISE(ABORT, 'journal: hash must be 64 lowercase hex digits')
+    WHERE typeof(NEW.hash) != 'text' OR length(NEW.hash) != 64
+       OR NEW.hash GLOB '*[^0-9a-f]*';
+  SELECT RAISE(ABORT, 'journal: event belongs to another journal')
+    WHERE NEW.journal_id IS NOT (SELECT value FROM journal_meta WHERE key = 'journal_id');
+  SELECT RAISE(ABORT, 'journal: unknown event kind or kind_version')
+    WHERE NOT EXISTS (SELECT 1 FROM event_kinds
+                      WHERE kind = NEW.kind AND kind_version = NEW.kind_version);
+END
+"""
+
+_CHECKPOINTS_LINKED: Final = f"""
+CREATE TRIGGER journal_checkpoints_append BEFORE INSERT ON checkpoints
+BEGIN
+  SELECT RAISE(ABORT, 'journal: REPLACE refused, rows are immutable')
+    WHERE EXISTS (SELECT 1 FROM checkpoints WHERE id = NEW.id);
+  SELECT RAISE(ABORT, 'journal: checkpoint must name a stored event and its hash')
+    WHERE NEW.head_hash IS NOT (CASE WHEN NEW.seq = 0 THEN '{GENESIS_HASH}'
+                                ELSE (SELECT hash FROM events WHERE seq = NEW.seq) END);
+  SELECT RAISE(ABORT, 'journal: checkpoint belongs to another journal')
+    WHERE NEW.journal_id IS NOT (SELECT value FROM journal_meta WHERE key = 'journal_id');
+END
+"""
+
+# Tables whose rows are keyed: a REPLACE would delete the old row without firing DELETE
+# triggers (SQLite fires them only with recursive_triggers on), so INSERT refuses existing keys.
+_KEYED_TABLES: Final = {
+    "journal_meta": "key = NEW.key",
+    "event_kinds": "kind = NEW.kind AND kind_version = NEW.kind_version",
+    "_sqlite_migrations": "id = NEW.id OR (migration_set = NEW.migration_set AND name = NEW.name)",
+}
+
+
+def _immutable_triggers(table: str) -> list[str]:
+    refuse = "SELECT RAISE(ABORT, 'journal is append-only: {} on " + table + " refused')"
+    return [
+        f"CREATE TRIGGER journal_{table.strip('_')}_no_update BEFORE UPDATE ON {table}"
+        f" BEGIN {refuse.format('UPDATE')}; END",
+        f"CREATE TRIGGER journal_{table.strip('_')}_no_delete BEFORE DELETE ON {table}"
+        f" BEGIN {refuse.format('DELETE')}; END",
+    ]
+
+
+def _no_replace_trigger(table: str, match: str) -> str:
+    return (
+        f"CREATE TRIGGER journal_{table.strip('_')}_no_replace BEFORE INSERT ON {table} BEGIN"
+        f" SELECT RAISE(ABORT, 'journal: REPLACE refused, rows are immutable')"
+        f" WHERE EXISTS (SELECT 1 FROM {table} WHERE {match}); END"
+    )
+
+
+VIEWS: Final[dict[str, str]] = {
+    # One row per call: its outcome (result, error, rejected, cancelled; in_doubt when a request
+    # went upstream without a recorded outcome), duration and upstream traffic.
+    "calls": """
+SELECT
+  e.call_id,
+  MIN(e.session_id) AS session_id,
+  MIN(e.seq) AS first_seq,
+  MAX(e.seq) AS last_seq,
+  MIN(e.ts_wall) AS started_at,
+  MAX(e.ts_wall) AS ended_at,
+  MAX(e.gen_ai_tool_name) AS gen_ai_tool_name,
+  MAX(e.mcp_method_name) AS mcp_method_name,
+  MAX(e.jsonrpc_request_id) AS jsonrpc_request_id,
+  CASE
+    WHEN SUM(e.kind = 'call_result') > 0 THEN 'result'
+    WHEN SUM(e.kind = 'call_error') > 0 THEN 'error'
+    WHEN SUM(e.kind = 'call_rejected') > 0 THEN 'rejected'
+    WHEN SUM(e.kind = 'call_cancelled') > 0 THEN 'cancelled'
+    WHEN SUM(e.kind = 'upstream_request') > 0 THEN 'in_doubt'
+    ELSE 'incomplete'
+  END AS outcome,
+  MAX(CASE WHEN e.kind IN ('call_error', 'call_rejected') THEN e.error_type END) AS error_type,
+  MAX(CASE WHEN e.kind IN ('call_result', 'call_error') THEN e.duration_ms END) AS duration_ms,
+  SUM(e.kind = 'upstream_request') AS upstream_requests,
+  (SELECT u.http_response_status_code FROM events u
+    WHERE u.call_id = e.call_id AND u.kind = 'upstream_response'
+    ORDER BY u.seq DESC LIMIT 1) AS last_http_response_status_code,
+  SUM(e.kind = 'deprecated_usage') AS deprecated_uses,
+  SUM(e.kind = 'token_refreshed') AS token_refreshes
+FROM events e
+WHERE e.call_id IS NOT NULL
+GROUP BY e.call_id
+ORDER BY first_seq""",
+    # Every failure: error results, rejections, and upstream responses of 400 or more.
+    "errors": """
+SELECT
+  seq, ts_wall, session_id, call_id, gen_ai_tool_name, kind, error_type,
+  http_response_status_code,
+  json_extract(payload, '$.message') AS message,
+  json_extract(payload, '$.retryable') AS retryable,
+  duration_ms
+FROM events
+WHERE kind IN ('call_error', 'call_rejected')
+   OR (kind = 'upstream_response' AND http_response_status_code >= 400)
+ORDER BY seq""",
+    # Who still uses deprecated names: which name, which replacement, which client and agent.
+    "deprecated_usages": """
+SELECT
+  seq, ts_wall, session_id, call_id, gen_ai_tool_name,
+  json_extract(payload, '$.use_kind') AS use_kind,
+  json_extract(payload, '$.old_name') AS old_name,
+  json_extract(payload, '$.replacement') AS replacement,
+  json_extract(payload, '$.client_name') AS client_name,
+  json_extract(payload, '$.client_version') AS client_version,
+  json_extract(payload, '$.agent_id') AS agent_id
+FROM events
+WHERE kind = 'deprecated_usage'
+ORDER BY seq""",
+    # One row per hidden-context field the bridge injected: what, from where, which value.
+    "injected_context": """
+SELECT
+  e.seq, e.ts_wall, e.session_id, e.call_id, e.gen_ai_tool_name,
+  json_extract(f.value, '$.name') AS name,
+  json_extract(f.value, '$.source') AS source,
+  json_extract(f.value, '$.value') AS value
+FROM events e, json_each(e.payload, '$.fields') f
+WHERE e.kind = 'context_injected'
+ORDER BY e.seq, f.key""",
+    # One row per session: client, protocol, policy, and how it ended.
+    "sessions": """
+SELECT
+  s.session_id,
+  s.seq AS started_seq,
+  s.ts_wall AS started_at,
+  json_extract(s.payload, '$.client_name') AS client_name,
+  json_extract(s.payload, '$.client_version') AS client_version,
+  json_extract(s.payload, '$.protocol_version') AS protocol_version,
+  json_extract(s.payload, '$.bridge_version') AS bridge_version,
+  json_extract(s.payload, '$.compat_policy') AS compat_policy,
+  json_extract(s.payload, '$.agent_id') AS agent_id,
+  x.ts_wall AS ended_at,
+  json_extract(x.payload, '$.reason') AS end_reason,
+  json_extract(x.payload, '$.calls') AS calls
+FROM events s
+LEFT JOIN events x ON x.session_id = s.session_id AND x.kind = 'session_ended'
+WHERE s.kind = 'session_started'
+ORDER BY s.seq""",
+}
+
+
+@MIGRATIONS(name="0001_initial")
+def _initial(db: Database) -> None:
+    db.table("journal_meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
+    db.table("event_kinds").create(
+        {"kind": str, "kind_version": int, "kind_set_version": int, "description": str},
+        pk=("kind", "kind_version"),
+        not_null={"kind_set_version"},
+    )
+    db.table("event_kinds").insert_all(
+        {
+            "kind": kind,
+            "kind_version": PAYLOAD_TYPES[kind].kind_version,
+            "kind_set_version": 1,
+            "description": PAYLOAD_TYPES[kind].description,
+        }
+        for kind in _V1_KINDS
+    )
+    nullable = {
+        "call_id",
+        "mcp_method_name",
+        "gen_ai_tool_name",
+        "jsonrpc_request_id",
+        "http_response_status_code",
+        "error_type",
+        "duration_ms",
+    }
+    events = db.table("events")
+    events.create(_EVENT_COLUMNS, pk="seq", not_null=set(COLUMNS) - nullable)
+    for column in ("session_id", "call_id", "kind", "gen_ai_tool_name"):
+        events.create_index([column], index_name=f"events_{column}")
+    db.table("checkpoints").create(
+        {
+            "id": int,
+            "journal_id": str,
+            "seq": int,
+            "head_hash": str,
+            "ts_wall": str,
+            "key_id": str,
+            "signature": str,
+        },
+        pk="id",
+        not_null={"journal_id", "seq", "head_hash", "ts_wall", "key_id", "signature"},
+    )
+    statements = [_EVENTS_APPEND_ONLY, _CHECKPOINTS_LINKED]
+    for table in ("events", "checkpoints", *_KEYED_TABLES):
+        statements += _immutable_triggers(table)
+    statements += [_no_replace_trigger(t, match) for t, match in _KEYED_TABLES.items()]
+    for statement in statements:
+        db.execute(statement)
+    for name, sql in VIEWS.items():
+        db.create_view(name, sql.strip())
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def create_private_file(path: Path) -> int:
+    """Create (or open) the journal file with mode 0600 before SQLite sees it; return its fd.
+
+    The mode is set with fchmod as well, so a permissive umask cannot widen it; SQLite gives the
+    ``-wal`` and ``-shm`` files the database file's mode, and stale ones are tightened here.
+    """
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            for suffix in ("-wal", "-shm"):
+                sidecar = Path(f"{path}{suffix}")
+                if sidecar.exists():
+                    os.chmod(sidecar, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+    except OSError as exc:
+        raise classify_os_error(exc) from exc
+    return fd
+
+
+def connect_writer(path: Path, *, max_bytes: int | None = None) -> sqlite3.Connection:
+    """Open the writer's connection: WAL, synchronous=FULL, busy timeout, schema migrated.
+
+    The connection runs in autocommit mode; the writer issues ``BEGIN IMMEDIATE`` itself.
+    """
+    try:
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
+    except sqlite3.Error as exc:
+        raise classify_sqlite_error(exc) from exc
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise JournalUnavailable("io_error", f"WAL mode unavailable (journal_mode={mode})")
+        conn.execute("PRAGMA synchronous=FULL")
+        if max_bytes is not None:
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
+        _migrate(conn)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise classify_sqlite_error(exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise JournalFormatError(
+            f"journal schema version {version} is newer than this code's ({SCHEMA_VERSION})"
+        )
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and "_sqlite_migrations" not in tables:
+        raise JournalFormatError("the file is an SQLite database but not a journal")
+    db = Database(conn, execute_plugins=False)
+    # The writer's file lock serialises writers, so pending() cannot race another migration.
+    if MIGRATIONS.pending(db):
+        MIGRATIONS.apply(db)
+
+
+def ensure_identity(conn: sqlite3.Connection, journal_id: str | None) -> str:
+    """Record the journal's id on first open; refuse a different one later."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
+        if row is None:
+            stored = journal_id or str(uuid.uuid4())
+            conn.executemany(
+                "INSERT INTO journal_meta (key, value) VALUES (?, ?)",
+                [
+                    ("journal_id", stored),
+                    ("created_at", format_wall(datetime.now(UTC))),
+                    ("canonical_encoding", "sorted-key compact JSON, sha256 chain, v1"),
+                ],
+            )
+        else:
+            stored = row[0]
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if journal_id is not None and journal_id != stored:
+        raise JournalFormatError(f"the journal's id is {stored!r}, not {journal_id!r}")
+    return str(stored)
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """Open a read-only connection (``mode=ro`` URI) that never takes the write lock."""
+    if not path.exists():
+        raise FileNotFoundError(f"no journal at {path}")
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        conn.execute("PRAGMA query_only=1")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.Error as exc:
+        raise JournalFormatError(f"cannot read {path} as a journal: {exc}") from exc
+    if "events" not in tables or "journal_meta" not in tables:
+        conn.close()
+        raise JournalFormatError(f"{path} is not an initialised journal")
+    return conn

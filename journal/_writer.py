@@ -1,0 +1,419 @@
+"""The write path shared by both writers, and the synchronous writer for tools and tests.
+
+``_Core`` owns the one connection, the chain head, the redactor and the checkpoint policy. Rows
+are built (redacted, encoded, sequenced, hashed) in the caller's thread, in append order; they are
+committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch, ``synchronous=FULL`` when any
+event in it must be durable (an fsync of the WAL also makes every earlier commit durable).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+import msgspec
+
+from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash
+from ._checkpoint import Checkpoint, export_checkpoint, load_key, sign_checkpoint
+from ._errors import EventEncodeError, JournalUnavailable, classify_sqlite_error
+from ._events import PAYLOAD_TYPES, Event, derived_columns
+from ._redact import Redactor
+from ._schema import connect_writer, create_private_file, ensure_identity
+
+__all__ = ["SyncWriter", "open_sync_writer"]
+
+CHECKPOINT_EVERY: Final = 1000
+CHECKPOINT_INTERVAL_S: Final = 30.0
+
+_INSERT: Final = (
+    "INSERT INTO events (seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind,"
+    " kind_version, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,"
+    " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_CHECKPOINT: Final = (
+    "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_PAYLOAD_CLASSES: Final = tuple(PAYLOAD_TYPES.values())
+
+
+def resolve_key(key: bytes | Path | None) -> bytes:
+    """The HMAC key: given bytes, a key file path, or the default key file (created if absent)."""
+    if isinstance(key, bytes):
+        if len(key) < 16:
+            raise ValueError("the journal key must be at least 16 bytes")
+        return key
+    return load_key(key)
+
+
+def _duration(value: float | None) -> float | None:
+    # Rounded, finite and bounded, so every JSON encoder renders it identically (no exponent).
+    if value is None or not math.isfinite(value) or abs(value) >= 1e15:
+        return None
+    return round(float(value), 3)
+
+
+class _Core:
+    """One journal file opened for writing: lock, connection, chain head, checkpoints."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        key: bytes,
+        journal_id: str | None,
+        max_bytes: int | None,
+        checkpoint_every: int,
+        checkpoint_interval: float,
+        checkpoint_path: Path | None,
+        secrets: Iterable[str],
+    ) -> None:
+        self.path = path
+        self._key = key
+        self._max_bytes = max_bytes
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_interval = checkpoint_interval
+        self._checkpoint_path = checkpoint_path
+        self.redactor = Redactor(secrets)
+        self.checkpoint_export_error: OSError | None = None
+        self._lock_fd = create_private_file(path)
+        try:
+            _lock_exclusively(self._lock_fd, path)
+            self._conn = connect_writer(path, max_bytes=max_bytes)
+            try:
+                self.journal_id = ensure_identity(self._conn, journal_id)
+                self._load_head()
+            except BaseException:
+                self._conn.close()
+                raise
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._synchronous = "FULL"
+        self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
+        # The chain head as built (may run ahead of the committed head while rows are queued).
+        self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+
+    def _load_head(self) -> None:
+        try:
+            head = self._conn.execute(
+                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            cp = self._conn.execute(
+                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature"
+                " FROM checkpoints ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise classify_sqlite_error(exc) from exc
+        self.committed_seq: int = head[0] if head else 0
+        self.committed_hash: str = head[1] if head else GENESIS_HASH
+        self.last_checkpoint: Checkpoint | None = (
+            Checkpoint(
+                journal_id=cp[0],
+                seq=cp[1],
+                head_hash=cp[2],
+                ts_wall=cp[3],
+                key_id=cp[4],
+                signature=cp[5],
+            )
+            if cp
+            else None
+        )
+        self._checkpoint_at = time.monotonic()
+
+    def build(self, event: Event) -> Row:
+        """Redact, encode, sequence and hash one event (no I/O); advances the built head."""
+        payload = event.payload
+        if not isinstance(payload, _PAYLOAD_CLASSES):
+            raise EventEncodeError(f"not a journal payload: {type(payload).__name__}")
+        redact = self.redactor
+        try:
+            text = encode_payload(redact.redact(msgspec.to_builtins(payload)))
+        except (msgspec.EncodeError, TypeError, ValueError) as exc:
+            raise EventEncodeError(f"{payload.kind} payload cannot be encoded: {exc}") from exc
+        status, error_type, duration = derived_columns(payload)
+        request_id = event.jsonrpc_request_id
+        row: Row = (
+            self.next_seq,
+            self.journal_id,
+            redact.redact_text(event.session_id),
+            None if event.call_id is None else redact.redact_text(event.call_id),
+            time.monotonic_ns(),
+            format_wall(datetime.now(UTC)),
+            payload.kind,
+            payload.kind_version,
+            event.mcp_method_name,
+            event.gen_ai_tool_name,
+            None if request_id is None else redact.redact_text(str(request_id)),
+            None if status is None else int(status),
+            error_type,
+            _duration(duration),
+            text,
+            self.next_prev_hash,
+            "",
+        )
+        digest = row_hash(row)
+        self.next_seq += 1
+        self.next_prev_hash = digest
+        return (*row[:16], digest)
+
+    @property
+    def checkpoint_interval(self) -> float:
+        return self._checkpoint_interval
+
+    def rewind(self) -> None:
+        """Forget built rows that were not committed (after a failed commit)."""
+        self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+
+    def checkpoint_due(self, last_seq: int) -> bool:
+        since = last_seq - (self.last_checkpoint.seq if self.last_checkpoint else 0)
+        if since <= 0:
+            return False
+        return (
+            since >= self._checkpoint_every
+            or time.monotonic() - self._checkpoint_at >= self._checkpoint_interval
+        )
+
+    def commit(
+        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool = False
+    ) -> Checkpoint | None:
+        """Commit rows in one transaction, with a checkpoint if asked or due; blocking I/O.
+
+        Raises JournalUnavailable (nothing of the batch is stored) when SQLite refuses.
+        """
+        last_seq, last_hash = (
+            (rows[-1][0], rows[-1][16])
+            if rows
+            else (
+                self.committed_seq,
+                self.committed_hash,
+            )
+        )
+        signed: Checkpoint | None = None
+        if not rows and durable and self._unsynced:
+            checkpoint = True  # a checkpoint commits with FULL, which fsyncs all earlier frames
+        if checkpoint or self.checkpoint_due(last_seq):
+            if not rows and self.last_checkpoint and self.last_checkpoint.seq == last_seq:
+                return None
+            signed = sign_checkpoint(
+                self._key,
+                journal_id=self.journal_id,
+                seq=last_seq,
+                head_hash=last_hash,
+                ts_wall=format_wall(datetime.now(UTC)),
+            )
+        if not rows and signed is None:
+            return None
+        conn = self._conn
+        try:
+            wanted = "FULL" if durable or signed else "NORMAL"
+            if wanted != self._synchronous:
+                conn.execute(f"PRAGMA synchronous={wanted}")
+                self._synchronous = wanted
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_INSERT, rows)
+            if signed is not None:
+                conn.execute(
+                    _INSERT_CHECKPOINT,
+                    (
+                        signed.journal_id,
+                        signed.seq,
+                        signed.head_hash,
+                        signed.ts_wall,
+                        signed.key_id,
+                        signed.signature,
+                    ),
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise classify_sqlite_error(exc) from exc
+        self.committed_seq, self.committed_hash = last_seq, last_hash
+        self._unsynced = wanted == "NORMAL"
+        if signed is not None:
+            self.last_checkpoint = signed
+            self._checkpoint_at = time.monotonic()
+            self._export(signed)
+        return signed
+
+    def _export(self, checkpoint: Checkpoint) -> None:
+        if self._checkpoint_path is None:
+            return
+        try:
+            export_checkpoint(checkpoint, self._checkpoint_path)
+            self.checkpoint_export_error = None
+        except OSError as exc:  # the events are committed; the export is evidence, reported aside
+            self.checkpoint_export_error = exc
+
+    def _rollback(self) -> None:
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def reconnect(self) -> None:
+        """Reopen the connection and reload the committed head (recovery after a failure)."""
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        self._conn = connect_writer(self.path, max_bytes=self._max_bytes)
+        self._synchronous = "FULL"
+        self._unsynced = False
+        self._load_head()
+        self.rewind()
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        finally:
+            os.close(self._lock_fd)
+
+
+def _lock_exclusively(fd: int, path: Path) -> None:
+    # One writer per journal: the sequence is assigned in memory, so a second writer would be
+    # refused by the schema at its first append; refuse it at open instead.
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise JournalUnavailable("locked", f"another writer holds {path}") from exc
+
+
+class SyncWriter:
+    """A blocking writer: each append commits before it returns. For tools, tests and scripts.
+
+    Not for the trio event loop (use :func:`journal.open_writer` there).
+    """
+
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        self._closed = False
+
+    @property
+    def journal_id(self) -> str:
+        return self._core.journal_id
+
+    @property
+    def path(self) -> Path:
+        return self._core.path
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the last committed event; (0, 64 zeros) when empty."""
+        return self._core.committed_seq, self._core.committed_hash
+
+    @property
+    def last_checkpoint(self) -> Checkpoint | None:
+        return self._core.last_checkpoint
+
+    def add_secret(self, value: str) -> None:
+        """Register a secret to be replaced wherever it occurs in later events."""
+        self._core.redactor.add_secret(value)
+
+    def append(self, event: Event, *, durable: bool = True) -> int:
+        """Commit one event; return its seq."""
+        return self.append_many([event], durable=durable)[0]
+
+    def append_many(self, events: Iterable[Event], *, durable: bool = True) -> list[int]:
+        """Commit events in one transaction (all or none); return their seqs."""
+        if self._closed:
+            raise JournalUnavailable("closed", "the writer is closed")
+        core = self._core
+        try:
+            rows = [core.build(event) for event in events]
+            core.commit(rows, durable=durable)
+        except BaseException:
+            core.rewind()
+            raise
+        return [row[0] for row in rows]
+
+    def checkpoint(self) -> Checkpoint:
+        """Sign and store a checkpoint of the current head now (durable); return it."""
+        if self._closed:
+            raise JournalUnavailable("closed", "the writer is closed")
+        self._core.commit([], durable=True, checkpoint=True)
+        assert self._core.last_checkpoint is not None
+        return self._core.last_checkpoint
+
+    def close(self) -> None:
+        """Write a final checkpoint (if events followed the last one) and close."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._core.commit([], durable=True, checkpoint=True)
+        finally:
+            self._core.close()
+
+    def __enter__(self) -> SyncWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_core(
+    path: str | os.PathLike[str],
+    *,
+    key: bytes | Path | None,
+    journal_id: str | None,
+    max_bytes: int | None,
+    checkpoint_every: int,
+    checkpoint_interval: float,
+    checkpoint_path: str | os.PathLike[str] | None,
+    secrets: Iterable[str],
+) -> _Core:
+    return _Core(
+        Path(path),
+        key=resolve_key(key),
+        journal_id=journal_id,
+        max_bytes=max_bytes,
+        checkpoint_every=checkpoint_every,
+        checkpoint_interval=checkpoint_interval,
+        checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
+        secrets=secrets,
+    )
+
+
+def open_sync_writer(
+    path: str | os.PathLike[str],
+    *,
+    key: bytes | Path | None = None,
+    journal_id: str | None = None,
+    secrets: Iterable[str] = (),
+    max_bytes: int | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
+    checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+) -> SyncWriter:
+    """Open (creating and migrating if needed) a journal for blocking writes.
+
+    Parameters are those of :func:`journal.open_writer`.
+    """
+    return SyncWriter(
+        open_core(
+            path,
+            key=key,
+            journal_id=journal_id,
+            max_bytes=max_bytes,
+            checkpoint_every=checkpoint_every,
+            checkpoint_interval=checkpoint_interval,
+            checkpoint_path=checkpoint_path,
+            secrets=secrets,
+        )
+    )
