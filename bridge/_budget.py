@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -37,42 +38,65 @@ def decode_cursor(cursor: str, digest: str) -> tuple[str | None, int]:
     """(upstream cursor, items to skip) from a bridge cursor; a plain cursor passes through."""
     if not cursor.startswith(CURSOR_PREFIX):
         return cursor, 0
-    body = cursor[len(CURSOR_PREFIX):]
+    body = cursor[len(CURSOR_PREFIX) :]
     try:
         state = msgspec.json.decode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         upstream, skip, bound = state["u"], int(state["s"]), state["d"]
     except (ValueError, KeyError, TypeError, msgspec.DecodeError):
-        raise ToolError("cursor_invalid", field_errors={"$.cursor": "not a cursor from this tool"},
-                        suggested_action=None) from None
+        raise ToolError(
+            "cursor_invalid",
+            field_errors={"$.cursor": "not a cursor from this tool"},
+            suggested_action=None,
+        ) from None
     if bound != digest:
-        raise ToolError("cursor_mismatch",
-                        field_errors={"$.cursor": "issued for another query or filter set"})
+        raise ToolError(
+            "cursor_mismatch", field_errors={"$.cursor": "issued for another query or filter set"}
+        )
     return upstream, max(0, skip)
 
 
-def fit(budget: str, limit: int, envelope: dict[str, Any], *,
-        list_state: tuple[str | None, int, str] | None = None) -> tuple[bytes, bool]:
-    """Encode the envelope within `limit` bytes, truncating by budget class when needed.
+def fit(
+    budget: str,
+    limit: int,
+    envelope: dict[str, Any],
+    *,
+    list_state: tuple[str | None, int, str] | None = None,
+    list_arguments: dict[str, Any] | None = None,
+) -> bool:
+    """Bound the envelope to `limit` bytes of compact JSON in place; True when truncated.
 
-    Returns the encoded envelope and whether it was truncated. `list_state` is the
-    (upstream cursor of this page, items skipped, digest) needed to continue a cut list.
+    `list_state` is the (upstream cursor of this page, items skipped, digest) needed to continue
+    a cut list, and `list_arguments` the call's arguments, repeated in `meta.continuation`.
     """
-    encoded = _plain(envelope)
-    if len(encoded) <= limit:
-        return encoded, False
+    if len(_plain(envelope)) <= limit:
+        return False
     data = envelope["data"]
     meta = envelope.setdefault("meta", {})
     meta["truncated"] = True
     if budget == "collection" and list_state is not None:
         items = data["items"]
         upstream, skipped, digest = list_state
-        keep = _largest_prefix(items, lambda k: {**envelope, "data": {**data, "items": items[:k]}},
-                               limit)
-        data["items"] = items[:keep]
-        meta["next_cursor"] = encode_cursor(upstream, skipped + keep, digest)
+
+        def page(keep: int) -> dict[str, Any]:
+            cursor = encode_cursor(upstream, skipped + keep, digest)
+            continuation = {
+                "tool": "task_list",
+                "arguments": {**(list_arguments or {}), "cursor": cursor},
+            }
+            return {
+                **envelope,
+                "data": {**data, "items": items[:keep]},
+                "meta": {**meta, "next_cursor": cursor, "continuation": continuation},
+            }
+
+        cut = page(_largest_prefix(len(items), page, limit))
+        data["items"] = cut["data"]["items"]
+        meta.update(cut["meta"])
     elif budget == "receipt" and isinstance(data.get("tasks"), list):
-        data["tasks"] = [{k: t[k] for k in ("channel", "number", "scope_id", "title") if k in t}
-                         for t in data["tasks"]]
+        data["tasks"] = [
+            {k: t[k] for k in ("channel", "number", "scope_id", "title") if k in t}
+            for t in data["tasks"]
+        ]
     elif budget == "detail" and isinstance(data.get("task"), dict):
         task = data["task"]
         meta["truncated_fields"] = []
@@ -82,15 +106,15 @@ def fit(budget: str, limit: int, envelope: dict[str, Any], *,
                 meta["truncated_fields"].append(section)
                 if len(_plain(envelope)) <= limit:
                     break
-    encoded = _plain(envelope)
-    if len(encoded) > limit:
-        raise ToolError("upstream_malformed",
-                        "The Task service answered with a result too large to return.")
-    return encoded, True
+    if len(_plain(envelope)) > limit:
+        raise ToolError(
+            "upstream_malformed", "The Task service answered with a result too large to return."
+        )
+    return True
 
 
-def _largest_prefix(items: list[Any], build: Any, limit: int) -> int:
-    low, high = 0, len(items)
+def _largest_prefix(count: int, build: Callable[[int], dict[str, Any]], limit: int) -> int:
+    low, high = 0, count
     while low < high:  # the largest k whose envelope fits
         mid = (low + high + 1) // 2
         if len(_plain(build(mid))) <= limit:

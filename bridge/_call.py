@@ -77,8 +77,14 @@ class Session:
 class Bridge:
     """Serves tool calls for one session against one Agent Runtime."""
 
-    def __init__(self, launch: LaunchContext, credentials: Credentials, upstream: UpstreamClient,
-                 journal: JournalPort, session: Session) -> None:
+    def __init__(
+        self,
+        launch: LaunchContext,
+        credentials: Credentials,
+        upstream: UpstreamClient,
+        journal: JournalPort,
+        session: Session,
+    ) -> None:
         self.launch = launch
         self.credentials = credentials
         self.upstream = upstream
@@ -88,20 +94,35 @@ class Bridge:
         self._ids = itertools.count(1)
         self._keys_in_flight: set[tuple[str, ...]] = set()
 
-    async def call(self, name: str, arguments: Any, meta: Mapping[str, Any] | None,
-                   request_id: str | int | None) -> types.CallToolResult:
+    async def call(
+        self,
+        name: str,
+        arguments: Any,
+        meta: Mapping[str, Any] | None,
+        request_id: str | int | None,
+    ) -> types.CallToolResult:
         started = time.perf_counter()
         call = _Call(self, f"{self.session.session_id}.{next(self._ids)}", name, request_id)
         self.session.calls += 1
         meta = meta or {}
         args: dict[str, Any] = {}
         try:
-            await call.record(CallReceived(arguments=_jsonable(arguments),
-                                           meta_keys=sorted(meta), jsonrpc_request_id=request_id))
+            await call.record(
+                CallReceived(
+                    arguments=_jsonable(arguments),
+                    meta_keys=sorted(meta),
+                    jsonrpc_request_id=request_id,
+                )
+            )
             spec = TOOLS.get(name)
             if spec is None:
-                raise _Rejected(ToolError("unknown_tool", f"No tool named `{name[:64]}`.",
-                                          field_errors={"$.name": "not a tool of this server"}))
+                raise _Rejected(
+                    ToolError(
+                        "unknown_tool",
+                        f"No tool named `{name[:64]}`.",
+                        field_errors={"$.name": "not a tool of this server"},
+                    )
+                )
             try:
                 value = validate(spec.input_type, arguments)
             except ToolError as exc:
@@ -110,28 +131,47 @@ class Bridge:
             return await self._forward(call, spec, args, meta, started)
         except _Rejected as rejected:
             error = rejected.error
-            await call.record(CallRejected(error_code=error.code, message=error.message,
-                                           field_errors=error.field_errors or {}), durable=True)
+            await call.record(
+                CallRejected(
+                    error_code=error.code,
+                    message=error.message,
+                    field_errors=error.field_errors or {},
+                ),
+                durable=True,
+            )
             return _error_result(error)
         except ToolError as error:
             if error.suggested_action is None:
                 error.suggested_action = suggest(error, name, args)
-            await call.record(CallError(error_code=error.code, retryable=error.retryable,
-                                        message=error.message,
-                                        duration_ms=_ms(started)), durable=True)
+            await call.record(
+                CallError(
+                    error_code=error.code,
+                    retryable=error.retryable,
+                    message=error.message,
+                    duration_ms=_ms(started),
+                ),
+                durable=True,
+            )
             return _error_result(error)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await call.record(CallCancelled(reason="cancelled by the client or shutdown"))
             raise
 
-    async def _forward(self, call: _Call, spec: ToolSpec, args: dict[str, Any],
-                       meta: Mapping[str, Any], started: float) -> types.CallToolResult:
+    async def _forward(
+        self,
+        call: _Call,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        meta: Mapping[str, Any],
+        started: float,
+    ) -> types.CallToolResult:
         injected, fields = self._inject(spec, args, meta)
         key_scope = self._key_scope(args, injected)
         if key_scope is not None and key_scope in self._keys_in_flight:
-            raise ToolError("idempotency_in_progress",
-                            suggested_action={"tool": spec.name, "arguments": args})
+            raise ToolError(
+                "idempotency_in_progress", suggested_action={"tool": spec.name, "arguments": args}
+            )
         await call.record(ContextInjected(fields=fields))
         if spec.mutation and not self.journal.healthy:
             raise ToolError("journal_unavailable")
@@ -149,20 +189,22 @@ class Bridge:
                 self._keys_in_flight.discard(key_scope)
         body = self._parse(spec, reply)
         if not 200 <= reply.status < 300:
-            raise classify_upstream_error(reply.status, body, mutation=spec.mutation,
-                                          retry_after=reply.headers.get("retry-after"))
+            raise classify_upstream_error(
+                reply.status,
+                body,
+                mutation=spec.mutation,
+                retry_after=reply.headers.get("retry-after"),
+            )
         data, result_meta = self._normalize(spec, body, list_state)
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         if not self.journal.healthy:
             result_meta["journal"] = "unavailable"
-        encoded, truncated = fit(spec.budget, spec.budget_bytes, envelope,
-                                 list_state=list_state)
-        if truncated and spec.name == "task_list" and "next_cursor" in result_meta:
-            result_meta["continuation"] = {
-                "tool": "task_list", "arguments": {**args, "cursor": result_meta["next_cursor"]}}
-            encoded = _plain(envelope)
-        await call.record(CallResult(result=envelope, truncated=truncated,
-                                     duration_ms=_ms(started)), durable=True)
+        truncated = fit(
+            spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+        )
+        await call.record(
+            CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
+        )
         return types.CallToolResult(
             content=[types.TextContent(text=render(spec.name, data, result_meta))],
             structured_content=envelope,
@@ -170,69 +212,99 @@ class Bridge:
             _meta=_routing_meta(spec, data),
         )
 
-    def _inject(self, spec: ToolSpec, args: dict[str, Any], meta: Mapping[str, Any],
-                ) -> tuple[dict[str, str], list[InjectedField]]:
+    def _inject(
+        self,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        meta: Mapping[str, Any],
+    ) -> tuple[dict[str, str], list[InjectedField]]:
         """Hidden context for the upstream DTO, and its journal record (secrets never)."""
         sources = self.launch.sources
         fields = [
-            InjectedField(name="workspace_id", source=sources["workspace_id"],
-                          value=self.launch.workspace_id),
-            InjectedField(name="agent_id", source=sources["agent_id"],
-                          value=self.launch.agent_id),
+            InjectedField(
+                name="workspace_id", source=sources["workspace_id"], value=self.launch.workspace_id
+            ),
+            InjectedField(name="agent_id", source=sources["agent_id"], value=self.launch.agent_id),
             InjectedField(name="bearer_token", source=sources["bearer_token"], value="[redacted]"),
         ]
         injected: dict[str, str] = {}
         if spec.name == "task_create" and "idempotency_key" in args:
             run, callback = meta.get(META_RUN), meta.get(META_CALLBACK)
             if not (isinstance(run, str) and run and isinstance(callback, str) and callback):
-                raise _Rejected(ToolError(
-                    "idempotency_key_requires_callback",
-                    field_errors={"$.idempotency_key": "no active workflow callback in this call"}))
+                raise _Rejected(
+                    ToolError(
+                        "idempotency_key_requires_callback",
+                        field_errors={
+                            "$.idempotency_key": "no active workflow callback in this call"
+                        },
+                    )
+                )
             injected = {"workflowRunId": run[:128], "callbackEffectId": callback[:128]}
-            fields += [InjectedField(name="workflow_run_id", source=f"request _meta {META_RUN}",
-                                     value=run[:128]),
-                       InjectedField(name="callback_effect_id",
-                                     source=f"request _meta {META_CALLBACK}",
-                                     value=callback[:128])]
+            fields += [
+                InjectedField(
+                    name="workflow_run_id", source=f"request _meta {META_RUN}", value=run[:128]
+                ),
+                InjectedField(
+                    name="callback_effect_id",
+                    source=f"request _meta {META_CALLBACK}",
+                    value=callback[:128],
+                ),
+            ]
         return injected, fields
 
     def _key_scope(self, args: dict[str, Any], injected: dict[str, str]) -> tuple[str, ...] | None:
         key = args.get("idempotency_key")
         if key is None:
             return None
-        return (self.launch.workspace_id, self.launch.agent_id, injected["workflowRunId"],
-                injected["callbackEffectId"], "task_create", key)
+        return (
+            self.launch.workspace_id,
+            self.launch.agent_id,
+            injected["workflowRunId"],
+            injected["callbackEffectId"],
+            "task_create",
+            key,
+        )
 
-    async def _exchange(self, call: _Call, spec: ToolSpec, prepared: Prepared,
-                        has_key: bool) -> Reply:
+    async def _exchange(
+        self, call: _Call, spec: ToolSpec, prepared: Prepared, has_key: bool
+    ) -> Reply:
         """The one upstream operation, replayed once after a 401 with a refreshed token."""
         try:
             token = await self.credentials.current()
         except CredentialError as exc:
             raise ToolError("credential_unavailable", f"No bearer token: {exc}.") from None
         for attempt in (1, 2):
-            request = UpstreamRequest(method=prepared.method, route=prepared.route,
-                                      body=prepared.journal_body, attempt=attempt)
+            request = UpstreamRequest(
+                method=prepared.method,
+                route=prepared.route,
+                body=prepared.journal_body,
+                attempt=attempt,
+            )
             # Write-ahead: a mutation is on disk before it can have any effect upstream.
             if not await call.record(request, durable=spec.mutation) and spec.mutation:
                 raise ToolError("journal_unavailable")
             try:
                 reply = await self.upstream.exchange(prepared, token)
             except TransportFailure as failure:
-                raise classify_transport(failure, mutation=spec.mutation,
-                                         has_key=has_key) from None
-            await call.record(UpstreamResponse(status=reply.status, body=_journal_body(reply),
-                                               headers=reply.headers,
-                                               duration_ms=round(reply.duration_ms, 3),
-                                               attempt=attempt))
+                raise classify_transport(failure, mutation=spec.mutation, has_key=has_key) from None
+            await call.record(
+                UpstreamResponse(
+                    status=reply.status,
+                    body=_journal_body(reply),
+                    headers=reply.headers,
+                    duration_ms=round(reply.duration_ms, 3),
+                    attempt=attempt,
+                )
+            )
             if reply.status != 401 or attempt == 2:
                 return reply
             try:
                 fresh = await self.credentials.refresh(token)
             except CredentialError as exc:
                 raise ToolError("credential_unavailable", f"No fresh token: {exc}.") from None
-            await call.record(TokenRefreshed(source=self.credentials.source.kind,
-                                             reason="upstream answered 401"))
+            await call.record(
+                TokenRefreshed(source=self.credentials.source.kind, reason="upstream answered 401")
+            )
             if fresh is None:
                 return reply
             token = fresh
@@ -243,20 +315,26 @@ class Bridge:
             return _decode(reply.body) if reply.body else None
         except msgspec.DecodeError:
             if 200 <= reply.status < 300:
-                raise ToolError("outcome_unknown" if spec.mutation else "upstream_malformed",
-                                "The Task service answered with a body that is not JSON.",
-                                retryable=not spec.mutation) from None
+                raise ToolError(
+                    "outcome_unknown" if spec.mutation else "upstream_malformed",
+                    "The Task service answered with a body that is not JSON.",
+                    retryable=not spec.mutation,
+                ) from None
             return None
 
-    def _normalize(self, spec: ToolSpec, body: Any, list_state: tuple[str | None, int, str] | None,
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _normalize(
+        self,
+        spec: ToolSpec,
+        body: Any,
+        list_state: tuple[str | None, int, str] | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         meta: dict[str, Any] = {}
         if not isinstance(body, dict):
             raise _malformed(spec)
         snake_body = snake_keys(body)
         next_cursor = snake_body.pop("next_cursor", None)
         if list_state is not None and list_state[1]:
-            snake_body["items"] = snake_body.get("items", [])[list_state[1]:]
+            snake_body["items"] = snake_body.get("items", [])[list_state[1] :]
         try:
             data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
         except msgspec.ValidationError:
@@ -276,9 +354,14 @@ class _Call:
         self.request_id = request_id
 
     async def record(self, payload: Payload, *, durable: bool = False) -> bool:
-        event = Event(session_id=self._bridge.session.session_id, call_id=self.call_id,
-                      mcp_method_name="tools/call", gen_ai_tool_name=self.tool[:128],
-                      jsonrpc_request_id=self.request_id, payload=payload)
+        event = Event(
+            session_id=self._bridge.session.session_id,
+            call_id=self.call_id,
+            mcp_method_name="tools/call",
+            gen_ai_tool_name=self.tool[:128],
+            jsonrpc_request_id=self.request_id,
+            payload=payload,
+        )
         try:
             await self._bridge.journal.append(event, durable=durable)
         except JournalFailed as exc:
@@ -321,9 +404,11 @@ def snake_keys(value: Any) -> Any:
 
 def _malformed(spec: ToolSpec) -> ToolError:
     if spec.mutation:
-        return ToolError("outcome_unknown",
-                         "The Task service answered with an unexpected body; the change may "
-                         "have been applied. Check before retrying.")
+        return ToolError(
+            "outcome_unknown",
+            "The Task service answered with an unexpected body; the change may "
+            "have been applied. Check before retrying.",
+        )
     return ToolError("upstream_malformed")
 
 
@@ -334,20 +419,30 @@ def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None
         task = data["tasks"][0]
     if not isinstance(task, dict) or "scope_id" not in task:
         return None
-    return {"agentteam/task": {"channel": task["channel"], "number": task["number"],
-                               "scope_id": task["scope_id"]}}
+    return {
+        "agentteam/task": {
+            "channel": task["channel"],
+            "number": task["number"],
+            "scope_id": task["scope_id"],
+        }
+    }
 
 
 def _error_result(error: ToolError) -> types.CallToolResult:
     envelope = error.envelope()
-    return types.CallToolResult(content=[types.TextContent(text=_plain(envelope).decode())],
-                                structured_content=envelope, is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=_plain(envelope).decode())],
+        structured_content=envelope,
+        is_error=True,
+    )
 
 
 def _journal_body(reply: Reply) -> Any:
     if len(reply.body) > _MAX_JOURNALED_BODY:
-        return {"truncated_bytes": len(reply.body),
-                "head": reply.body[:4096].decode(errors="replace")}
+        return {
+            "truncated_bytes": len(reply.body),
+            "head": reply.body[:4096].decode(errors="replace"),
+        }
     try:
         return _decode(reply.body) if reply.body else None
     except msgspec.DecodeError:

@@ -55,10 +55,15 @@ def _serve(args: argparse.Namespace) -> int:
     from ._journaling import JournalOpenError
     from ._server import ServeConfig, serve
 
-    config = ServeConfig(journal_path=args.journal, compat=args.compat, api_url=args.api_url,
-                         embedded=args.embedded, runtime_db=args.runtime_db,
-                         durable=not args.no_durable,
-                         upstream_timeout_seconds=args.upstream_timeout)
+    config = ServeConfig(
+        journal_path=args.journal,
+        compat=args.compat,
+        api_url=args.api_url,
+        embedded=args.embedded,
+        runtime_db=args.runtime_db,
+        durable=not args.no_durable,
+        upstream_timeout_seconds=args.upstream_timeout,
+    )
     try:
         trio.run(serve, config)
     except KeyboardInterrupt:
@@ -99,27 +104,48 @@ def build_parser() -> argparse.ArgumentParser:
     rt.set_defaults(run=_runtime)
 
     sv = sub.add_parser(
-        "serve", help="run the stdio MCP server (what an MCP client launches)",
+        "serve",
+        help="run the stdio MCP server (what an MCP client launches)",
         description="Run the stdio MCP server exposing the seven Task tools. Context comes from "
         "AGENTTEAM_API_URL, AGENTTEAM_WORKSPACE_ID, AGENTTEAM_AGENT_ID and one of "
         "AGENTTEAM_TOKEN_COMMAND, AGENTTEAM_TOKEN_FILE, AGENTTEAM_TOKEN.",
-        epilog=_EPILOG_SERVE, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG_SERVE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sv.add_argument("--journal", type=Path, default=Path(
-        os.environ.get("AGENTTEAM_JOURNAL") or default_journal()),
-        help=f"journal file (default $AGENTTEAM_JOURNAL or {default_journal()})")
+    sv.add_argument(
+        "--journal",
+        type=Path,
+        default=Path(os.environ.get("AGENTTEAM_JOURNAL") or default_journal()),
+        help=f"journal file (default $AGENTTEAM_JOURNAL or {default_journal()})",
+    )
     where = sv.add_mutually_exclusive_group()
     where.add_argument("--api-url", help="Agent Runtime API base URL (overrides AGENTTEAM_API_URL)")
-    where.add_argument("--embedded", action="store_true",
-                       help="start the reference runtime in-process on loopback")
-    sv.add_argument("--runtime-db", type=Path, default=None,
-                    help="database of the embedded runtime (default: beside the journal)")
-    sv.add_argument("--compat", choices=("strict", "hint", "forward"), default="hint",
-                    help="policy for deprecated tool names and argument spellings (default hint)")
-    sv.add_argument("--upstream-timeout", type=float, default=10.0,
-                    help="seconds to wait for the Agent Runtime API (default 10)")
-    sv.add_argument("--no-durable", action="store_true",
-                    help="journal without fsync per outcome (benchmarks only)")
+    where.add_argument(
+        "--embedded", action="store_true", help="start the reference runtime in-process on loopback"
+    )
+    sv.add_argument(
+        "--runtime-db",
+        type=Path,
+        default=None,
+        help="database of the embedded runtime (default: beside the journal)",
+    )
+    sv.add_argument(
+        "--compat",
+        choices=("strict", "hint", "forward"),
+        default="hint",
+        help="policy for deprecated tool names and argument spellings (default hint)",
+    )
+    sv.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the Agent Runtime API (default 10)",
+    )
+    sv.add_argument(
+        "--no-durable",
+        action="store_true",
+        help="journal without fsync per outcome (benchmarks only)",
+    )
     sv.set_defaults(run=_serve)
     return parser
 

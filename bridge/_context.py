@@ -21,12 +21,35 @@ META_CALLBACK = "agentteam/callback_effect_id"
 _TOKEN_COMMAND_TIMEOUT_SECONDS = 15.0
 
 # Argument names a model might use to smuggle hidden context; compared after normalisation.
-HIDDEN_NAMES = frozenset({
-    "workspace", "workspaceid", "agent", "agentid", "callingagent", "principal",
-    "workflowrun", "workflowrunid", "runid", "callbackeffect", "callbackeffectid", "callbackid",
-    "token", "bearer", "bearertoken", "accesstoken", "authorization", "auth", "credential",
-    "credentials", "apikey", "secret", "password", "session", "sessionid",
-})
+HIDDEN_NAMES = frozenset(
+    {
+        "workspace",
+        "workspaceid",
+        "agent",
+        "agentid",
+        "callingagent",
+        "principal",
+        "workflowrun",
+        "workflowrunid",
+        "runid",
+        "callbackeffect",
+        "callbackeffectid",
+        "callbackid",
+        "token",
+        "bearer",
+        "bearertoken",
+        "accesstoken",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "apikey",
+        "secret",
+        "password",
+        "session",
+        "sessionid",
+    }
+)
 
 
 def is_hidden_name(name: str) -> bool:
@@ -92,10 +115,13 @@ class CommandToken:
     async def fetch(self) -> str:
         try:
             with trio.fail_after(_TOKEN_COMMAND_TIMEOUT_SECONDS):
-                done = await trio.run_process(shlex.split(self.command), capture_stdout=True,
-                                              capture_stderr=True, check=False)
+                done = await trio.run_process(
+                    shlex.split(self.command), capture_stdout=True, capture_stderr=True, check=False
+                )
         except (OSError, trio.TooSlowError, ValueError) as exc:
-            raise CredentialError(f"the token command could not run: {type(exc).__name__}") from None
+            raise CredentialError(
+                f"the token command could not run: {type(exc).__name__}"
+            ) from None
         token = done.stdout.decode(errors="replace").strip()
         if done.returncode != 0 or not token:
             raise CredentialError(f"the token command exited {done.returncode} with no token")
@@ -154,13 +180,17 @@ def load_launch_context(env: Mapping[str, str], *, api_url: str | None = None) -
     url = api_url or env.get("AGENTTEAM_API_URL", "")
     sources = {"api_url": "flag:--api-url" if api_url else "env:AGENTTEAM_API_URL"}
     if not url:
-        raise ConfigError("no Agent Runtime API: set AGENTTEAM_API_URL, pass --api-url URL, "
-                          "or use --embedded for the local reference runtime")
+        raise ConfigError(
+            "no Agent Runtime API: set AGENTTEAM_API_URL, pass --api-url URL, "
+            "or use --embedded for the local reference runtime"
+        )
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"AGENTTEAM_API_URL must be an http(s) URL, got {url!r}")
     missing = [k for k in ("AGENTTEAM_WORKSPACE_ID", "AGENTTEAM_AGENT_ID") if not env.get(k)]
     if missing:
-        raise ConfigError(f"set {' and '.join(missing)} (the workspace and agent the bridge acts for)")
+        raise ConfigError(
+            f"set {' and '.join(missing)} (the workspace and agent the bridge acts for)"
+        )
     source: TokenSource
     if env.get("AGENTTEAM_TOKEN_COMMAND"):
         source = CommandToken(env["AGENTTEAM_TOKEN_COMMAND"])
@@ -169,12 +199,20 @@ def load_launch_context(env: Mapping[str, str], *, api_url: str | None = None) -
     elif env.get("AGENTTEAM_TOKEN"):
         source = StaticToken(env["AGENTTEAM_TOKEN"])
     else:
-        raise ConfigError("no credential: set AGENTTEAM_TOKEN_COMMAND (a command printing a "
-                          "fresh token), AGENTTEAM_TOKEN_FILE or AGENTTEAM_TOKEN")
-    sources.update({"workspace_id": "env:AGENTTEAM_WORKSPACE_ID",
-                    "agent_id": "env:AGENTTEAM_AGENT_ID", "bearer_token": source.kind})
-    return LaunchContext(url.rstrip("/"), env["AGENTTEAM_WORKSPACE_ID"], env["AGENTTEAM_AGENT_ID"],
-                         source, sources)
+        raise ConfigError(
+            "no credential: set AGENTTEAM_TOKEN_COMMAND (a command printing a "
+            "fresh token), AGENTTEAM_TOKEN_FILE or AGENTTEAM_TOKEN"
+        )
+    sources.update(
+        {
+            "workspace_id": "env:AGENTTEAM_WORKSPACE_ID",
+            "agent_id": "env:AGENTTEAM_AGENT_ID",
+            "bearer_token": source.kind,
+        }
+    )
+    return LaunchContext(
+        url.rstrip("/"), env["AGENTTEAM_WORKSPACE_ID"], env["AGENTTEAM_AGENT_ID"], source, sources
+    )
 
 
 def launch_env() -> Mapping[str, str]:

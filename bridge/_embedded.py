@@ -30,6 +30,10 @@ class EmbeddedToken:
 @asynccontextmanager
 async def open_embedded(db_path: Path) -> AsyncIterator[LaunchContext]:
     async with open_runtime(RuntimeConfig(db_path=str(db_path), admin_token=None)) as rt:
-        sources = {"api_url": "embedded", "workspace_id": "embedded", "agent_id": "embedded",
-                   "bearer_token": EmbeddedToken.kind}
+        sources = {
+            "api_url": "embedded",
+            "workspace_id": "embedded",
+            "agent_id": "embedded",
+            "bearer_token": EmbeddedToken.kind,
+        }
         yield LaunchContext(rt.url, rt.workspace_id, rt.agent_id, EmbeddedToken(rt), sources)

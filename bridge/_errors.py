@@ -27,7 +27,7 @@ call flow turns into a tool result with `isError: true` and the envelope
         upstream_unreachable       connection refused or DNS: nothing was sent     (retryable)
         upstream_timeout           a read timed out                                (retryable)
         outcome_unknown            a mutation was sent and its outcome is unknown: retry only
-                                   with the same idempotency key                   (retryable iff key)
+                                   with the same idempotency key        (retryable iff a key)
     the bridge itself
         internal_error             a bug; the journal has the details, the model does not
 """
@@ -39,17 +39,28 @@ from typing import Any
 # code -> (retryable, safe default message)
 CODES: dict[str, tuple[bool, str]] = {
     "invalid_arguments": (False, "The arguments do not match the tool's schema."),
-    "hidden_context_field": (False, "Hidden context is supplied by the bridge, never as an argument."),
+    "hidden_context_field": (
+        False,
+        "Hidden context is supplied by the bridge, never as an argument.",
+    ),
     "unknown_tool": (False, "No such tool."),
     "deprecated_tool": (False, "This tool name is deprecated; use the suggested replacement."),
-    "context_missing": (False, "The bridge is not configured with a workspace, agent and credential."),
+    "context_missing": (
+        False,
+        "The bridge is not configured with a workspace, agent and credential.",
+    ),
     "credential_unavailable": (True, "No bearer token could be obtained for the agent."),
     "idempotency_key_requires_callback": (
-        False, "`idempotency_key` is honoured only inside an active workflow callback."),
+        False,
+        "`idempotency_key` is honoured only inside an active workflow callback.",
+    ),
     "idempotency_in_progress": (True, "A request with this idempotency key is still in flight."),
     "journal_unavailable": (True, "The audit journal cannot be written; mutations are refused."),
     "unauthorized": (False, "The agent's credential was refused after one refresh."),
-    "credential_mismatch": (False, "The configured credential belongs to another workspace or agent."),
+    "credential_mismatch": (
+        False,
+        "The configured credential belongs to another workspace or agent.",
+    ),
     "rate_limited": (True, "The Task service is rate limiting; retry after the given delay."),
     "upstream_unavailable": (True, "The Task service is temporarily unavailable."),
     "upstream_failure": (True, "The Task service failed to answer."),
@@ -86,20 +97,27 @@ CODES: dict[str, tuple[bool, str]] = {
 }
 
 # Upstream codes that mean "the credential is wrong" rather than a product refusal.
-_UPSTREAM_ALIASES = {"validation_failed": "invalid_arguments",
-                     "token_scope_mismatch": "credential_mismatch",
-                     "token_expired": "unauthorized"}
+_UPSTREAM_ALIASES = {
+    "validation_failed": "invalid_arguments",
+    "token_scope_mismatch": "credential_mismatch",
+    "token_expired": "unauthorized",
+}
 
 
 class ToolError(Exception):
     """A classified failure, safe to show to the model."""
 
-    def __init__(self, code: str, message: str | None = None, *,
-                 retryable: bool | None = None,
-                 field_errors: dict[str, str] | None = None,
-                 suggested_action: dict[str, Any] | None = None,
-                 candidates: list[dict[str, Any]] | None = None,
-                 retry_after_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        retryable: bool | None = None,
+        field_errors: dict[str, str] | None = None,
+        suggested_action: dict[str, Any] | None = None,
+        candidates: list[dict[str, Any]] | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
         default_retryable, default_message = CODES[code]
         super().__init__(message or default_message)
         self.code = code
@@ -111,8 +129,11 @@ class ToolError(Exception):
         self.retry_after_seconds = retry_after_seconds
 
     def envelope(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message,
-                                 "retryable": self.retryable}
+        error: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+        }
         if self.field_errors:
             error["field_errors"] = self.field_errors
         if self.suggested_action:
@@ -124,8 +145,9 @@ class ToolError(Exception):
         return {"error": error}
 
 
-def classify_upstream_error(status: int, body: Any, *, mutation: bool,
-                            retry_after: str | None) -> ToolError:
+def classify_upstream_error(
+    status: int, body: Any, *, mutation: bool, retry_after: str | None
+) -> ToolError:
     """Map a non-2xx upstream answer to a contract error; product codes pass through."""
     upstream = body.get("error") if isinstance(body, dict) else None
     raw_code = upstream.get("code") if isinstance(upstream, dict) else None
@@ -165,8 +187,9 @@ def _snake_paths(errors: Any) -> dict[str, str] | None:
 def _snake_keys(items: Any) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
-    return [{snake(str(k)): v for k, v in item.items()} for item in items[:5]
-            if isinstance(item, dict)]
+    return [
+        {snake(str(k)): v for k, v in item.items()} for item in items[:5] if isinstance(item, dict)
+    ]
 
 
 def snake(name: str) -> str:
@@ -203,8 +226,14 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
         return {"tool": tool, "arguments": {k: v for k, v in args.items() if k != "cursor"}}
     if error.code == "outcome_unknown" and tool == "task_create" and channel:
         titles = [t.get("title") for t in args.get("tasks", [])]
-        return {"tool": "task_list", "arguments": {"channel": channel, "query": titles[0],
-                                                   "status": "all"}} if titles else None
+        return (
+            {
+                "tool": "task_list",
+                "arguments": {"channel": channel, "query": titles[0], "status": "all"},
+            }
+            if titles
+            else None
+        )
     if error.code == "outcome_unknown" and "number" in args and channel:
         return {"tool": "task_get", "arguments": locator}
     return None

@@ -24,16 +24,28 @@ SubtaskMode = Literal["promote", "delete"]
 
 Channel = Annotated[
     str,
-    Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$",
-         description="Board slug, e.g. `general`.", examples=["general"]),
+    Meta(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="Board slug, e.g. `general`.",
+        examples=["general"],
+    ),
 ]
 Number = Annotated[int, Meta(ge=1, le=2**53, description="Board-local task number (positive).")]
-Title = Annotated[str, Meta(min_length=1, max_length=200, description="Task title, 1-200 characters.")]
-Description = Annotated[str, Meta(max_length=10_000, description="Markdown description, at most 10,000 characters.")]
+Title = Annotated[
+    str, Meta(min_length=1, max_length=200, description="Task title, 1-200 characters.")
+]
+Description = Annotated[
+    str, Meta(max_length=10_000, description="Markdown description, at most 10,000 characters.")
+]
 MemberRef = Annotated[
     str,
-    Meta(pattern=r"^@[a-z0-9][a-z0-9_.-]{0,63}$",
-         description="Canonical member handle, e.g. `@alice`.", examples=["@alice"]),
+    Meta(
+        pattern=r"^@[a-z0-9][a-z0-9_.-]{0,63}$",
+        description="Canonical member handle, e.g. `@alice`.",
+        examples=["@alice"],
+    ),
 ]
 Label = Annotated[str, Meta(min_length=1, max_length=50)]
 Url = Annotated[str, Meta(pattern=r"^https?://\S{1,2040}$")]
@@ -53,41 +65,135 @@ class AttachmentRef(_Input, frozen=True):
     name: Annotated[str, Meta(min_length=1, max_length=200, description="File name.")]
     media_type: Annotated[str, Meta(min_length=1, max_length=100, description="MIME type.")]
     size_bytes: Annotated[int, Meta(ge=0, description="Size in bytes.")]
-    url: Annotated[Url, Meta(description="Where the file lives. Default: none.")] | UnsetType = UNSET
+    url: Annotated[Url, Meta(description="Where the file lives. Default: none.")] | UnsetType = (
+        UNSET
+    )
 
 
 class ParentTaskScope(_Input, frozen=True):
     kind: Annotated[Literal["task"], Meta(description="Scope kind; only `task` is accepted.")]
-    scope_id: Annotated[str, Meta(min_length=1, max_length=128, description="Canonical task scope id (`scope_id` of a task), e.g. `tsk_3f2a...`.")]
+    scope_id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=128,
+            description="Canonical task scope id (`scope_id` of a task), e.g. `tsk_3f2a...`.",
+        ),
+    ]
 
 
 class NewTask(_Input, frozen=True):
     title: Title
-    description: Annotated[Description, Meta(description="Markdown description. Default: none.")] | UnsetType = UNSET
-    assignee: Annotated[MemberRef, Meta(description="Member handle to assign, e.g. `@alice`. Default: unassigned.")] | UnsetType = UNSET
-    labels: Annotated[list[Label], Meta(max_length=20, description="Up to 20 labels. Default: none.")] | UnsetType = UNSET
+    description: (
+        Annotated[Description, Meta(description="Markdown description. Default: none.")] | UnsetType
+    ) = UNSET
+    assignee: (
+        Annotated[
+            MemberRef,
+            Meta(description="Member handle to assign, e.g. `@alice`. Default: unassigned."),
+        ]
+        | UnsetType
+    ) = UNSET
+    labels: (
+        Annotated[list[Label], Meta(max_length=20, description="Up to 20 labels. Default: none.")]
+        | UnsetType
+    ) = UNSET
     priority: Annotated[Priority, Meta(description="Priority. Default: none.")] | UnsetType = UNSET
-    status: Annotated[Status, Meta(description="Initial lifecycle status. Default: `todo`.")] | UnsetType = UNSET
-    checklist: Annotated[list[ChecklistItem], Meta(max_length=50, description="Up to 50 checklist items. Default: none.")] | UnsetType = UNSET
-    urls: Annotated[list[Url], Meta(max_length=20, description="Up to 20 related http(s) URLs. Default: none.")] | UnsetType = UNSET
-    blocker: Annotated[ShortText, Meta(description="What blocks the task. Default: none.")] | UnsetType = UNSET
+    status: (
+        Annotated[Status, Meta(description="Initial lifecycle status. Default: `todo`.")]
+        | UnsetType
+    ) = UNSET
+    checklist: (
+        Annotated[
+            list[ChecklistItem],
+            Meta(max_length=50, description="Up to 50 checklist items. Default: none."),
+        ]
+        | UnsetType
+    ) = UNSET
+    urls: (
+        Annotated[
+            list[Url],
+            Meta(max_length=20, description="Up to 20 related http(s) URLs. Default: none."),
+        ]
+        | UnsetType
+    ) = UNSET
+    blocker: (
+        Annotated[ShortText, Meta(description="What blocks the task. Default: none.")] | UnsetType
+    ) = UNSET
 
 
 class ListFilters(_Input, frozen=True):
-    assignee: Annotated[MemberRef, Meta(description="Only tasks assigned to this member. Default: any.")] | UnsetType = UNSET
-    label: Annotated[Label, Meta(description="Only tasks with this label. Default: any.")] | UnsetType = UNSET
-    priority: Annotated[Priority, Meta(description="Only tasks of this priority. Default: any.")] | UnsetType = UNSET
+    assignee: (
+        Annotated[MemberRef, Meta(description="Only tasks assigned to this member. Default: any.")]
+        | UnsetType
+    ) = UNSET
+    label: (
+        Annotated[Label, Meta(description="Only tasks with this label. Default: any.")] | UnsetType
+    ) = UNSET
+    priority: (
+        Annotated[Priority, Meta(description="Only tasks of this priority. Default: any.")]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskListInput(_Input, frozen=True):
     channel: Channel
-    query: Annotated[str, Meta(max_length=500, description="Search text. Omitted or empty browses the board; non-empty searches title and description by relevance. Default: browse.")] | UnsetType = UNSET
-    status: Annotated[StatusView, Meta(description="View: `open` (todo, in_progress, in_review), one lifecycle status, or `all` (only with a non-empty query). Default: `open`.")] | UnsetType = UNSET
-    include_subtasks: Annotated[bool, Meta(description="Include subtasks as well as top-level tasks. Default: false.")] | UnsetType = UNSET
-    limit: Annotated[int, Meta(ge=1, le=MAX_LIMIT, description="Page size, 1-100. Default: 20.")] | UnsetType = UNSET
-    cursor: Annotated[str, Meta(min_length=1, max_length=2048, description="Opaque `next_cursor` from the previous page of the same query and filters. Default: first page.")] | UnsetType = UNSET
-    sort: Annotated[Sort, Meta(description="Order: `number`, `updated` (newest first), `priority` (highest first), `relevance` (search only). Default: `number` when browsing, `relevance` when searching.")] | UnsetType = UNSET
-    filters: Annotated[ListFilters, Meta(description="Narrow by assignee, label or priority. Default: no filter.")] | UnsetType = UNSET
+    query: (
+        Annotated[
+            str,
+            Meta(
+                max_length=500,
+                description="Search text. Omitted or empty browses the board; non-empty searches title and description by relevance. Default: browse.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    status: (
+        Annotated[
+            StatusView,
+            Meta(
+                description="View: `open` (todo, in_progress, in_review), one lifecycle status, or `all` (only with a non-empty query). Default: `open`."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    include_subtasks: (
+        Annotated[
+            bool, Meta(description="Include subtasks as well as top-level tasks. Default: false.")
+        ]
+        | UnsetType
+    ) = UNSET
+    limit: (
+        Annotated[int, Meta(ge=1, le=MAX_LIMIT, description="Page size, 1-100. Default: 20.")]
+        | UnsetType
+    ) = UNSET
+    cursor: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=2048,
+                description="Opaque `next_cursor` from the previous page of the same query and filters. Default: first page.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    sort: (
+        Annotated[
+            Sort,
+            Meta(
+                description="Order: `number`, `updated` (newest first), `priority` (highest first), `relevance` (search only). Default: `number` when browsing, `relevance` when searching."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    filters: (
+        Annotated[
+            ListFilters,
+            Meta(description="Narrow by assignee, label or priority. Default: no filter."),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskGetInput(_Input, frozen=True):
@@ -96,48 +202,172 @@ class TaskGetInput(_Input, frozen=True):
 
 
 class TaskCreateInput(_Input, frozen=True):
-    tasks: Annotated[list[NewTask], Meta(min_length=1, max_length=MAX_BATCH, description="1-50 tasks. Several tasks are title-only; one task may carry every attribute.")]
-    channel: Annotated[Channel, Meta(description="Board to create on; required unless `parent_task_scope` is given, never with it. Default: none.")] | UnsetType = UNSET
-    parent: Annotated[Number, Meta(description="Create as subtasks of this task number on `channel`. Default: top-level.")] | UnsetType = UNSET
-    parent_task_scope: Annotated[ParentTaskScope, Meta(description="Create subtasks of this exact task scope; excludes `channel` and `parent`. Default: none.")] | UnsetType = UNSET
-    target: Annotated[str, Meta(min_length=2, max_length=200, pattern=r"^#[a-z0-9][a-z0-9_-]*(:[A-Za-z0-9_.-]{1,64})?$", description="Source thread the task comes from, `#channel` or `#channel:threadid`, on the same board. Default: none.")] | UnsetType = UNSET
-    idempotency_key: Annotated[str, Meta(min_length=1, max_length=512, description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments returns the original tasks (`reused: true`). Default: none.")] | UnsetType = UNSET
+    tasks: Annotated[
+        list[NewTask],
+        Meta(
+            min_length=1,
+            max_length=MAX_BATCH,
+            description="1-50 tasks. Several tasks are title-only; one task may carry every attribute.",
+        ),
+    ]
+    channel: (
+        Annotated[
+            Channel,
+            Meta(
+                description="Board to create on; required unless `parent_task_scope` is given, never with it. Default: none."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    parent: (
+        Annotated[
+            Number,
+            Meta(
+                description="Create as subtasks of this task number on `channel`. Default: top-level."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    parent_task_scope: (
+        Annotated[
+            ParentTaskScope,
+            Meta(
+                description="Create subtasks of this exact task scope; excludes `channel` and `parent`. Default: none."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    target: (
+        Annotated[
+            str,
+            Meta(
+                min_length=2,
+                max_length=200,
+                pattern=r"^#[a-z0-9][a-z0-9_-]*(:[A-Za-z0-9_.-]{1,64})?$",
+                description="Source thread the task comes from, `#channel` or `#channel:threadid`, on the same board. Default: none.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    idempotency_key: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=512,
+                description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments returns the original tasks (`reused: true`). Default: none.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class Patch(_Input, frozen=True):
     title: Annotated[Title, Meta(description="New title.")] | UnsetType = UNSET
-    description: Annotated[Description | None, Meta(description="New description; null clears.")] | UnsetType = UNSET
+    description: (
+        Annotated[Description | None, Meta(description="New description; null clears.")] | UnsetType
+    ) = UNSET
     status: Annotated[Status, Meta(description="New lifecycle status.")] | UnsetType = UNSET
-    priority: Annotated[Priority | None, Meta(description="New priority; null clears.")] | UnsetType = UNSET
-    labels: Annotated[list[Label], Meta(max_length=20, description="Replaces all labels.")] | UnsetType = UNSET
-    assignee: Annotated[MemberRef | None, Meta(description="Member handle; null unassigns.")] | UnsetType = UNSET
-    checklist: Annotated[list[ChecklistItem], Meta(max_length=50, description="Replaces the checklist.")] | UnsetType = UNSET
-    urls: Annotated[list[Url], Meta(max_length=20, description="Replaces the URLs.")] | UnsetType = UNSET
-    attachments: Annotated[list[AttachmentRef], Meta(max_length=20, description="Replaces the attachment metadata.")] | UnsetType = UNSET
-    blocker: Annotated[ShortText | None, Meta(description="What blocks the task; null clears.")] | UnsetType = UNSET
-    parent: Annotated[Number | None, Meta(description="Move under this task number on the same board; null makes it top-level.")] | UnsetType = UNSET
+    priority: (
+        Annotated[Priority | None, Meta(description="New priority; null clears.")] | UnsetType
+    ) = UNSET
+    labels: (
+        Annotated[list[Label], Meta(max_length=20, description="Replaces all labels.")] | UnsetType
+    ) = UNSET
+    assignee: (
+        Annotated[MemberRef | None, Meta(description="Member handle; null unassigns.")] | UnsetType
+    ) = UNSET
+    checklist: (
+        Annotated[list[ChecklistItem], Meta(max_length=50, description="Replaces the checklist.")]
+        | UnsetType
+    ) = UNSET
+    urls: (
+        Annotated[list[Url], Meta(max_length=20, description="Replaces the URLs.")] | UnsetType
+    ) = UNSET
+    attachments: (
+        Annotated[
+            list[AttachmentRef],
+            Meta(max_length=20, description="Replaces the attachment metadata."),
+        ]
+        | UnsetType
+    ) = UNSET
+    blocker: (
+        Annotated[ShortText | None, Meta(description="What blocks the task; null clears.")]
+        | UnsetType
+    ) = UNSET
+    parent: (
+        Annotated[
+            Number | None,
+            Meta(
+                description="Move under this task number on the same board; null makes it top-level."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskUpdateInput(_Input, frozen=True):
     channel: Channel
     number: Number
-    patch: Annotated[Patch, Meta(description="Fields to change: omitted stays unchanged, null clears a nullable field; at least one field.")]
-    expected_updated_at: Annotated[str, Meta(max_length=64, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$", description="The task's `updated_at` you last read (RFC3339 UTC); a newer task refuses the update as stale. Default: no check.")] | UnsetType = UNSET
+    patch: Annotated[
+        Patch,
+        Meta(
+            description="Fields to change: omitted stays unchanged, null clears a nullable field; at least one field."
+        ),
+    ]
+    expected_updated_at: (
+        Annotated[
+            str,
+            Meta(
+                max_length=64,
+                pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$",
+                description="The task's `updated_at` you last read (RFC3339 UTC); a newer task refuses the update as stale. Default: no check.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskCheckpointInput(_Input, frozen=True):
     channel: Channel
     number: Number
-    summary: Annotated[str, Meta(min_length=1, max_length=4000, description="The checkpoint: decision, result or state reached, 1-4000 characters.")]
+    summary: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=4000,
+            description="The checkpoint: decision, result or state reached, 1-4000 characters.",
+        ),
+    ]
 
 
 class TaskSetClaimInput(_Input, frozen=True):
     channel: Channel
-    numbers: Annotated[list[Number], Meta(min_length=1, max_length=MAX_BATCH, description="1-50 distinct task numbers on `channel`.")]
-    claimed: Annotated[bool, Meta(description="Desired state: true = held by you, false = released by you. Never a toggle.")]
+    numbers: Annotated[
+        list[Number],
+        Meta(
+            min_length=1,
+            max_length=MAX_BATCH,
+            description="1-50 distinct task numbers on `channel`.",
+        ),
+    ]
+    claimed: Annotated[
+        bool,
+        Meta(
+            description="Desired state: true = held by you, false = released by you. Never a toggle."
+        ),
+    ]
 
 
 class TaskDeleteInput(_Input, frozen=True):
     channel: Channel
     number: Number
-    subtask_mode: Annotated[SubtaskMode, Meta(description="Required when the task has subtasks: `promote` keeps them one level up, `delete` removes them too. Default: none (leaf tasks).")] | UnsetType = UNSET
+    subtask_mode: (
+        Annotated[
+            SubtaskMode,
+            Meta(
+                description="Required when the task has subtasks: `promote` keeps them one level up, `delete` removes them too. Default: none (leaf tasks)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET

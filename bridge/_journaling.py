@@ -40,7 +40,9 @@ class JournalAdapter:
 async def open_journal(path: Path, *, durable: bool = True) -> AsyncIterator[JournalAdapter]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        writer_cm = journal.open_writer(path, synchronous_full=durable)
+        writer_cm = journal.open_writer(
+            path, synchronous_full=durable, checkpoint_path=checkpoint_path(path)
+        )
         writer = await writer_cm.__aenter__()
     except (OSError, journal.JournalUnavailable) as exc:
         raise JournalOpenError(f"cannot open the journal {path}: {exc}") from None
@@ -48,3 +50,8 @@ async def open_journal(path: Path, *, durable: bool = True) -> AsyncIterator[Jou
         yield JournalAdapter(writer)
     finally:
         await writer_cm.__aexit__(None, None, None)
+
+
+def checkpoint_path(journal_path: Path) -> Path:
+    """Where the latest signed checkpoint is exported, outside the database file."""
+    return journal_path.with_name(journal_path.name + ".checkpoint.json")

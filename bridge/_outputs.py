@@ -1,4 +1,4 @@
-"""Model-facing results: the `data` shape of each tool and the shared `{data, meta, error}` envelope.
+"""Model-facing results: each tool's `data` shape and the shared `{data, meta, error}` envelope.
 
 Upstream answers are converted into these types (camelCase keys renamed first), which both
 validates the upstream body and guarantees that `structuredContent` matches the `outputSchema`
@@ -81,7 +81,7 @@ class ClaimFailure(_Out, frozen=True):
     number: int
     code: str
     message: str
-    holder: str | None | UnsetType = UNSET
+    holder: str | UnsetType | None = UNSET
 
 
 class TaskListData(_Out, frozen=True):

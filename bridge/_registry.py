@@ -37,8 +37,7 @@ class Upstream:
     suffix: str
 
     def route(self) -> str:
-        return ("/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks"
-                + self.suffix)
+        return "/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks" + self.suffix
 
 
 @dataclass(frozen=True)
@@ -84,20 +83,24 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         # Built once at import: tools/list never builds a schema per call.
-        object.__setattr__(self, "tool", types.Tool(
-            name=self.name,
-            title=self.title,
-            description=self.description,
-            input_schema=input_schema(self.input_type),
-            output_schema=output_schema(_pascal(self.name) + "Result", self.data_type),
-            annotations=types.ToolAnnotations(
+        object.__setattr__(
+            self,
+            "tool",
+            types.Tool(
+                name=self.name,
                 title=self.title,
-                read_only_hint=self.read_only,
-                destructive_hint=self.destructive,
-                idempotent_hint=self.idempotent_hint,
-                open_world_hint=False,
+                description=self.description,
+                input_schema=input_schema(self.input_type),
+                output_schema=output_schema(_pascal(self.name) + "Result", self.data_type),
+                annotations=types.ToolAnnotations(
+                    title=self.title,
+                    read_only_hint=self.read_only,
+                    destructive_hint=self.destructive,
+                    idempotent_hint=self.idempotent_hint,
+                    open_world_hint=False,
+                ),
             ),
-        ))
+        )
 
 
 def _pascal(name: str) -> str:
@@ -113,10 +116,14 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "title and description, also for finding duplicates before creating). Use task_get "
             "for one task's detail. Read-only; pages with `cursor`/`next_cursor`."
         ),
-        input_type=inp.TaskListInput, data_type=out.TaskListData,
+        input_type=inp.TaskListInput,
+        data_type=out.TaskListData,
         upstream=Upstream("list", "GET", ""),
-        permission="read_only", idempotency="natural: reads change nothing",
-        concurrency="none: reads", budget="collection", idempotent_hint=True,
+        permission="read_only",
+        idempotency="natural: reads change nothing",
+        concurrency="none: reads",
+        budget="collection",
+        idempotent_hint=True,
     ),
     ToolSpec(
         name="task_get",
@@ -126,10 +133,14 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "subtask summary, attachment metadata and its `updated_at` revision. Use task_list "
             "to find a number. Read-only."
         ),
-        input_type=inp.TaskGetInput, data_type=out.TaskGetData,
+        input_type=inp.TaskGetInput,
+        data_type=out.TaskGetData,
         upstream=Upstream("get", "POST", "/get"),
-        permission="read_only", idempotency="natural: reads change nothing",
-        concurrency="none: reads", budget="detail", idempotent_hint=True,
+        permission="read_only",
+        idempotency="natural: reads change nothing",
+        concurrency="none: reads",
+        budget="detail",
+        idempotent_hint=True,
     ),
     ToolSpec(
         name="task_create",
@@ -140,11 +151,13 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "Search with task_list first to avoid duplicates. Each call creates new tasks unless "
             "a workflow callback `idempotency_key` is replayed; " + RECEIPT_RETENTION + "."
         ),
-        input_type=inp.TaskCreateInput, data_type=out.TaskCreateData,
+        input_type=inp.TaskCreateInput,
+        data_type=out.TaskCreateData,
         upstream=Upstream("create", "POST", ""),
         permission="agent_mutation",
         idempotency="key: idempotency_key inside an active workflow callback replays the receipt",
-        concurrency="none: creation allocates new numbers", budget="receipt",
+        concurrency="none: creation allocates new numbers",
+        budget="receipt",
         hidden_context=BASE_CONTEXT + WORKFLOW_CONTEXT,
     ),
     ToolSpec(
@@ -155,10 +168,14 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "null clears). Pass the `expected_updated_at` you read to refuse stale overwrites. "
             "Use task_set_claim to take ownership and task_checkpoint to record progress."
         ),
-        input_type=inp.TaskUpdateInput, data_type=out.TaskUpdateData,
+        input_type=inp.TaskUpdateInput,
+        data_type=out.TaskUpdateData,
         upstream=Upstream("update", "POST", "/update"),
-        permission="agent_mutation", idempotency="natural: the same patch twice changes nothing more",
-        concurrency="optimistic: expected_updated_at", budget="receipt", idempotent_hint=True,
+        permission="agent_mutation",
+        idempotency="natural: the same patch twice changes nothing more",
+        concurrency="optimistic: expected_updated_at",
+        budget="receipt",
+        idempotent_hint=True,
     ),
     ToolSpec(
         name="task_set_claim",
@@ -168,10 +185,14 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "false releases yours. A desired state, never a toggle: repeating it is harmless. "
             "Reports tasks held by others as per-task failures."
         ),
-        input_type=inp.TaskSetClaimInput, data_type=out.TaskSetClaimData,
+        input_type=inp.TaskSetClaimInput,
+        data_type=out.TaskSetClaimData,
         upstream=Upstream("set-claim", "POST", "/set-claim"),
-        permission="agent_mutation", idempotency="desired_state: claimed is the target state",
-        concurrency="first claim wins; per-task failures", budget="receipt", idempotent_hint=True,
+        permission="agent_mutation",
+        idempotency="desired_state: claimed is the target state",
+        concurrency="first claim wins; per-task failures",
+        budget="receipt",
+        idempotent_hint=True,
     ),
     ToolSpec(
         name="task_checkpoint",
@@ -181,10 +202,13 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "task. Append-only: every call adds one. Routine progress narrative belongs in task "
             "scope messages, field changes in task_update."
         ),
-        input_type=inp.TaskCheckpointInput, data_type=out.TaskCheckpointData,
+        input_type=inp.TaskCheckpointInput,
+        data_type=out.TaskCheckpointData,
         upstream=Upstream("checkpoint", "POST", "/add-checkpoint"),
-        permission="agent_mutation", idempotency="none: each call appends a checkpoint",
-        concurrency="append-only", budget="receipt",
+        permission="agent_mutation",
+        idempotency="none: each call appends a checkpoint",
+        concurrency="append-only",
+        budget="receipt",
     ),
     ToolSpec(
         name="task_delete",
@@ -194,11 +218,14 @@ REGISTRY: tuple[ToolSpec, ...] = (
             "reused. A task with subtasks needs `subtask_mode`: `promote` keeps them, `delete` "
             "removes them too. Only on explicit human intent."
         ),
-        input_type=inp.TaskDeleteInput, data_type=out.TaskDeleteData,
+        input_type=inp.TaskDeleteInput,
+        data_type=out.TaskDeleteData,
         upstream=Upstream("delete", "POST", "/delete"),
         permission="destructive_mutation",
-        idempotency="natural: a deleted task stays deleted", concurrency="atomic transaction",
-        budget="receipt", idempotent_hint=True,
+        idempotency="natural: a deleted task stays deleted",
+        concurrency="atomic transaction",
+        budget="receipt",
+        idempotent_hint=True,
     ),
 )
 
@@ -216,12 +243,20 @@ INSTRUCTIONS = (
 def describe(spec: ToolSpec) -> dict[str, Any]:
     """The section 9.1 metadata of one tool, as data (inventory, docs, lint)."""
     return {
-        "name": spec.name, "owner": spec.owner, "permission_class": spec.permission,
-        "read_only": spec.read_only, "destructive": spec.destructive,
-        "idempotency": spec.idempotency, "concurrency": spec.concurrency,
-        "hidden_context": list(spec.hidden_context), "budget_class": spec.budget,
-        "budget_bytes": spec.budget_bytes, "mcp_name": spec.name,
-        "agent_tool_id": spec.agent_tool_id, "cli_route": spec.cli_route,
-        "exposure": spec.exposure, "deprecation": spec.deprecation,
+        "name": spec.name,
+        "owner": spec.owner,
+        "permission_class": spec.permission,
+        "read_only": spec.read_only,
+        "destructive": spec.destructive,
+        "idempotency": spec.idempotency,
+        "concurrency": spec.concurrency,
+        "hidden_context": list(spec.hidden_context),
+        "budget_class": spec.budget,
+        "budget_bytes": spec.budget_bytes,
+        "mcp_name": spec.name,
+        "agent_tool_id": spec.agent_tool_id,
+        "cli_route": spec.cli_route,
+        "exposure": spec.exposure,
+        "deprecation": spec.deprecation,
         "upstream": {"method": spec.upstream.method, "route": spec.upstream.route()},
     }

@@ -10,7 +10,9 @@ _MAX_LINES = 10
 
 def _task(t: dict[str, Any]) -> str:
     who = f" {t['assignee']}" if t.get("assignee") else ""
-    return f"#{t.get('channel', '?')}/{t['number']} {t.get('title', '')} [{t.get('status', '?')}]{who}"
+    return (
+        f"#{t.get('channel', '?')}/{t['number']} {t.get('title', '')} [{t.get('status', '?')}]{who}"
+    )
 
 
 def _lines(tasks: list[dict[str, Any]]) -> str:
@@ -29,8 +31,10 @@ def _list(d: dict[str, Any], m: dict[str, Any]) -> str:
 
 def _get(d: dict[str, Any], m: dict[str, Any]) -> str:
     t = d["task"]
-    return (f"{_task(t)} updated_at={t['updated_at']} subtasks={t['subtask_count']} "
-            f"checkpoints={t['checkpoints']['total']}")
+    return (
+        f"{_task(t)} updated_at={t['updated_at']} subtasks={t['subtask_count']} "
+        f"checkpoints={t['checkpoints']['total']}"
+    )
 
 
 def _create(d: dict[str, Any], m: dict[str, Any]) -> str:
@@ -63,8 +67,13 @@ def _delete(d: dict[str, Any], m: dict[str, Any]) -> str:
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], str]] = {
-    "task_list": _list, "task_get": _get, "task_create": _create, "task_update": _update,
-    "task_set_claim": _claim, "task_checkpoint": _checkpoint, "task_delete": _delete,
+    "task_list": _list,
+    "task_get": _get,
+    "task_create": _create,
+    "task_update": _update,
+    "task_set_claim": _claim,
+    "task_checkpoint": _checkpoint,
+    "task_delete": _delete,
 }
 
 

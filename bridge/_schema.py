@@ -23,8 +23,11 @@ def output_schema(name: str, data: type[msgspec.Struct]) -> dict[str, Any]:
     """The flat result envelope: optional `data`, `meta` and `error`, so errors validate too."""
     envelope = msgspec.defstruct(
         name,
-        [("data", data | UnsetType, UNSET), ("meta", Meta | UnsetType, UNSET),  # type: ignore[operator]
-         ("error", ErrorBody | UnsetType, UNSET)],
+        [
+            ("data", data | UnsetType, UNSET),
+            ("meta", Meta | UnsetType, UNSET),
+            ("error", ErrorBody | UnsetType, UNSET),
+        ],
         frozen=True,
     )
     return _flatten(msgspec.json.schema(envelope))

@@ -21,7 +21,6 @@ import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
 from journal import Event, SessionEnded, SessionStarted
 
@@ -30,6 +29,7 @@ from ._call import Bridge, JournalPort, Session
 from ._context import Credentials, LaunchContext, load_launch_context
 from ._journaling import open_journal
 from ._registry import INSTRUCTIONS, MCP_TOOLS
+from ._stdio import trio_stdio
 from ._upstream import UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
@@ -51,8 +51,9 @@ class ServeConfig:
 class _SessionLog:
     """Journals the session's start once, as soon as the client has said who it is."""
 
-    def __init__(self, journal: JournalPort, session: Session, launch: LaunchContext,
-                 compat: str) -> None:
+    def __init__(
+        self, journal: JournalPort, session: Session, launch: LaunchContext, compat: str
+    ) -> None:
         self._journal = journal
         self._session = session
         self._launch = launch
@@ -67,51 +68,70 @@ class _SessionLog:
         info = client.client_info if client is not None else None
         self._session.client_name = info.name if info else None
         self._session.client_version = info.version if info else None
-        await self._journal.append(Event(
-            session_id=self._session.session_id, mcp_method_name="initialize",
-            payload=SessionStarted(
-                bridge_version=__version__, compat_policy=self._compat,
-                client_name=self._session.client_name,
-                client_version=self._session.client_version,
-                protocol_version=ctx.protocol_version if ctx is not None else None,
-                workspace_id=self._launch.workspace_id, agent_id=self._launch.agent_id,
-                api_url=self._launch.api_url,
-            )), durable=True)
+        await self._journal.append(
+            Event(
+                session_id=self._session.session_id,
+                mcp_method_name="initialize",
+                payload=SessionStarted(
+                    bridge_version=__version__,
+                    compat_policy=self._compat,
+                    client_name=self._session.client_name,
+                    client_version=self._session.client_version,
+                    protocol_version=ctx.protocol_version if ctx is not None else None,
+                    workspace_id=self._launch.workspace_id,
+                    agent_id=self._launch.agent_id,
+                    api_url=self._launch.api_url,
+                ),
+            ),
+            durable=True,
+        )
 
 
 def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
-    async def on_list_tools(ctx: ServerRequestContext[Any],
-                            params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         await session_log.start(ctx)
         return _LIST_RESULT
 
-    async def on_call_tool(ctx: ServerRequestContext[Any],
-                           params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         await session_log.start(ctx)
         return await bridge.call(params.name, params.arguments, params.meta, ctx.request_id)
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
         await session_log.start(ctx)
 
-    server: Server[Any] = Server(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS,
-                                 on_list_tools=on_list_tools, on_call_tool=on_call_tool)
-    server.add_notification_handler("notifications/initialized", types.NotificationParams,
-                                    on_initialized)
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+    server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, on_initialized
+    )
     # The SDK's default OpenTelemetry middleware costs a span per message with no exporter.
     server.middleware.clear()
     return server
 
 
 @asynccontextmanager
-async def _launch(config: ServeConfig, env: Mapping[str, str],
-                  ) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
+async def _launch(
+    config: ServeConfig,
+    env: Mapping[str, str],
+) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
     if not config.embedded:
         launch = load_launch_context(env, api_url=config.api_url)
         yield launch, Credentials(launch.token_source)
         return
     from ._embedded import open_embedded
 
-    async with open_embedded(config.runtime_db or config.journal_path.parent / "runtime.db") as launch:
+    async with open_embedded(
+        config.runtime_db or config.journal_path.parent / "runtime.db"
+    ) as launch:
         yield launch, Credentials(launch.token_source)
 
 
@@ -120,9 +140,10 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     env = os.environ if env is None else env
     session = Session(session_id="s" + secrets.token_hex(6))
     async with AsyncExitStack() as stack:
-        launch, credentials = await stack.enter_async_context(_launch(config, env))
         journal = await stack.enter_async_context(
-            open_journal(config.journal_path, durable=config.durable))
+            open_journal(config.journal_path, durable=config.durable)
+        )
+        launch, credentials = await stack.enter_async_context(_launch(config, env))
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
         stack.push_async_callback(upstream.aclose)
@@ -131,6 +152,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         server = build_server(bridge, session_log)
         reason = "stdin closed"
         async with trio.open_nursery() as nursery:
+
             async def stop_on_sigterm() -> None:
                 nonlocal reason
                 with trio.open_signal_receiver(signal.SIGTERM) as signals:
@@ -140,12 +162,15 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                         return
 
             nursery.start_soon(stop_on_sigterm)
-            async with stdio_server() as (read_stream, write_stream):
-                await server.run(read_stream, write_stream,
-                                 server.create_initialization_options())
+            async with trio_stdio() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
         with trio.CancelScope(shield=True):
             await session_log.start(None)
-            await journal.append(Event(session_id=session.session_id,
-                                       payload=SessionEnded(reason=reason, calls=session.calls)),
-                                 durable=True)
+            await journal.append(
+                Event(
+                    session_id=session.session_id,
+                    payload=SessionEnded(reason=reason, calls=session.calls),
+                ),
+                durable=True,
+            )

@@ -67,8 +67,9 @@ def camelize(value: Any) -> Any:
     return value
 
 
-def prepare(spec: ToolSpec, base_route: str, arguments: dict[str, Any],
-            injected: dict[str, str]) -> Prepared:
+def prepare(
+    spec: ToolSpec, base_route: str, arguments: dict[str, Any], injected: dict[str, str]
+) -> Prepared:
     """Build the upstream request from validated, canonical (snake_case) arguments."""
     dto = camelize(arguments)
     dto.update(injected)
@@ -88,20 +89,28 @@ def _query_value(value: Any) -> str:
 
 
 def base_route(workspace_id: str, agent_id: str) -> str:
-    return (f"/api/v1/workspaces/{quote(workspace_id, safe='')}/agents/"
-            f"{quote(agent_id, safe='')}/runtime/tasks")
+    return (
+        f"/api/v1/workspaces/{quote(workspace_id, safe='')}/agents/"
+        f"{quote(agent_id, safe='')}/runtime/tasks"
+    )
 
 
 class UpstreamClient:
     """A pooled HTTP client for one Agent Runtime base URL."""
 
-    def __init__(self, base_url: str, *, timeout_seconds: float = 10.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_seconds: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._client = httpx.AsyncClient(
             base_url=base_url,
             timeout=httpx.Timeout(timeout_seconds, connect=min(3.0, timeout_seconds)),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64,
-                                keepalive_expiry=30.0),
+            limits=httpx.Limits(
+                max_connections=64, max_keepalive_connections=64, keepalive_expiry=30.0
+            ),
             headers={"user-agent": _USER_AGENT, "accept": "application/json"},
             transport=transport,
             trust_env=False,
@@ -114,9 +123,13 @@ class UpstreamClient:
         headers = {"authorization": f"Bearer {token}"}
         if prepared.body is not None:
             headers["content-type"] = "application/json"
-        request = self._client.build_request(prepared.method, prepared.route,
-                                             params=prepared.params, content=prepared.body,
-                                             headers=headers)
+        request = self._client.build_request(
+            prepared.method,
+            prepared.route,
+            params=prepared.params,
+            content=prepared.body,
+            headers=headers,
+        )
         started = time.perf_counter()
         try:
             response = await self._client.send(request)
@@ -132,17 +145,23 @@ class UpstreamClient:
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             raise TransportFailure("connection_dropped", sent=True) from None
         headers_kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
-        return Reply(response.status_code, body, headers_kept, (time.perf_counter() - started) * 1000)
+        return Reply(
+            response.status_code, body, headers_kept, (time.perf_counter() - started) * 1000
+        )
 
 
 def transport_error(failure: TransportFailure, *, mutation: bool, has_key: bool) -> ToolError:
     if not failure.sent:
         return ToolError("upstream_unreachable")
     if mutation:
-        hint = (" Retrying with the same idempotency_key is safe." if has_key else
-                " Check with task_get or task_list before retrying.")
-        return ToolError("outcome_unknown",
-                         "The request was sent but no answer came back; it may have taken "
-                         "effect." + hint, retryable=has_key)
+        hint = (
+            " Retrying with the same idempotency_key is safe."
+            if has_key
+            else " Check with task_get or task_list before retrying."
+        )
+        return ToolError(
+            "outcome_unknown",
+            "The request was sent but no answer came back; it may have taken effect." + hint,
+            retryable=has_key,
+        )
     return ToolError("upstream_timeout" if failure.kind == "timeout" else "upstream_failure")
-

@@ -26,8 +26,11 @@ def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        raise ToolError("invalid_arguments", "Arguments must be a JSON object.",
-                        field_errors={"$": "expected an object"})
+        raise ToolError(
+            "invalid_arguments",
+            "Arguments must be a JSON object.",
+            field_errors={"$": "expected an object"},
+        )
     hidden = _hidden_fields(arguments, "$", 0)
     if hidden:
         raise ToolError(
@@ -40,8 +43,9 @@ def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct
         value = msgspec.convert(arguments, input_type, strict=True)
     except msgspec.ValidationError as exc:
         path, reason = _path_and_reason(str(exc))
-        raise ToolError("invalid_arguments", f"{reason} - at `{path}`",
-                        field_errors={path: reason}) from None
+        raise ToolError(
+            "invalid_arguments", f"{reason} - at `{path}`", field_errors={path: reason}
+        ) from None
     rule = BRANCH_RULES.get(input_type)
     if rule is not None:
         errors = rule(value)
@@ -53,8 +57,11 @@ def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct
 
 def _hidden_fields(node: Any, path: str, depth: int) -> list[str]:
     if depth > _MAX_DEPTH:
-        raise ToolError("invalid_arguments", "Arguments are nested too deeply.",
-                        field_errors={path: f"nested deeper than {_MAX_DEPTH} levels"})
+        raise ToolError(
+            "invalid_arguments",
+            "Arguments are nested too deeply.",
+            field_errors={path: f"nested deeper than {_MAX_DEPTH} levels"},
+        )
     found: list[str] = []
     if isinstance(node, dict):
         for key, value in node.items():
@@ -103,11 +110,15 @@ def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
         errors["$.parent"] = "cannot be combined with `parent_task_scope`"
     if len(v.tasks) > 1:
         for i, task in enumerate(v.tasks):
-            extra = [f for f in task.__struct_fields__
-                     if f != "title" and getattr(task, f) is not msgspec.UNSET]
+            extra = [
+                f
+                for f in task.__struct_fields__
+                if f != "title" and getattr(task, f) is not msgspec.UNSET
+            ]
             if extra:
                 errors[f"$.tasks[{i}].{extra[0]}"] = (
-                    "several tasks are title-only; create a rich task on its own")
+                    "several tasks are title-only; create a rich task on its own"
+                )
     if isinstance(v.idempotency_key, str):
         key = v.idempotency_key.strip()
         if not key:

@@ -189,4 +189,3 @@ class FaultSpec(_Dto, frozen=True):
     delay_ms: Annotated[int, Meta(ge=0, le=600_000)] = 0
     status: Annotated[int, Meta(ge=400, le=599)] = 503
     retry_after_seconds: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
-

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
+
+from .bridge_harness import BridgeSession, open_bridge
 
 _SUFFIX = {
     "list": "",
@@ -108,3 +111,18 @@ async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def api(http: httpx.AsyncClient, runtime: Runtime) -> Api:
     return Api(http, runtime)
+
+
+@pytest.fixture
+async def file_runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """A runtime on a database file, so that its token command works from a subprocess."""
+    async with open_runtime(RuntimeConfig(db_path=str(tmp_path / "runtime.db"))) as rt:
+        yield rt
+
+
+@pytest.fixture
+async def bridge(file_runtime: Runtime, tmp_path: Path) -> AsyncIterator[BridgeSession]:
+    async with open_bridge(
+        file_runtime.bridge_env(), tmp_path / "journal.db", runtime=file_runtime
+    ) as session:
+        yield session

@@ -17,15 +17,22 @@ def _items(n: int) -> list[dict[str, Any]]:
 
 def test_a_result_within_budget_is_untouched() -> None:
     envelope = {"data": {"channel": "general", "items": _items(2)}, "meta": {}}
-    encoded, truncated = fit("collection", 10_000, envelope, list_state=(None, 0, "d"))
-    assert not truncated and json.loads(encoded) == envelope
+    before = json.dumps(envelope)
+    assert not fit("collection", 10_000, envelope, list_state=(None, 0, "d"))
+    assert json.dumps(envelope) == before
 
 
 def test_a_cut_list_is_marked_and_its_cursor_resumes_after_the_last_kept_item() -> None:
     envelope: dict[str, Any] = {"data": {"channel": "general", "items": _items(40)}, "meta": {}}
-    encoded, truncated = fit("collection", 8_000, envelope, list_state=("up1", 5, "d"))
-    result = json.loads(encoded)
-    assert truncated and result["meta"]["truncated"] is True and len(encoded) <= 8_000
+    args = {"channel": "general", "limit": 40}
+    assert fit("collection", 8_000, envelope, list_state=("up1", 5, "d"), list_arguments=args)
+    result = envelope
+    assert result["meta"]["truncated"] is True
+    assert len(json.dumps(result, separators=(",", ":"))) <= 8_000
+    assert result["meta"]["continuation"] == {
+        "tool": "task_list",
+        "arguments": {**args, "cursor": result["meta"]["next_cursor"]},
+    }
     kept = len(result["data"]["items"])
     assert 0 < kept < 40
     assert decode_cursor(result["meta"]["next_cursor"], "d") == ("up1", 5 + kept)
@@ -45,9 +52,17 @@ def test_bridge_cursors_are_bound_to_the_query() -> None:
 
 
 def test_a_receipt_keeps_task_identities() -> None:
-    tasks = [{"channel": "g", "number": i, "scope_id": f"tsk_{i}", "title": "t",
-              "labels": ["x" * 50] * 20} for i in range(50)]
-    encoded, truncated = fit("receipt", 8_000, {"data": {"tasks": tasks}, "meta": {}})
-    result = json.loads(encoded)
-    assert truncated and len(result["data"]["tasks"]) == 50
+    tasks = [
+        {
+            "channel": "g",
+            "number": i,
+            "scope_id": f"tsk_{i}",
+            "title": "t",
+            "labels": ["x" * 50] * 20,
+        }
+        for i in range(50)
+    ]
+    result: dict[str, Any] = {"data": {"tasks": tasks}, "meta": {}}
+    assert fit("receipt", 8_000, result)
+    assert result["meta"]["truncated"] is True and len(result["data"]["tasks"]) == 50
     assert set(result["data"]["tasks"][0]) == {"channel", "number", "scope_id", "title"}

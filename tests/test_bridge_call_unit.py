@@ -16,9 +16,19 @@ from bridge._context import Credentials, LaunchContext
 from bridge._upstream import UpstreamClient
 from journal import Event
 
-TASK = {"channel": "general", "number": 1, "scopeId": "tsk_1", "title": "t", "status": "todo",
-        "priority": None, "assignee": None, "labels": [], "parent": None, "subtaskCount": 0,
-        "updatedAt": "2026-12-02T00:00:00.000000Z"}
+TASK = {
+    "channel": "general",
+    "number": 1,
+    "scopeId": "tsk_1",
+    "title": "t",
+    "status": "todo",
+    "priority": None,
+    "assignee": None,
+    "labels": [],
+    "parent": None,
+    "subtaskCount": 0,
+    "updatedAt": "2026-12-02T00:00:00.000000Z",
+}
 
 
 @dataclass
@@ -55,12 +65,24 @@ class CountingTokens:
         return True
 
 
-def make_bridge(handler: Callable[[httpx.Request], httpx.Response], journal: ListJournal,
-                tokens: CountingTokens | None = None) -> tuple[Bridge, CountingTokens]:
+def make_bridge(
+    handler: Callable[[httpx.Request], httpx.Response],
+    journal: ListJournal,
+    tokens: CountingTokens | None = None,
+) -> tuple[Bridge, CountingTokens]:
     tokens = tokens or CountingTokens(["tok-1", "tok-2", "tok-3"])
-    launch = LaunchContext("http://upstream.test", "ws_1", "agt_1", tokens,
-                           {"api_url": "test", "workspace_id": "test", "agent_id": "test",
-                            "bearer_token": tokens.kind})
+    launch = LaunchContext(
+        "http://upstream.test",
+        "ws_1",
+        "agt_1",
+        tokens,
+        {
+            "api_url": "test",
+            "workspace_id": "test",
+            "agent_id": "test",
+            "bearer_token": tokens.kind,
+        },
+    )
     upstream = UpstreamClient("http://upstream.test", transport=httpx.MockTransport(handler))
     return Bridge(launch, Credentials(tokens), upstream, journal, Session("s_test")), tokens
 
@@ -72,21 +94,38 @@ async def test_a_401_refreshes_once_and_replays_the_same_request() -> None:
         seen.append((request.headers["authorization"], request.content))
         if request.headers["authorization"] == "Bearer tok-1":
             return httpx.Response(401, json={"error": {"code": "token_expired", "message": "x"}})
-        return httpx.Response(200, json={"checkpoint": {"id": 1, "summary": "s", "author": "@a",
-                                                        "createdAt": "2026-12-02T00:00:00Z"},
-                                         "task": TASK})
+        return httpx.Response(
+            200,
+            json={
+                "checkpoint": {
+                    "id": 1,
+                    "summary": "s",
+                    "author": "@a",
+                    "createdAt": "2026-12-02T00:00:00Z",
+                },
+                "task": TASK,
+            },
+        )
 
     journal = ListJournal()
     bridge, tokens = make_bridge(handler, journal)
-    result = await bridge.call("task_checkpoint", {"channel": "general", "number": 1,
-                                                   "summary": "s"}, {}, 7)
+    result = await bridge.call(
+        "task_checkpoint", {"channel": "general", "number": 1, "summary": "s"}, {}, 7
+    )
     assert not result.is_error, result.structured_content
     assert [auth for auth, _ in seen] == ["Bearer tok-1", "Bearer tok-2"]
     assert seen[0][1] == seen[1][1]  # the same operation, replayed
     assert tokens.fetched == 2
-    assert journal.kinds() == ["call_received", "context_injected", "upstream_request",
-                               "upstream_response", "token_refreshed", "upstream_request",
-                               "upstream_response", "call_result"]
+    assert journal.kinds() == [
+        "call_received",
+        "context_injected",
+        "upstream_request",
+        "upstream_response",
+        "token_refreshed",
+        "upstream_request",
+        "upstream_response",
+        "call_result",
+    ]
     durable = [kind for (e, d), kind in zip(journal.events, journal.kinds(), strict=True) if d]
     assert durable == ["upstream_request", "upstream_request", "call_result"]
 
@@ -127,8 +166,9 @@ async def test_a_broken_journal_refuses_mutations_before_sending() -> None:
 
     journal = ListJournal(broken=True)
     bridge, _ = make_bridge(handler, journal)
-    result = await bridge.call("task_create", {"channel": "general", "tasks": [{"title": "x"}]},
-                               {}, 1)
+    result = await bridge.call(
+        "task_create", {"channel": "general", "tasks": [{"title": "x"}]}, {}, 1
+    )
     error = result.structured_content["error"]  # type: ignore[index]
     assert (error["code"], error["retryable"]) == ("journal_unavailable", True)
     assert sent == []
@@ -141,8 +181,9 @@ async def test_the_same_key_in_flight_answers_idempotency_in_progress() -> None:
 
     async def slow(request: httpx.Request) -> httpx.Response:
         await release.wait()
-        return httpx.Response(200, json={"channel": "general", "parent": None,
-                                         "tasks": [TASK], "reused": False})
+        return httpx.Response(
+            200, json={"channel": "general", "parent": None, "tasks": [TASK], "reused": False}
+        )
 
     class Slow(httpx.AsyncBaseTransport):
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -174,19 +215,33 @@ async def test_hidden_workflow_context_comes_only_from_meta() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         bodies.append(json.loads(request.content))
-        return httpx.Response(200, json={"channel": "general", "parent": None, "tasks": [TASK],
-                                         "reused": False})
+        return httpx.Response(
+            200, json={"channel": "general", "parent": None, "tasks": [TASK], "reused": False}
+        )
 
     journal = ListJournal()
     bridge, _ = make_bridge(handler, journal)
-    result = await bridge.call("task_create", {"channel": "general", "tasks": [{"title": "t"}],
-                                               "idempotency_key": " k "},
-                               {"agentteam/workflow_run_id": "run_9",
-                                "agentteam/callback_effect_id": "cb_9"}, 1)
+    result = await bridge.call(
+        "task_create",
+        {"channel": "general", "tasks": [{"title": "t"}], "idempotency_key": " k "},
+        {"agentteam/workflow_run_id": "run_9", "agentteam/callback_effect_id": "cb_9"},
+        1,
+    )
     assert not result.is_error
-    assert bodies == [{"channel": "general", "tasks": [{"title": "t"}], "idempotencyKey": "k",
-                       "workflowRunId": "run_9", "callbackEffectId": "cb_9"}]
-    no_meta = await bridge.call("task_create", {"channel": "general", "tasks": [{"title": "t"}],
-                                                "idempotency_key": "k"}, {}, 2)
+    assert bodies == [
+        {
+            "channel": "general",
+            "tasks": [{"title": "t"}],
+            "idempotencyKey": "k",
+            "workflowRunId": "run_9",
+            "callbackEffectId": "cb_9",
+        }
+    ]
+    no_meta = await bridge.call(
+        "task_create",
+        {"channel": "general", "tasks": [{"title": "t"}], "idempotency_key": "k"},
+        {},
+        2,
+    )
     assert no_meta.structured_content["error"]["code"] == "idempotency_key_requires_callback"  # type: ignore[index]
     assert len(bodies) == 1

@@ -14,8 +14,13 @@ from bridge._registry import INSTRUCTIONS, MCP_TOOLS, REGISTRY, TOOLS
 # Compact-JSON budget of what a model sees of each tool (name, title, description, inputSchema,
 # annotations), a deterministic regression guard of persistent context (contract 10.1).
 CONTEXT_BUDGET_BYTES = {
-    "task_list": 2600, "task_get": 900, "task_create": 3900, "task_update": 3700,
-    "task_set_claim": 1300, "task_checkpoint": 1200, "task_delete": 1200,
+    "task_list": 2600,
+    "task_get": 900,
+    "task_create": 3900,
+    "task_update": 3700,
+    "task_set_claim": 1300,
+    "task_checkpoint": 1200,
+    "task_delete": 1200,
 }
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
@@ -39,8 +44,15 @@ def _properties(schema: dict[str, Any], path: str = "$") -> list[tuple[str, dict
 
 
 def test_exactly_the_seven_canonical_tools_in_a_stable_order() -> None:
-    assert list(TOOLS) == ["task_list", "task_get", "task_create", "task_update",
-                           "task_set_claim", "task_checkpoint", "task_delete"]
+    assert list(TOOLS) == [
+        "task_list",
+        "task_get",
+        "task_create",
+        "task_update",
+        "task_set_claim",
+        "task_checkpoint",
+        "task_delete",
+    ]
     assert [t.name for t in MCP_TOOLS] == list(TOOLS)
 
 
@@ -65,7 +77,7 @@ def test_input_schema_is_flat_closed_and_self_contained(spec: Any) -> None:
 @pytest.mark.parametrize("spec", REGISTRY, ids=lambda s: s.name)
 def test_every_field_is_snake_case_documented_and_never_hidden_context(spec: Any) -> None:
     schema = spec.tool.input_schema
-    for path, prop in _properties(schema):
+    for path, _prop in _properties(schema):
         name = path.rsplit(".", 1)[-1].rstrip("[]")
         assert _SNAKE.match(name), path
         assert not is_hidden_name(name), path

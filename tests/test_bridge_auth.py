@@ -1,0 +1,136 @@
+"""Credentials through the real bridge: refresh-once on 401, no fallback, start-up errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from runtime import OTHER_AGENT_ID, FaultSpec, Runtime, RuntimeConfig, open_runtime
+
+from .bridge_harness import bridge_command, open_bridge
+
+
+async def test_expired_tokens_are_refreshed_by_the_token_command(tmp_path: Path) -> None:
+    async with open_runtime(
+        RuntimeConfig(db_path=str(tmp_path / "rt.db"), token_ttl_seconds=1.0)
+    ) as rt:
+        async with open_bridge(rt.bridge_env(), tmp_path / "j.db", runtime=rt) as bridge:
+            await bridge.ok("task_list", {"channel": "general"})
+            await trio.sleep(1.2)
+            await bridge.ok("task_list", {"channel": "general"})
+
+
+async def test_token_file_is_reread_on_401(tmp_path: Path) -> None:
+    async with open_runtime(RuntimeConfig(db_path=str(tmp_path / "rt.db"))) as rt:
+        token_file = tmp_path / "token"
+        token_file.write_text("not-yet")
+        env = {**rt.bridge_env(), "AGENTTEAM_TOKEN_FILE": str(token_file)}
+        del env["AGENTTEAM_TOKEN_COMMAND"]
+        async with open_bridge(env, tmp_path / "j.db", runtime=rt) as bridge:
+            token_file.write_text(rt.mint_token(ttl_seconds=0.5))  # read at the first call
+            await bridge.ok("task_list", {"channel": "general"})
+            await trio.sleep(0.7)
+            token_file.write_text(rt.mint_token())
+            await bridge.ok("task_list", {"channel": "general"})
+
+
+async def test_a_static_token_is_not_replayed_after_a_401(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    env = {**file_runtime.bridge_env(), "AGENTTEAM_TOKEN": file_runtime.mint_token()}
+    del env["AGENTTEAM_TOKEN_COMMAND"]
+    async with open_bridge(env, tmp_path / "j.db", runtime=file_runtime) as bridge:
+        file_runtime.faults.arm(FaultSpec(kind="unauthorized", times=5))
+        error = await bridge.fails("task_list", {"channel": "general"}, code="unauthorized")
+        assert error["retryable"] is False
+        assert file_runtime.faults.fired == 1
+
+
+async def test_a_401_storm_ends_in_unauthorized_after_one_replay(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    async with open_bridge(
+        file_runtime.bridge_env(), tmp_path / "j.db", runtime=file_runtime
+    ) as bridge:
+        file_runtime.faults.arm(FaultSpec(kind="unauthorized", times=50))
+        await bridge.fails(
+            "task_create", {"channel": "general", "tasks": [{"title": "x"}]}, code="unauthorized"
+        )
+        assert file_runtime.faults.fired == 2
+        assert file_runtime.store.stats()["tasks"] == 0
+
+
+async def test_a_token_of_another_agent_is_refused_not_swapped(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    env = {**file_runtime.bridge_env(), "AGENTTEAM_TOKEN": file_runtime.mint_token(OTHER_AGENT_ID)}
+    del env["AGENTTEAM_TOKEN_COMMAND"]
+    async with open_bridge(env, tmp_path / "j.db") as bridge:
+        await bridge.fails("task_list", {"channel": "general"}, code="credential_mismatch")
+
+
+def _serve(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        bridge_command("--journal", str(tmp_path / "j.db")),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "XDG_CONFIG_HOME": str(tmp_path),
+            **env,
+        },
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_missing_context_fails_at_start_in_one_clear_line(tmp_path: Path) -> None:
+    cases = [
+        ({}, "AGENTTEAM_API_URL"),
+        ({"AGENTTEAM_API_URL": "http://127.0.0.1:9"}, "AGENTTEAM_WORKSPACE_ID"),
+        (
+            {
+                "AGENTTEAM_API_URL": "http://127.0.0.1:9",
+                "AGENTTEAM_WORKSPACE_ID": "ws",
+                "AGENTTEAM_AGENT_ID": "agt",
+            },
+            "AGENTTEAM_TOKEN_COMMAND",
+        ),
+    ]
+    for env, mentioned in cases:
+        done = _serve(env, tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and mentioned in lines[0], done.stderr
+
+
+def test_an_unwritable_journal_fails_at_start_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = subprocess.run(
+        [*bridge_command("--journal", str(blocker / "j.db")), "--embedded"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "journal" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_serve_help_has_examples() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge._cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "examples:" in done.stdout and "--embedded" in done.stdout

@@ -1,0 +1,70 @@
+"""The idempotent task_create inside a workflow callback, through the real bridge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bridge_harness import BridgeSession
+
+META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
+
+
+def _open_callback(bridge: BridgeSession) -> None:
+    rt = bridge.runtime
+    assert rt is not None
+    rt.store.open_callback(rt.workspace_id, "run_1", "cb_1", rt.agent_id)
+
+
+async def test_a_replay_reuses_the_original_tasks_and_allocates_nothing(
+    bridge: BridgeSession,
+) -> None:
+    _open_callback(bridge)
+    args: dict[str, Any] = {
+        "channel": "general",
+        "tasks": [{"title": "from the callback"}],
+        "idempotency_key": "effect-1",
+    }
+    first = await bridge.ok("task_create", args, meta=META)
+    assert bridge.runtime is not None
+    before = bridge.runtime.store.stats()
+    again = await bridge.ok("task_create", args, meta=META)
+    assert again["data"]["reused"] is True and first["data"]["reused"] is False
+    assert again["data"]["tasks"] == first["data"]["tasks"]
+    assert bridge.runtime.store.stats() == before
+    nxt = await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "n"}]})
+    assert nxt["data"]["tasks"][0]["number"] == 2
+
+
+async def test_the_same_key_with_other_arguments_conflicts(bridge: BridgeSession) -> None:
+    _open_callback(bridge)
+    args: dict[str, Any] = {
+        "channel": "general",
+        "tasks": [{"title": "a"}],
+        "idempotency_key": "effect-2",
+    }
+    await bridge.ok("task_create", args, meta=META)
+    error = await bridge.fails(
+        "task_create", {**args, "tasks": [{"title": "b"}]}, code="idempotency_conflict", meta=META
+    )
+    assert error["retryable"] is False
+
+
+async def test_a_key_without_callback_context_fails_locally(bridge: BridgeSession) -> None:
+    args = {"channel": "general", "tasks": [{"title": "a"}], "idempotency_key": "k"}
+    await bridge.fails("task_create", args, code="idempotency_key_requires_callback")
+    await bridge.fails("task_create", args, code="callback_not_active", meta=META)
+    assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 0
+
+
+async def test_model_arguments_cannot_supply_the_workflow_run(bridge: BridgeSession) -> None:
+    await bridge.fails(
+        "task_create",
+        {
+            "channel": "general",
+            "tasks": [{"title": "a"}],
+            "idempotency_key": "k",
+            "workflow_run_id": "run_1",
+        },
+        code="hidden_context_field",
+        meta=META,
+    )
