@@ -52,7 +52,7 @@ Errors::
      └── EventEncodeError     the event cannot be encoded (also a ValueError)
 """
 
-from ._async_writer import AsyncWriter, WriterStats, open_writer
+from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
 from ._checkpoint import (
     Checkpoint,
@@ -125,6 +125,7 @@ __all__ = [
     "JournalFormatError",
     "JournalUnavailable",
     "JournalUnavailableReason",
+    "JournalWriter",
     "Kind",
     "Payload",
     "Reader",

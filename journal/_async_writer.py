@@ -31,7 +31,7 @@ from ._errors import JournalUnavailable
 from ._events import Event
 from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, _Core, open_core
 
-__all__ = ["AsyncWriter", "WriterStats", "open_writer"]
+__all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 
 QUEUE_SIZE: Final = 1024
 MAX_BATCH: Final = 512
@@ -266,6 +266,9 @@ class AsyncWriter:
             await trio.to_thread.run_sync(self._core.close, limiter=self._limiter)
 
 
+JournalWriter = AsyncWriter  # the name the bridge knows it by
+
+
 @asynccontextmanager
 async def open_writer(
     path: str | os.PathLike[str],
@@ -279,6 +282,7 @@ async def open_writer(
     checkpoint_every: int = CHECKPOINT_EVERY,
     checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
     checkpoint_path: str | os.PathLike[str] | None = None,
+    synchronous_full: bool = True,
 ) -> AsyncIterator[AsyncWriter]:
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
@@ -288,6 +292,9 @@ async def open_writer(
     ``max_bytes``: cap on the database size; beyond it appends fail with reason ``disk_full``.
     ``checkpoint_every`` events / ``checkpoint_interval`` seconds: when checkpoints are signed
     (also on close); ``checkpoint_path``: where the latest one is exported, outside the database.
+    ``synchronous_full=False`` never fsyncs (``synchronous=NORMAL``): commits survive a process
+    crash but not a power loss; ``durable=True`` then only means "committed". For tests and
+    benchmarks, not for production.
     On exit, queued events are committed and a final checkpoint is signed, even when cancelled.
     """
     core = await trio.to_thread.run_sync(
@@ -301,6 +308,7 @@ async def open_writer(
             checkpoint_interval=checkpoint_interval,
             checkpoint_path=checkpoint_path,
             secrets=secrets,
+            synchronous_full=synchronous_full,
         )
     )
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)

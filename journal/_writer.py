@@ -76,8 +76,10 @@ class _Core:
         checkpoint_interval: float,
         checkpoint_path: Path | None,
         secrets: Iterable[str],
+        synchronous_full: bool = True,
     ) -> None:
         self.path = path
+        self._synchronous_full = synchronous_full
         self._key = key
         self._max_bytes = max_bytes
         self._checkpoint_every = checkpoint_every
@@ -199,7 +201,7 @@ class _Core:
             )
         )
         signed: Checkpoint | None = None
-        if not rows and durable and self._unsynced:
+        if not rows and durable and self._unsynced and self._synchronous_full:
             checkpoint = True  # a checkpoint commits with FULL, which fsyncs all earlier frames
         if checkpoint or self.checkpoint_due(last_seq):
             if not rows and self.last_checkpoint and self.last_checkpoint.seq == last_seq:
@@ -215,7 +217,7 @@ class _Core:
             return None
         conn = self._conn
         try:
-            wanted = "FULL" if durable or signed else "NORMAL"
+            wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
             if wanted != self._synchronous:
                 conn.execute(f"PRAGMA synchronous={wanted}")
                 self._synchronous = wanted
@@ -377,6 +379,7 @@ def open_core(
     checkpoint_interval: float,
     checkpoint_path: str | os.PathLike[str] | None,
     secrets: Iterable[str],
+    synchronous_full: bool = True,
 ) -> _Core:
     return _Core(
         Path(path),
@@ -387,6 +390,7 @@ def open_core(
         checkpoint_interval=checkpoint_interval,
         checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
         secrets=secrets,
+        synchronous_full=synchronous_full,
     )
 
 
@@ -400,6 +404,7 @@ def open_sync_writer(
     checkpoint_every: int = CHECKPOINT_EVERY,
     checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
     checkpoint_path: str | os.PathLike[str] | None = None,
+    synchronous_full: bool = True,
 ) -> SyncWriter:
     """Open (creating and migrating if needed) a journal for blocking writes.
 
@@ -415,5 +420,6 @@ def open_sync_writer(
             checkpoint_interval=checkpoint_interval,
             checkpoint_path=checkpoint_path,
             secrets=secrets,
+            synchronous_full=synchronous_full,
         )
     )
