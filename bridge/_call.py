@@ -302,11 +302,11 @@ class Bridge:
                 fresh = await self.credentials.refresh(token)
             except CredentialError as exc:
                 raise ToolError("credential_unavailable", f"No fresh token: {exc}.") from None
+            if fresh is None:  # a static token cannot be refreshed: no replay
+                return reply
             await call.record(
                 TokenRefreshed(source=self.credentials.source.kind, reason="upstream answered 401")
             )
-            if fresh is None:
-                return reply
             token = fresh
         raise AssertionError("unreachable")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
+from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,9 +17,39 @@ import trio
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+import journal
 from runtime import Runtime
 
 CLIENT = types.Implementation(name="agentteam-tests", version="9.9.9")
+
+# The event grammar of one call (replay's `verify` checks the same).
+CALL_GRAMMAR = re.compile(
+    r"call_received "
+    r"(call_rejected"
+    r"|context_injected "
+    r"(upstream_request (upstream_response (token_refreshed upstream_request "
+    r"(upstream_response )?)?)?)?"
+    r"(call_result|call_error|call_cancelled))$"
+)
+
+
+def journal_calls(path: Path) -> dict[str, list[str]]:
+    """Each call's event kinds, in order."""
+    calls: dict[str, list[str]] = defaultdict(list)
+    with journal.open_reader(path) as reader:
+        for record in reader.events():
+            if record.call_id:
+                calls[record.call_id].append(record.kind)
+    return calls
+
+
+def assert_journal_sound(path: Path) -> None:
+    """The journal verifies, and every call in it tells its whole story."""
+    with journal.open_reader(path) as reader:
+        report = journal.verify(reader)
+    assert report.ok, report.findings
+    for call_id, kinds in journal_calls(path).items():
+        assert CALL_GRAMMAR.match(" ".join(kinds)), (call_id, kinds)
 
 
 @dataclass
@@ -68,15 +100,15 @@ def bridge_command(*extra: str) -> list[str]:
 
 @asynccontextmanager
 async def open_bridge(
-    env: Mapping[str, str], journal: Path, *extra: str, runtime: Runtime | None = None
+    env: Mapping[str, str], journal_path: Path, *extra: str, runtime: Runtime | None = None
 ) -> AsyncIterator[BridgeSession]:
-    command = bridge_command("--journal", str(journal), *extra)
+    command = bridge_command("--journal", str(journal_path), *extra)
     params = StdioServerParameters(
         command=command[0],
         args=command[1:],
         env={
-            "XDG_CONFIG_HOME": str(journal.parent / "config"),
-            "XDG_DATA_HOME": str(journal.parent / "data"),
+            "XDG_CONFIG_HOME": str(journal_path.parent / "config"),
+            "XDG_DATA_HOME": str(journal_path.parent / "data"),
             **env,
         },
     )
@@ -86,4 +118,5 @@ async def open_bridge(
                 with trio.fail_after(30):
                     await session.initialize()
                     tools = (await session.list_tools()).tools
-                yield BridgeSession(session, runtime, journal, errlog, tools)
+                yield BridgeSession(session, runtime, journal_path, errlog, tools)
+    assert_journal_sound(journal_path)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
-from collections import defaultdict
 from pathlib import Path
 
 import trio
@@ -13,25 +11,7 @@ import trio
 import journal
 from runtime import FaultSpec, Runtime
 
-from .bridge_harness import open_bridge
-
-# The event grammar of one call (replay's `verify` checks the same).
-CALL_GRAMMAR = re.compile(
-    r"call_received "
-    r"(call_rejected"
-    r"|context_injected (upstream_request upstream_response "
-    r"(token_refreshed upstream_request upstream_response )?)?(call_result|call_error)"
-    r"|context_injected (upstream_request (upstream_response )?)?call_cancelled)$"
-)
-
-
-def _calls(path: Path) -> dict[str, list[str]]:
-    calls: dict[str, list[str]] = defaultdict(list)
-    with journal.open_reader(path) as reader:
-        for record in reader.events():
-            if record.call_id:
-                calls[record.call_id].append(record.kind)
-    return calls
+from .bridge_harness import CALL_GRAMMAR, journal_calls, open_bridge
 
 
 async def test_every_call_is_journaled_in_order_and_the_journal_verifies(
@@ -51,7 +31,7 @@ async def test_every_call_is_journaled_in_order_and_the_journal_verifies(
         with trio.move_on_after(0.5):
             await bridge.call("task_get", {"channel": "general", "number": 1})
         await bridge.fails("nope", {}, code="unknown_tool")
-    calls = _calls(path)
+    calls = journal_calls(path)
     assert len(calls) == 7
     for call_id, kinds in calls.items():
         assert CALL_GRAMMAR.match(" ".join(kinds)), (call_id, kinds)
