@@ -1,0 +1,111 @@
+"""Shared material for the journal tests: a key, one sample event per kind, small openers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import journal
+from journal import (
+    CallCancelled,
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    DeprecatedUsage,
+    Event,
+    InjectedField,
+    Payload,
+    SessionEnded,
+    SessionStarted,
+    TokenRefreshed,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+KEY: Final = bytes(range(32))
+SESSION: Final = "session-1"
+
+SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
+    "session_started": SessionStarted(
+        bridge_version="0.1.0",
+        compat_policy="hint",
+        client_name="claude-code",
+        client_version="2.1.0",
+        protocol_version="2025-11-25",
+        workspace_id="ws-1",
+        agent_id="agent-1",
+        api_url="http://127.0.0.1:8765",
+    ),
+    "session_ended": SessionEnded(reason="stdin closed", calls=3),
+    "call_received": CallReceived(
+        arguments={"channel": "eng", "title": "Write the journal ✓", "labels": ["a", "b"]},
+        meta_keys=["agentteam/workflow_run_id"],
+        jsonrpc_request_id=7,
+    ),
+    "call_rejected": CallRejected(
+        error_code="invalid_arguments",
+        message="title is required",
+        field_errors={"$.title": "required"},
+    ),
+    "context_injected": ContextInjected(
+        fields=[
+            InjectedField(name="workspace_id", source="env:AGENTTEAM_WORKSPACE_ID", value="ws-1"),
+            InjectedField(name="agent_id", source="env:AGENTTEAM_AGENT_ID", value="agent-1"),
+        ]
+    ),
+    "upstream_request": UpstreamRequest(
+        method="POST",
+        route="/api/v1/workspaces/ws-1/agents/agent-1/runtime/tasks",
+        body={"channel": "eng", "title": "Write the journal ✓"},
+        headers={"content-type": "application/json"},
+        attempt=1,
+    ),
+    "upstream_response": UpstreamResponse(
+        status=409,
+        body={"error": {"code": "conflict"}},
+        headers={"content-type": "application/json"},
+        duration_ms=3.25,
+    ),
+    "token_refreshed": TokenRefreshed(source="command", reason="401 from upstream"),
+    "deprecated_usage": DeprecatedUsage(
+        use_kind="tool_name",
+        old_name="create_tasks",
+        replacement="task_create",
+        client_name="cursor",
+        client_version="1.0",
+        agent_id="agent-1",
+    ),
+    "call_result": CallResult(result={"data": {"number": 4}, "meta": {}}, duration_ms=5.5),
+    "call_error": CallError(
+        error_code="task_conflict", retryable=False, message="stale", duration_ms=4.0
+    ),
+    "call_cancelled": CallCancelled(reason="client cancelled"),
+}
+assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
+
+
+def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task_create") -> Event:
+    """The sample event of a kind, in one call of one session."""
+    session_level = kind in ("session_started", "session_ended")
+    return Event(
+        session_id=SESSION,
+        call_id=None if session_level else call_id,
+        mcp_method_name=None if session_level else "tools/call",
+        gen_ai_tool_name=None if session_level else tool,
+        jsonrpc_request_id=None if session_level else 7,
+        payload=SAMPLE_PAYLOADS[kind],
+    )
+
+
+def all_kinds() -> list[Event]:
+    """One event of every kind, in a plausible order."""
+    return [event(kind) for kind in journal.KINDS]
+
+
+def write_journal(path: Path, events: list[Event], **options: object) -> journal.SyncWriter:
+    """Write events with the sync writer and close it (returns the closed writer)."""
+    with journal.open_sync_writer(path, key=KEY, **options) as writer:  # type: ignore[arg-type]
+        writer.append_many(events)
+    return writer
