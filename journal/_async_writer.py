@@ -29,6 +29,7 @@ from ._canonical import Row
 from ._checkpoint import Checkpoint
 from ._errors import JournalUnavailable
 from ._events import Event
+from ._schema import BUSY_TIMEOUT_S
 from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, _Core, open_core
 
 __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
@@ -283,6 +284,7 @@ async def open_writer(
     checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
     checkpoint_path: str | os.PathLike[str] | None = None,
     synchronous_full: bool = True,
+    busy_timeout: float = BUSY_TIMEOUT_S,
 ) -> AsyncIterator[AsyncWriter]:
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
@@ -294,7 +296,8 @@ async def open_writer(
     (also on close); ``checkpoint_path``: where the latest one is exported, outside the database.
     ``synchronous_full=False`` never fsyncs (``synchronous=NORMAL``): commits survive a process
     crash but not a power loss; ``durable=True`` then only means "committed". For tests and
-    benchmarks, not for production.
+    benchmarks, not for production. ``busy_timeout``: seconds to wait for SQLite's lock (held
+    briefly by other tools) before an append fails with reason ``locked``.
     On exit, queued events are committed and a final checkpoint is signed, even when cancelled.
     """
     core = await trio.to_thread.run_sync(
@@ -309,6 +312,7 @@ async def open_writer(
             checkpoint_path=checkpoint_path,
             secrets=secrets,
             synchronous_full=synchronous_full,
+            busy_timeout=busy_timeout,
         )
     )
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)

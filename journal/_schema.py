@@ -305,14 +305,16 @@ def create_private_file(path: Path) -> int:
     return fd
 
 
-def connect_writer(path: Path, *, max_bytes: int | None = None) -> sqlite3.Connection:
+def connect_writer(
+    path: Path, *, max_bytes: int | None = None, busy_timeout: float = BUSY_TIMEOUT_S
+) -> sqlite3.Connection:
     """Open the writer's connection: WAL, synchronous=FULL, busy timeout, schema migrated.
 
     The connection runs in autocommit mode; the writer issues ``BEGIN IMMEDIATE`` itself.
     """
     try:
         conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
         )
     except sqlite3.Error as exc:
         raise classify_sqlite_error(exc) from exc

@@ -26,7 +26,7 @@ from ._checkpoint import Checkpoint, export_checkpoint, load_key, sign_checkpoin
 from ._errors import EventEncodeError, JournalUnavailable, classify_sqlite_error
 from ._events import PAYLOAD_TYPES, Event, derived_columns
 from ._redact import Redactor
-from ._schema import connect_writer, create_private_file, ensure_identity
+from ._schema import BUSY_TIMEOUT_S, connect_writer, create_private_file, ensure_identity
 
 __all__ = ["SyncWriter", "open_sync_writer"]
 
@@ -77,8 +77,10 @@ class _Core:
         checkpoint_path: Path | None,
         secrets: Iterable[str],
         synchronous_full: bool = True,
+        busy_timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = path
+        self._busy_timeout = busy_timeout
         self._synchronous_full = synchronous_full
         self._key = key
         self._max_bytes = max_bytes
@@ -90,7 +92,7 @@ class _Core:
         self._lock_fd = create_private_file(path)
         try:
             _lock_exclusively(self._lock_fd, path)
-            self._conn = connect_writer(path, max_bytes=max_bytes)
+            self._conn = connect_writer(path, max_bytes=max_bytes, busy_timeout=busy_timeout)
             try:
                 self.journal_id = ensure_identity(self._conn, journal_id)
                 self._load_head()
@@ -269,7 +271,9 @@ class _Core:
             self._conn.close()
         except sqlite3.Error:
             pass
-        self._conn = connect_writer(self.path, max_bytes=self._max_bytes)
+        self._conn = connect_writer(
+            self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
+        )
         self._synchronous = "FULL"
         self._unsynced = False
         self._load_head()
@@ -380,6 +384,7 @@ def open_core(
     checkpoint_path: str | os.PathLike[str] | None,
     secrets: Iterable[str],
     synchronous_full: bool = True,
+    busy_timeout: float = BUSY_TIMEOUT_S,
 ) -> _Core:
     return _Core(
         Path(path),
@@ -391,6 +396,7 @@ def open_core(
         checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
         secrets=secrets,
         synchronous_full=synchronous_full,
+        busy_timeout=busy_timeout,
     )
 
 
@@ -405,6 +411,7 @@ def open_sync_writer(
     checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
     checkpoint_path: str | os.PathLike[str] | None = None,
     synchronous_full: bool = True,
+    busy_timeout: float = BUSY_TIMEOUT_S,
 ) -> SyncWriter:
     """Open (creating and migrating if needed) a journal for blocking writes.
 
@@ -421,5 +428,6 @@ def open_sync_writer(
             checkpoint_path=checkpoint_path,
             secrets=secrets,
             synchronous_full=synchronous_full,
+            busy_timeout=busy_timeout,
         )
     )
