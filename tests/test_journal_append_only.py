@@ -59,7 +59,9 @@ def test_sqlite_refuses_to_change_a_row(
 def test_every_table_is_protected(raw: sqlite3.Connection) -> None:
     tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == set(TABLES_AND_KEYS)
-    triggers = {r[0] for r in raw.execute("SELECT tbl_name FROM sqlite_master WHERE type='trigger'")}
+    triggers = {
+        r[0] for r in raw.execute("SELECT tbl_name FROM sqlite_master WHERE type='trigger'")
+    }
     assert triggers == tables
 
 

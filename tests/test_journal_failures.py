@@ -1,4 +1,4 @@
-"""The journal fails closed: disk full, read-only, locked and closed journals raise a classified error."""
+"""The journal fails closed: disk full, read-only, locked, closed: each a classified error."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
 import journal
 
@@ -175,4 +176,4 @@ async def test_an_unencodable_event_is_the_callers_error_and_takes_no_seq(tmp_pa
             )
         assert writer.failed is None
         assert await writer.append(event("call_received")) == 1
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()

@@ -1,4 +1,4 @@
-"""Secrets never land: a canary token, passed everywhere a careless caller could, is not in the file."""
+"""Secrets never land: a canary token, passed everywhere a careless caller could, stays out."""
 
 from __future__ import annotations
 
@@ -139,8 +139,10 @@ def test_a_secret_registered_later_is_redacted_from_then_on(tmp_path: Path) -> N
         ("https://u:p4ss@h/x", f"https://{REDACTED}@h/x"),
         ("/x?a=1&api_key=s3cr3t&b=2", f"/x?a=1&api_key={REDACTED}&b=2"),
         # Names that only contain a credential word are audit data, kept.
-        ({"max_tokens": 5, "token_source": "file", "idempotency_key": "k1"},
-         {"max_tokens": 5, "token_source": "file", "idempotency_key": "k1"}),
+        (
+            {"max_tokens": 5, "token_source": "file", "idempotency_key": "k1"},
+            {"max_tokens": 5, "token_source": "file", "idempotency_key": "k1"},
+        ),
     ],
 )
 def test_redaction_rules(value: Any, expected: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import sqlite3
@@ -74,7 +75,7 @@ def test_sequence_and_chain_continue_across_reopen(tmp_path: Path) -> None:
     with journal.open_reader(path) as reader:
         records = list(reader.events())
         assert [r.seq for r in records] == list(range(1, len(journal.KINDS) + 1))
-        assert all(b.prev_hash == a.hash for a, b in zip(records, records[1:], strict=False))
+        assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(records))
         assert journal.verify(reader, key=KEY).ok
         assert [r.ts_mono_ns for r in records] == sorted(r.ts_mono_ns for r in records)
 
@@ -98,9 +99,7 @@ def mixed_journal(tmp_path: Path) -> Iterator[journal.Reader]:
             event("upstream_request", call_id=call, tool=tool),
             event("call_result", call_id=call, tool=tool),
         ]
-    events.append(
-        journal.Event(session_id="session-2", payload=SAMPLE_PAYLOADS["session_started"])
-    )
+    events.append(journal.Event(session_id="session-2", payload=SAMPLE_PAYLOADS["session_started"]))
     write_journal(path, events)
     with journal.open_reader(path) as reader:
         yield reader
@@ -138,9 +137,7 @@ def test_append_many_is_all_or_nothing(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     with journal.open_sync_writer(path, key=KEY) as writer:
         writer.append(event("call_received"))
-        bad = journal.Event(
-            session_id=SESSION, payload=journal.CallResult(result={"x": object()})
-        )
+        bad = journal.Event(session_id=SESSION, payload=journal.CallResult(result={"x": object()}))
         with pytest.raises(journal.EventEncodeError):
             writer.append_many([event("call_result"), bad])
         assert writer.append(event("call_result")) == 2
@@ -155,8 +152,9 @@ json_values = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -193,7 +191,7 @@ def test_documented_plain_sqlite3_recipe_recomputes_every_hash(
     prev = journal.GENESIS_HASH
     for row in conn.execute("SELECT * FROM events ORDER BY seq"):
         # The recipe of journal._canonical's docstring, verbatim.
-        cols = {k: row[k] for k in row.keys() if k not in ("hash", "payload")}  # noqa: SIM118
+        cols = {k: row[k] for k in row.keys() if k not in ("hash", "payload")}
         cols["payload"] = "\0"
         text = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         text = text.replace('"payload":"\\u0000"', '"payload":' + row["payload"], 1)

@@ -1,4 +1,4 @@
-"""Tampering is detected: edits at their seq, deletions, reorders, truncation against a checkpoint."""
+"""Tampering is detected: edits at their seq, deletions, reorders, truncation (by checkpoint)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ def test_an_untouched_journal_verifies(written: tuple[Path, journal.Checkpoint])
     assert report.signatures_checked >= 2  # the held one and the stored ones
 
 
-def test_an_edited_row_is_detected_at_its_exact_seq(written: tuple[Path, journal.Checkpoint]) -> None:
+def test_an_edited_row_is_detected_at_its_exact_seq(
+    written: tuple[Path, journal.Checkpoint],
+) -> None:
     path, _ = written
     _tamper(path, """UPDATE events SET payload = '{"arguments":{"i":999}}' WHERE seq = 17""")
     assert _rules(journal.verify(path)) == [(17, "hash_mismatch")]
@@ -69,8 +71,14 @@ def test_an_edited_row_is_detected_at_its_exact_seq(written: tuple[Path, journal
 
 @pytest.mark.parametrize(
     "column_edit",
-    ["session_id = 'other'", "ts_wall = '2020-01-01T00:00:00.000000Z'", "kind_version = 1",
-     "gen_ai_tool_name = 'task_delete'", "duration_ms = 1.5", "call_id = NULL"],
+    [
+        "session_id = 'other'",
+        "ts_wall = '2020-01-01T00:00:00.000000Z'",
+        "kind_version = 1",
+        "gen_ai_tool_name = 'task_delete'",
+        "duration_ms = 1.5",
+        "call_id = NULL",
+    ],
 )
 def test_an_edit_of_any_column_is_detected(
     written: tuple[Path, journal.Checkpoint], column_edit: str
@@ -89,11 +97,15 @@ def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_next_seq(
 ) -> None:
     path, _ = written
     conn = sqlite3.connect(path)
-    row = list(conn.execute(f"SELECT {', '.join(journal.COLUMNS)} FROM events WHERE seq = 9").fetchone())
+    row = list(
+        conn.execute(f"SELECT {', '.join(journal.COLUMNS)} FROM events WHERE seq = 9").fetchone()
+    )
     conn.close()
     row[14] = '{"arguments":{"i":-1}}'
     new_hash = journal.row_hash(tuple(row))
-    _tamper(path, "UPDATE events SET payload = ?, hash = ? WHERE seq = 9", params=(row[14], new_hash))
+    _tamper(
+        path, "UPDATE events SET payload = ?, hash = ? WHERE seq = 9", params=(row[14], new_hash)
+    )
     assert _rules(journal.verify(path)) == [(10, "chain_broken")]
 
 
@@ -104,7 +116,10 @@ def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
     # The attacker rewrites seq 9 and re-chains everything after it, and drops the stored
     # checkpoints they cannot re-sign: the chain is self-consistent again.
     conn = sqlite3.connect(path)
-    rows = [list(r) for r in conn.execute(f"SELECT {', '.join(journal.COLUMNS)} FROM events ORDER BY seq")]
+    rows = [
+        list(r)
+        for r in conn.execute(f"SELECT {', '.join(journal.COLUMNS)} FROM events ORDER BY seq")
+    ]
     conn.close()
     rows[8][14] = '{"arguments":{"i":-1}}'
     for i in range(8, len(rows)):
@@ -121,7 +136,9 @@ def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
     assert _rules(report) == [(N, "checkpoint_hash_mismatch")]
 
 
-def test_a_deleted_row_is_a_gap_and_a_broken_chain(written: tuple[Path, journal.Checkpoint]) -> None:
+def test_a_deleted_row_is_a_gap_and_a_broken_chain(
+    written: tuple[Path, journal.Checkpoint],
+) -> None:
     path, _ = written
     _tamper(path, "DELETE FROM events WHERE seq = 20")
     assert _rules(journal.verify(path)) == [(21, "sequence_gap"), (21, "chain_broken")]
@@ -188,7 +205,12 @@ def test_checkpoints_export_and_import_as_json(
     assert stat.S_IMODE(exported.stat().st_mode) == 0o600
     assert journal.Checkpoint.from_json(checkpoint.to_json()) == checkpoint
     assert set(msgspec.json.decode(checkpoint.to_json())) == {
-        "journal_id", "seq", "head_hash", "ts_wall", "key_id", "signature"
+        "journal_id",
+        "seq",
+        "head_hash",
+        "ts_wall",
+        "key_id",
+        "signature",
     }
     assert checkpoint.signature_valid(KEY)
     assert checkpoint.key_id == journal.key_id(KEY)
@@ -222,7 +244,9 @@ def reader_head(path: Path) -> str:
         return reader.head()[1]
 
 
-def test_a_payload_that_does_not_decode_is_reported(written: tuple[Path, journal.Checkpoint]) -> None:
+def test_a_payload_that_does_not_decode_is_reported(
+    written: tuple[Path, journal.Checkpoint],
+) -> None:
     path, _ = written
     _tamper(path, "UPDATE events SET payload = '{\"arguments\": 3}' WHERE seq = 2")
     assert _rules(journal.verify(path)) == [(2, "hash_mismatch"), (2, "payload_invalid")]
