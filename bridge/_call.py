@@ -29,6 +29,7 @@ from journal import (
     CallRejected,
     CallResult,
     ContextInjected,
+    DeprecatedUsage,
     Event,
     InjectedField,
     Payload,
@@ -39,6 +40,7 @@ from journal import (
 
 from . import _inputs as inp
 from ._budget import decode_cursor, fit, list_digest
+from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
 from ._errors import ToolError, classify_upstream_error, snake, suggest
 from ._registry import TOOLS, ToolSpec
@@ -84,7 +86,9 @@ class Bridge:
         upstream: UpstreamClient,
         journal: JournalPort,
         session: Session,
+        compat: Policy = "hint",
     ) -> None:
+        self.compat = compat
         self.launch = launch
         self.credentials = credentials
         self.upstream = upstream
@@ -106,6 +110,7 @@ class Bridge:
         self.session.calls += 1
         meta = meta or {}
         args: dict[str, Any] = {}
+        notices: list[dict[str, str]] = []
         try:
             await call.record(
                 CallReceived(
@@ -114,21 +119,13 @@ class Bridge:
                     jsonrpc_request_id=request_id,
                 )
             )
-            spec = TOOLS.get(name)
-            if spec is None:
-                raise _Rejected(
-                    ToolError(
-                        "unknown_tool",
-                        f"No tool named `{name[:64]}`.",
-                        field_errors={"$.name": "not a tool of this server"},
-                    )
-                )
+            spec, arguments = await self._resolve(call, name, arguments, notices)
             try:
                 value = validate(spec.input_type, arguments)
             except ToolError as exc:
                 raise _Rejected(exc) from None
             args = canonical_arguments(value)
-            return await self._forward(call, spec, args, meta, started)
+            return await self._forward(call, spec, args, meta, started, notices)
         except _Rejected as rejected:
             error = rejected.error
             await call.record(
@@ -139,7 +136,7 @@ class Bridge:
                 ),
                 durable=True,
             )
-            return _error_result(error)
+            return _error_result(error, notices)
         except ToolError as error:
             if error.suggested_action is None:
                 error.suggested_action = suggest(error, name, args)
@@ -152,11 +149,56 @@ class Bridge:
                 ),
                 durable=True,
             )
-            return _error_result(error)
+            return _error_result(error, notices)
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await call.record(CallCancelled(reason="cancelled by the client or shutdown"))
             raise
+
+    async def _resolve(
+        self, call: _Call, name: str, arguments: Any, notices: list[dict[str, str]]
+    ) -> tuple[ToolSpec, Any]:
+        """The canonical tool and argument spellings, applying the compatibility policy."""
+        spec = TOOLS.get(name)
+        migration = None
+        uses: list[Use] = []
+        if spec is None:
+            migration = TOOL_MIGRATIONS.get(name)
+            if migration is None:
+                raise _Rejected(
+                    ToolError(
+                        "unknown_tool",
+                        f"No tool named `{name[:64]}`.",
+                        field_errors={"$.name": "not a tool of this server"},
+                    )
+                )
+            spec = TOOLS[migration.tool]
+            uses.append(Use("tool_name", name, migration.tool))
+        try:
+            translated, argument_uses = translate_arguments(spec.name, arguments)
+        except ToolError as exc:
+            raise _Rejected(exc) from None
+        uses += argument_uses
+        for use in uses:
+            await call.record(
+                DeprecatedUsage(
+                    use_kind=use.kind,
+                    old_name=use.old,
+                    replacement=use.replacement,
+                    client_name=self.session.client_name,
+                    client_version=self.session.client_version,
+                    agent_id=self.launch.agent_id,
+                )
+            )
+        if migration is not None:
+            translated = migration.map_arguments(translated)
+            if self.compat != "forward":
+                raise _Rejected(tool_refusal(self.compat, migration, translated))
+            call.tool = spec.name
+        if argument_uses and self.compat == "strict":
+            raise _Rejected(strict_refusal(argument_uses))
+        notices += [use.notice() for use in uses]
+        return spec, translated
 
     async def _forward(
         self,
@@ -165,6 +207,7 @@ class Bridge:
         args: dict[str, Any],
         meta: Mapping[str, Any],
         started: float,
+        notices: list[dict[str, str]],
     ) -> types.CallToolResult:
         injected, fields = self._inject(spec, args, meta)
         key_scope = self._key_scope(args, injected)
@@ -196,6 +239,8 @@ class Bridge:
                 retry_after=reply.headers.get("retry-after"),
             )
         data, result_meta = self._normalize(spec, body, list_state)
+        if notices:
+            result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         if not self.journal.healthy:
             result_meta["journal"] = "unavailable"
@@ -296,6 +341,8 @@ class Bridge:
                     attempt=attempt,
                 )
             )
+            if "deprecation" in reply.headers or "sunset" in reply.headers:
+                await self._record_deprecated_route(call, spec, reply)
             if reply.status != 401 or attempt == 2:
                 return reply
             try:
@@ -309,6 +356,20 @@ class Bridge:
             )
             token = fresh
         raise AssertionError("unreachable")
+
+    async def _record_deprecated_route(self, call: _Call, spec: ToolSpec, reply: Reply) -> None:
+        """RFC 9745 `Deprecation` / RFC 8594 `Sunset` on an upstream answer."""
+        successor = reply.headers.get("link")
+        await call.record(
+            DeprecatedUsage(
+                use_kind="upstream_route",
+                old_name=f"{spec.upstream.method} {spec.upstream.route()}",
+                replacement=successor[:300] if successor else None,
+                client_name=self.session.client_name,
+                client_version=self.session.client_version,
+                agent_id=self.launch.agent_id,
+            )
+        )
 
     def _parse(self, spec: ToolSpec, reply: Reply) -> Any:
         try:
@@ -428,8 +489,10 @@ def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None
     }
 
 
-def _error_result(error: ToolError) -> types.CallToolResult:
+def _error_result(error: ToolError, notices: list[dict[str, str]]) -> types.CallToolResult:
     envelope = error.envelope()
+    if notices:
+        envelope["meta"] = {"deprecation": {"uses": notices}}
     return types.CallToolResult(
         content=[types.TextContent(text=_plain(envelope).decode())],
         structured_content=envelope,

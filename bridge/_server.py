@@ -26,6 +26,7 @@ from journal import Event, SessionEnded, SessionStarted
 
 from . import __version__
 from ._call import Bridge, JournalPort, Session
+from ._compat import Policy
 from ._context import Credentials, LaunchContext, load_launch_context
 from ._journaling import open_journal
 from ._registry import INSTRUCTIONS, MCP_TOOLS
@@ -40,7 +41,7 @@ _LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
 @dataclass(frozen=True)
 class ServeConfig:
     journal_path: Path
-    compat: str = "hint"
+    compat: Policy = "hint"
     api_url: str | None = None
     embedded: bool = False
     runtime_db: Path | None = None
@@ -147,7 +148,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
         stack.push_async_callback(upstream.aclose)
-        bridge = Bridge(launch, credentials, upstream, journal, session)
+        bridge = Bridge(launch, credentials, upstream, journal, session, config.compat)
         session_log = _SessionLog(journal, session, launch, config.compat)
         server = build_server(bridge, session_log)
         reason = "stdin closed"

@@ -52,6 +52,12 @@ _MISSING_FIELD = re.compile(r"^Object missing required field `(?P<f>[^`]+)`")
 _UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`")
 
 _encode = msgspec.json.Encoder().encode
+# What the `deprecated` fault adds: RFC 9745 Deprecation, RFC 8594 Sunset, a successor link.
+_DEPRECATION_HEADERS = {
+    "deprecation": "@1796083200",
+    "sunset": "Tue, 01 Feb 2028 00:00:00 GMT",
+    "link": '</api/v2/tasks>; rel="successor-version"',
+}
 S = TypeVar("S", bound=msgspec.Struct)
 
 
@@ -127,6 +133,8 @@ class App:
         body = _encode(result)
         if fault is not None and fault.kind == "malformed":
             return Response(200, body[: len(body) // 2 or 1])
+        if fault is not None and fault.kind == "deprecated":
+            return Response(200, body, list(_DEPRECATION_HEADERS.items()))
         return Response(200, body)
 
     def _decode(self, request: Request, type_: type[S]) -> S:

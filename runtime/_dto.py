@@ -179,7 +179,9 @@ class Callback(_Dto, frozen=True):
     responder_agent_id: Ident | UnsetType = UNSET
 
 
-FaultKind = Literal["latency", "status", "drop", "drop_after_commit", "malformed", "unauthorized"]
+FaultKind = Literal[
+    "latency", "status", "drop", "drop_after_commit", "malformed", "unauthorized", "deprecated"
+]
 
 
 class FaultSpec(_Dto, frozen=True):

@@ -24,11 +24,11 @@ CLIENT = types.Implementation(name="agentteam-tests", version="9.9.9")
 
 # The event grammar of one call (replay's `verify` checks the same).
 CALL_GRAMMAR = re.compile(
-    r"call_received "
+    r"call_received (deprecated_usage )*"
     r"(call_rejected"
     r"|context_injected "
-    r"(upstream_request (upstream_response (token_refreshed upstream_request "
-    r"(upstream_response )?)?)?)?"
+    r"(upstream_request (upstream_response (deprecated_usage )?"
+    r"(token_refreshed upstream_request (upstream_response (deprecated_usage )?)?)?)?)?"
     r"(call_result|call_error|call_cancelled))$"
 )
 

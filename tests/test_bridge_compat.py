@@ -1,0 +1,166 @@
+"""Old tool names and argument spellings under each `--compat` policy, over real stdio."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import journal
+from runtime import FaultSpec, Runtime
+
+from .bridge_harness import BridgeSession, open_bridge
+
+# old tool name -> (arguments an old client sends, the canonical tool it maps to)
+OLD_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
+    "list_tasks": ({"channel": "general", "includeSubtasks": True}, "task_list"),
+    "task_search": ({"channel": "general", "query": "seed"}, "task_list"),
+    "get_task": ({"channel": "general", "number": 1}, "task_get"),
+    "create_tasks": ({"channel": "general", "tasks": [{"title": "old"}]}, "task_create"),
+    "update_task": ({"channel": "general", "number": 1, "title": "renamed"}, "task_update"),
+    "task_claim": ({"channel": "general", "number": 1}, "task_set_claim"),
+    "task_release": ({"channel": "general", "numbers": [1]}, "task_set_claim"),
+    "task_add_checkpoint": ({"channel": "general", "number": 1, "summary": "s"}, "task_checkpoint"),
+}
+
+
+@asynccontextmanager
+async def _bridge(runtime: Runtime, tmp_path: Path, policy: str) -> AsyncIterator[BridgeSession]:
+    async with open_bridge(
+        runtime.bridge_env(), tmp_path / f"{policy}.db", "--compat", policy, runtime=runtime
+    ) as bridge:
+        await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "seed"}]})
+        yield bridge
+
+
+def _deprecations(path: Path) -> list[journal.DeprecatedUsage]:
+    with journal.open_reader(path) as reader:
+        return [r.payload for r in reader.events(kind="deprecated_usage")]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("policy", ["strict", "hint", "forward"])
+async def test_old_tool_names_under_each_policy(
+    file_runtime: Runtime, tmp_path: Path, policy: str
+) -> None:
+    async with _bridge(file_runtime, tmp_path, policy) as bridge:
+        assert not {t.name for t in bridge.tools} & set(OLD_TOOLS)
+        for old, (args, canonical) in OLD_TOOLS.items():
+            result = await bridge.call(old, args)
+            content = result.structured_content
+            assert content is not None
+            if policy == "strict":
+                assert result.is_error and content["error"]["code"] == "unknown_tool"
+                assert canonical in content["error"]["message"]
+            elif policy == "hint":
+                assert result.is_error and content["error"]["code"] == "deprecated_tool"
+                action = content["error"]["suggested_action"]
+                assert action["tool"] == canonical
+                again = await bridge.call(action["tool"], action["arguments"])
+                assert not again.is_error, again.structured_content
+                assert "deprecation" not in again.structured_content["meta"]  # type: ignore[index]
+            else:
+                assert not result.is_error, content
+                uses = content["meta"]["deprecation"]["uses"]
+                assert uses[0] == {
+                    "kind": "tool_name",
+                    "old": old,
+                    "replacement": canonical,
+                    "removal_gate": uses[0]["removal_gate"],
+                }
+    used = _deprecations(tmp_path / f"{policy}.db")
+    tool_uses = [u for u in used if u.use_kind == "tool_name"]
+    assert [u.old_name for u in tool_uses] == list(OLD_TOOLS)
+    assert all(
+        u.client_name == "agentteam-tests"
+        and u.client_version == "9.9.9"
+        and u.agent_id == file_runtime.agent_id
+        for u in tool_uses
+    )
+
+
+ALIASES: list[tuple[str, dict[str, Any], str]] = [
+    ("task_list", {"channel": "general", "includeSubtasks": True}, "$.includeSubtasks"),
+    ("task_update", {"channel": "general", "number": 1, "title": "flat"}, "$.title"),
+    (
+        "task_update",
+        {
+            "channel": "general",
+            "number": 1,
+            "patch": {"title": "x"},
+            "expectedUpdatedAt": "2020-01-01T00:00:00Z",
+        },
+        "$.expectedUpdatedAt",
+    ),
+    ("task_delete", {"channel": "general", "number": 1, "subtaskMode": "promote"}, "$.subtaskMode"),
+]
+
+
+@pytest.mark.parametrize("policy", ["strict", "hint", "forward"])
+async def test_old_argument_spellings_under_each_policy(
+    file_runtime: Runtime, tmp_path: Path, policy: str
+) -> None:
+    async with _bridge(file_runtime, tmp_path, policy) as bridge:
+        for tool, args, old_path in ALIASES:
+            result = await bridge.call(tool, args)
+            content = result.structured_content
+            assert content is not None
+            if policy == "strict":
+                error = content["error"]
+                assert error["code"] == "invalid_arguments"
+                assert old_path in error["field_errors"]
+                assert "use `" in error["field_errors"][old_path]
+            else:
+                uses = content["meta"]["deprecation"]["uses"]
+                assert any(u["old"] == old_path for u in uses), content
+    assert {u.old_name for u in _deprecations(tmp_path / f"{policy}.db")} >= {
+        path for _, _, path in ALIASES
+    }
+
+
+async def test_nested_camel_case_is_translated(bridge: BridgeSession) -> None:
+    parent = await bridge.ok("task_create", {"channel": "eng", "tasks": [{"title": "p"}]})
+    scope = parent["data"]["tasks"][0]["scope_id"]
+    child = await bridge.ok(
+        "task_create",
+        {"parentTaskScope": {"kind": "task", "scopeId": scope}, "tasks": [{"title": "c"}]},
+    )
+    olds = [u["old"] for u in child["meta"]["deprecation"]["uses"]]
+    assert olds == ["$.parentTaskScope", "$.parent_task_scope.scopeId"]
+
+
+async def test_an_alias_beside_its_canonical_field_is_refused(bridge: BridgeSession) -> None:
+    error = await bridge.fails(
+        "task_list",
+        {"channel": "general", "includeSubtasks": True, "include_subtasks": False},
+        code="invalid_arguments",
+    )
+    assert "$.includeSubtasks" in error["field_errors"]
+
+
+@pytest.mark.parametrize("policy", ["strict", "hint", "forward"])
+async def test_names_in_no_table_fail_closed(
+    file_runtime: Runtime, tmp_path: Path, policy: str
+) -> None:
+    async with _bridge(file_runtime, tmp_path, policy) as bridge:
+        await bridge.fails("tasks_list", {"channel": "general"}, code="unknown_tool")
+        await bridge.fails(
+            "task_get",
+            {"channel": "general", "number": 1, "taskNumber": 1},
+            code="invalid_arguments",
+        )
+
+
+async def test_upstream_deprecation_headers_are_journaled(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    path = tmp_path / "j.db"
+    async with open_bridge(file_runtime.bridge_env(), path, runtime=file_runtime) as bridge:
+        file_runtime.faults.arm(FaultSpec(kind="deprecated", op="list"))
+        await bridge.ok("task_list", {"channel": "general"})
+    (use,) = _deprecations(path)
+    assert use.use_kind == "upstream_route"
+    assert use.old_name.startswith("GET /api/v1/workspaces/")
+    assert use.replacement is not None and "successor-version" in use.replacement
