@@ -1,22 +1,27 @@
-"""The trio writer: appends from many tasks, group-committed by one worker off the event loop.
+"""The trio writer: appends from many tasks, group-committed by one worker thread.
 
-``append`` builds the row at once (so seq order is append order) and queues it; one consumer task,
-owned by the writer's nursery, takes every row that is ready, commits them in one transaction in a
-worker thread (``trio.to_thread``, capacity 1, so one connection in one thread at a time), then
-wakes the appenders that wait for durability. While a commit runs, new rows gather for the next
-one: that is the group commit, and it needs no timer. A bounded number of queued rows
-(``queue_size``) gives back-pressure: ``append`` waits for room before it takes a seq.
+``append`` builds the row at once in the event loop (so seq order is append order; this is CPU
+only, microseconds) and puts it on the worker's queue. The worker is one thread with the one
+connection, started by a task of the writer's nursery (``trio.to_thread.run_sync``), so it is
+owned like any task. It takes every item that is ready, commits them in one transaction, and hands
+the outcome back to the event loop (``TrioToken.run_sync_soon``), which wakes the appenders that
+wait for durability. While a commit runs, new rows gather for the next one: that is the group
+commit, and it needs no timer. A semaphore of ``queue_size`` slots gives back-pressure: ``append``
+waits for room before it takes a seq.
 
 A failed commit makes the writer *failed* (``writer.failed``): every queued and later append
 raises JournalUnavailable with the failure's reason until ``await writer.recover()`` succeeds.
 Failure is sticky because appends made with ``durable=False`` had already returned.
+
+On exit, even when cancelled, the worker commits what is queued, signs a final checkpoint and
+closes the connection before the ``async with`` block ends.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import AsyncIterator, Iterable
+import queue
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -49,29 +54,51 @@ class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
     largest_batch: int
 
 
-class _Pending:
-    __slots__ = ("done", "durable", "error", "row")
+class _Item:
+    """A queued unit of work; ``done`` is set in the event loop once it is settled."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self, wait: bool) -> None:
+        self.done: trio.Event | None = trio.Event() if wait else None
+        self.error: JournalUnavailable | None = None
+
+    async def outcome(self) -> None:
+        assert self.done is not None
+        await self.done.wait()
+        if self.error is not None:
+            raise JournalUnavailable(self.error.reason, self.error.detail) from self.error
+
+
+class _Append(_Item):
+    __slots__ = ("durable", "row")
 
     def __init__(self, row: Row, durable: bool) -> None:
+        super().__init__(wait=durable)
         self.row = row
         self.durable = durable
-        self.done: trio.Event | None = trio.Event() if durable else None
-        self.error: JournalUnavailable | None = None
 
 
-class _Barrier:
-    """A queued request to commit everything before it durably (and maybe checkpoint)."""
+class _Barrier(_Item):
+    """Commit everything queued before it durably (and sign a checkpoint if asked)."""
 
-    __slots__ = ("checkpoint", "done", "durable", "error")
+    __slots__ = ("checkpoint",)
 
     def __init__(self, checkpoint: bool) -> None:
+        super().__init__(wait=True)
         self.checkpoint = checkpoint
-        self.durable = True
-        self.done: trio.Event | None = trio.Event()
-        self.error: JournalUnavailable | None = None
 
 
-_Item = _Pending | _Barrier
+class _Recover(_Item):
+    """Reopen the connection and reload the committed head."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(wait=True)
+
+
+_STOP: Final = object()
 
 
 class AsyncWriter:
@@ -79,10 +106,10 @@ class AsyncWriter:
 
     def __init__(self, core: _Core, *, queue_size: int, max_batch: int) -> None:
         self._core = core
-        self._send, self._recv = trio.open_memory_channel[_Item](math.inf)
+        self._queue: queue.SimpleQueue[_Item | object] = queue.SimpleQueue()
         self._slots = trio.Semaphore(queue_size)
         self._max_batch = max_batch
-        self._limiter = trio.CapacityLimiter(1)
+        self._token = trio.lowlevel.current_trio_token()
         self._failed: JournalUnavailable | None = None
         self._closed = False
         self._appended = self._committed = self._commits = self._durable_commits = 0
@@ -143,25 +170,23 @@ class AsyncWriter:
         await self._slots.acquire()
         try:
             self._check_usable()
-            item = _Pending(self._core.build(event), durable)
+            item = _Append(self._core.build(event), durable)
         except BaseException:
             self._slots.release()
             raise
         self._appended += 1
-        self._send.send_nowait(item)
-        if item.done is not None:
-            await item.done.wait()
-            if item.error is not None:
-                raise JournalUnavailable(item.error.reason, item.error.detail) from item.error
+        self._queue.put(item)
+        if durable:
+            await item.outcome()
         return int(item.row[0])
 
     async def flush(self) -> None:
         """Wait until every event appended so far is committed durably."""
-        await self._barrier(checkpoint=False)
+        await self._control(_Barrier(checkpoint=False))
 
     async def checkpoint(self) -> Checkpoint:
         """Commit what is queued, sign and store a checkpoint of the head, and return it."""
-        await self._barrier(checkpoint=True)
+        await self._control(_Barrier(checkpoint=True))
         assert self._core.last_checkpoint is not None
         return self._core.last_checkpoint
 
@@ -169,17 +194,15 @@ class AsyncWriter:
         """Reopen the connection after a failure and accept appends again (raises if it cannot)."""
         if self._failed is None or self._closed:
             return
-        await trio.to_thread.run_sync(self._core.reconnect, limiter=self._limiter)
+        item = _Recover()
+        self._queue.put(item)
+        await item.outcome()
         self._failed = None
 
-    async def _barrier(self, *, checkpoint: bool) -> None:
+    async def _control(self, item: _Item) -> None:
         self._check_usable()
-        barrier = _Barrier(checkpoint)
-        self._send.send_nowait(barrier)
-        assert barrier.done is not None
-        await barrier.done.wait()
-        if barrier.error is not None:
-            raise JournalUnavailable(barrier.error.reason, barrier.error.detail) from barrier.error
+        self._queue.put(item)
+        await item.outcome()
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -188,83 +211,145 @@ class AsyncWriter:
             failure = self._failed
             raise JournalUnavailable(failure.reason, f"an earlier write failed: {failure.detail}")
 
-    async def _run(self) -> None:
-        """The consumer: batch what is ready, commit it, wake the waiters; idle ticks checkpoint."""
-        while True:
-            batch: list[_Item] = []
-            with trio.move_on_after(self._core.checkpoint_interval):
-                try:
-                    batch.append(await self._recv.receive())
-                except trio.EndOfChannel:
-                    return
-            while batch and len(batch) < self._max_batch:
-                try:
-                    batch.append(self._recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            # Shielded: a batch taken from the queue is always committed (or failed), never lost.
-            with trio.CancelScope(shield=True):
-                await self._commit(batch)
+    def _stop(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
 
-    async def _commit(self, batch: list[_Item]) -> None:
-        if self._failed is not None:
-            self._settle(batch, self._failed)
-            return
-        rows = [item.row for item in batch if isinstance(item, _Pending)]
-        durable = any(item.durable for item in batch)
-        checkpoint = any(isinstance(item, _Barrier) and item.checkpoint for item in batch)
-        try:
-            signed = await trio.to_thread.run_sync(
-                partial(self._core.commit, rows, durable=durable, checkpoint=checkpoint),
-                limiter=self._limiter,
-            )
-        except JournalUnavailable as failure:
+    # --- in the event loop, called from the worker through run_sync_soon ---
+
+    def _settle(
+        self,
+        items: list[_Item],
+        failure: JournalUnavailable | None,
+        signed: Checkpoint | None = None,
+    ) -> None:
+        rows = sum(isinstance(item, _Append) for item in items)
+        if failure is not None and not isinstance(items[0] if items else None, _Recover):
             self._failed = failure
-            self._settle(batch, failure)
-            self._settle(self._drain(), failure)
-            return
-        if rows or signed is not None:
+        elif rows or signed is not None:
             self._commits += 1
-            self._durable_commits += durable or signed is not None
-            self._committed += len(rows)
+            self._durable_commits += any(
+                isinstance(i, _Barrier) or (isinstance(i, _Append) and i.durable) for i in items
+            ) or (signed is not None)
+            self._committed += rows
             self._checkpoints += signed is not None
-            self._largest_batch = max(self._largest_batch, len(rows))
-        self._settle(batch, None)
-
-    def _settle(self, batch: Iterable[_Item], failure: JournalUnavailable | None) -> None:
-        for item in batch:
+            self._largest_batch = max(self._largest_batch, rows)
+        for item in items:
             item.error = failure
             if item.done is not None:
                 item.done.set()
-            if isinstance(item, _Pending):
+            if isinstance(item, _Append):
                 self._slots.release()
 
-    def _drain(self) -> list[_Item]:
+    def _count_checkpoint(self) -> None:
+        self._checkpoints += 1
+
+    # --- in the worker thread ---
+
+    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:  # the loop is gone; nobody is waiting any more
+            pass
+
+    def _work(self) -> None:
+        """The worker: batch what is ready, commit it, report back; idle ticks checkpoint."""
+        core, failed = self._core, None
         items: list[_Item] = []
+        try:
+            stopping = False
+            while not stopping:
+                batch = self._next_batch()
+                stopping = _STOP in batch
+                items = [item for item in batch if isinstance(item, _Item)]
+                failed = self._process(items, failed)
+                items = []
+            if failed is None:
+                try:
+                    if core.commit([], durable=True, checkpoint=True) is not None:
+                        self._call_soon(self._count_checkpoint)
+                except JournalUnavailable as failure:
+                    self._call_soon(self._settle, [], failure)
+        except BaseException as exc:  # a bug: fail every waiter rather than leave it hanging
+            crash = JournalUnavailable("io_error", f"the journal writer crashed: {exc!r}")
+            queued = [i for i in self._drain() if isinstance(i, _Item)]
+            self._call_soon(self._settle, [*items, *queued], crash)
+            raise
+        finally:
+            core.close()
+
+    def _drain(self) -> list[_Item | object]:
+        drained: list[_Item | object] = []
         while True:
             try:
-                items.append(self._recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return items
+                drained.append(self._queue.get_nowait())
+            except queue.Empty:
+                return drained
 
-    async def _shutdown(self) -> None:
-        """Commit what is still queued, sign a final checkpoint, close (runs shielded)."""
-        self._closed = True
-        self._send.close()
-        leftover = self._drain()
-        if leftover:
-            await self._commit(leftover)
+    def _next_batch(self) -> list[_Item | object]:
         try:
-            if self._failed is None:
-                signed = await trio.to_thread.run_sync(
-                    partial(self._core.commit, [], durable=True, checkpoint=True),
-                    limiter=self._limiter,
-                )
-                self._checkpoints += signed is not None
+            batch = [self._queue.get(timeout=self._core.checkpoint_interval)]
+        except queue.Empty:
+            return []
+        while len(batch) < self._max_batch:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _process(
+        self, items: list[_Item], failed: JournalUnavailable | None
+    ) -> JournalUnavailable | None:
+        """Commit items in order (a _Recover splits the batch); return the failure state."""
+        segment: list[_Item] = []
+        for item in [*items, None]:
+            if item is not None and not isinstance(item, _Recover):
+                segment.append(item)
+                continue
+            if segment or (item is None and not items):
+                failed = self._commit(segment, failed)
+                segment = []
+            if isinstance(item, _Recover):
+                failed = self._recover(item, failed)
+        return failed
+
+    def _commit(
+        self, items: list[_Item], failed: JournalUnavailable | None
+    ) -> JournalUnavailable | None:
+        if failed is not None:
+            if items:
+                self._call_soon(self._settle, items, failed)
+            return failed
+        rows = [item.row for item in items if isinstance(item, _Append)]
+        durable = any(
+            isinstance(item, _Barrier) or (isinstance(item, _Append) and item.durable)
+            for item in items
+        )
+        checkpoint = any(isinstance(item, _Barrier) and item.checkpoint for item in items)
+        try:
+            signed = self._core.commit(rows, durable=durable, checkpoint=checkpoint)
         except JournalUnavailable as failure:
-            self._failed = failure
-        finally:
-            await trio.to_thread.run_sync(self._core.close, limiter=self._limiter)
+            self._call_soon(self._settle, items, failure)
+            return failure
+        if items or signed is not None:
+            self._call_soon(self._settle, items, None, signed)
+        return None
+
+    def _recover(
+        self, item: _Recover, failed: JournalUnavailable | None
+    ) -> JournalUnavailable | None:
+        if failed is None:
+            self._call_soon(self._settle, [item], None)
+            return None
+        try:
+            self._core.reconnect()
+        except JournalUnavailable as failure:
+            self._call_soon(self._settle, [item], failure)
+            return failed
+        self._call_soon(self._settle, [item], None)
+        return None
 
 
 JournalWriter = AsyncWriter  # the name the bridge knows it by
@@ -292,6 +377,7 @@ async def open_writer(
     ``journal_id``: the id of a new journal (default a UUID4); for an existing one it must match.
     ``secrets``: values to redact from the start (more with ``add_secret``).
     ``max_bytes``: cap on the database size; beyond it appends fail with reason ``disk_full``.
+    ``queue_size``: events queued before ``append`` waits; ``max_batch``: events per transaction.
     ``checkpoint_every`` events / ``checkpoint_interval`` seconds: when checkpoints are signed
     (also on close); ``checkpoint_path``: where the latest one is exported, outside the database.
     ``synchronous_full=False`` never fsyncs (``synchronous=NORMAL``): commits survive a process
@@ -316,14 +402,18 @@ async def open_writer(
         )
     )
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer._run)
-            try:
-                yield writer
-            finally:
-                writer._closed = True
-                writer._send.close()
-    finally:
-        with trio.CancelScope(shield=True):
-            await writer._shutdown()
+    async with trio.open_nursery() as nursery:
+        # The worker thread lives as long as this task; the nursery waits for it, even when
+        # cancelled (the thread is not abandoned), so the shutdown below always completes.
+        nursery.start_soon(
+            partial(
+                trio.to_thread.run_sync,
+                writer._work,
+                thread_name="journal-writer",
+                limiter=trio.CapacityLimiter(1),
+            )
+        )
+        try:
+            yield writer
+        finally:
+            writer._stop()

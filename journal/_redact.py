@@ -17,8 +17,9 @@ Three rules, applied to every payload (any depth) and to the envelope's text col
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 __all__ = ["REDACTED", "Redactor"]
@@ -73,11 +74,26 @@ _SECRET_SUFFIXES: Final = tuple(
 )
 
 _CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_SHAPES: Final = (
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"), r"\1 " + REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), REDACTED),
-    (re.compile(r"(://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
+# Each shape rule: a cheap test that must hold for the pattern to match, the pattern, the
+# replacement. The tests keep the hot path (plain text) free of regex scans.
+_SHAPES: Final[tuple[tuple[Callable[[str], bool], re.Pattern[str], str], ...]] = (
     (
+        lambda t: "bearer" in t.lower(),
+        re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"),
+        r"\1 " + REDACTED,
+    ),
+    (
+        lambda t: "eyJ" in t,
+        re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+        REDACTED,
+    ),
+    (
+        lambda t: "@" in t and "://" in t,
+        re.compile(r"(://)[^/\s:@]+:[^/\s@]+@"),
+        r"\1" + REDACTED + "@",
+    ),
+    (
+        lambda t: "=" in t,
         re.compile(
             r"(?i)([?&](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret|"
             r"password|client_secret|sig|signature)=)[^&#\s]+"
@@ -87,6 +103,7 @@ _SHAPES: Final = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(key: str) -> bool:
     """Whether a mapping key names a credential (see the module docstring)."""
     folded = _CAMEL.sub("_", key).lower().replace("-", "_").strip("_")
@@ -99,6 +116,8 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._long: list[str] = []
         self._short: set[str] = set()
+        # Mapping keys repeat from event to event: remember what each became.
+        self._keys: dict[str, str] = {}
         for value in secrets:
             self.add_secret(value)
 
@@ -106,6 +125,7 @@ class Redactor:
         """Register a secret value to be replaced wherever it occurs (e.g. a bearer token)."""
         if not value:
             return
+        self._keys.clear()
         if len(value) >= MIN_SUBSTRING_SECRET:
             if value not in self._long:
                 self._long.append(value)
@@ -120,8 +140,9 @@ class Redactor:
         for secret in self._long:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        for pattern, replacement in _SHAPES:
-            text = pattern.sub(replacement, text)
+        for may_match, pattern, replacement in _SHAPES:
+            if may_match(text):
+                text = pattern.sub(replacement, text)
         return text
 
     def redact(self, value: Any) -> Any:
@@ -134,13 +155,22 @@ class Redactor:
             return [self.redact(item) for item in value]
         return value
 
+    def _redact_key(self, key: str) -> str:
+        redacted = self._keys.get(key)
+        if redacted is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            redacted = self._keys[key] = self.redact_text(key)
+        return redacted
+
     def _redact_mapping(self, mapping: dict[Any, Any]) -> dict[str, Any]:
-        names_secret = isinstance(mapping.get("name"), str) and is_secret_name(mapping["name"])
+        name = mapping.get("name")
+        names_secret = isinstance(name, str) and is_secret_name(name)
         out: dict[str, Any] = {}
         for key, item in mapping.items():
-            text_key = self.redact_text(key) if isinstance(key, str) else str(key)
-            if (isinstance(key, str) and is_secret_name(key)) or (names_secret and key == "value"):
-                out[text_key] = REDACTED if item is not None else None
+            text_key = key if isinstance(key, str) else str(key)
+            if is_secret_name(text_key) or (names_secret and key == "value"):
+                out[self._redact_key(text_key)] = REDACTED if item is not None else None
             else:
-                out[text_key] = self.redact(item)
+                out[self._redact_key(text_key)] = self.redact(item)
         return out

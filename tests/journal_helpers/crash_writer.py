@@ -35,7 +35,8 @@ async def main(path: str, seed: int) -> None:
                 )
                 seq = await w.append(event, durable=durable)
                 if durable:
-                    print(seq, i, k, flush=True)
+                    sys.stdout.write(f"{seq} {i} {k}\n")
+                    sys.stdout.flush()
                 k += 1
 
         async with trio.open_nursery() as nursery:
