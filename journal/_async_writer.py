@@ -218,23 +218,8 @@ class AsyncWriter:
 
     # --- in the event loop, called from the worker through run_sync_soon ---
 
-    def _settle(
-        self,
-        items: list[_Item],
-        failure: JournalUnavailable | None,
-        signed: Checkpoint | None = None,
-    ) -> None:
-        rows = sum(isinstance(item, _Append) for item in items)
-        if failure is not None and not isinstance(items[0] if items else None, _Recover):
-            self._failed = failure
-        elif rows or signed is not None:
-            self._commits += 1
-            self._durable_commits += any(
-                isinstance(i, _Barrier) or (isinstance(i, _Append) and i.durable) for i in items
-            ) or (signed is not None)
-            self._committed += rows
-            self._checkpoints += signed is not None
-            self._largest_batch = max(self._largest_batch, rows)
+    def _settle(self, items: list[_Item], failure: JournalUnavailable | None) -> None:
+        """Wake the waiters of items, free their queue slots."""
         for item in items:
             item.error = failure
             if item.done is not None:
@@ -242,8 +227,18 @@ class AsyncWriter:
             if isinstance(item, _Append):
                 self._slots.release()
 
-    def _count_checkpoint(self) -> None:
-        self._checkpoints += 1
+    def _on_committed(self, items: list[_Item], rows: int, durable: bool, signed: bool) -> None:
+        if rows or signed:
+            self._commits += 1
+            self._durable_commits += durable
+            self._committed += rows
+            self._checkpoints += signed
+            self._largest_batch = max(self._largest_batch, rows)
+        self._settle(items, None)
+
+    def _on_failed(self, items: list[_Item], failure: JournalUnavailable) -> None:
+        self._failed = failure
+        self._settle(items, failure)
 
     # --- in the worker thread ---
 
@@ -267,14 +262,14 @@ class AsyncWriter:
                 items = []
             if failed is None:
                 try:
-                    if core.commit([], durable=True, checkpoint=True) is not None:
-                        self._call_soon(self._count_checkpoint)
+                    signed = core.commit([], durable=True, checkpoint=True) is not None
+                    self._call_soon(self._on_committed, [], 0, signed, signed)
                 except JournalUnavailable as failure:
-                    self._call_soon(self._settle, [], failure)
+                    self._call_soon(self._on_failed, [], failure)
         except BaseException as exc:  # a bug: fail every waiter rather than leave it hanging
             crash = JournalUnavailable("io_error", f"the journal writer crashed: {exc!r}")
             queued = [i for i in self._drain() if isinstance(i, _Item)]
-            self._call_soon(self._settle, [*items, *queued], crash)
+            self._call_soon(self._on_failed, [*items, *queued], crash)
             raise
         finally:
             core.close()
@@ -320,7 +315,7 @@ class AsyncWriter:
     ) -> JournalUnavailable | None:
         if failed is not None:
             if items:
-                self._call_soon(self._settle, items, failed)
+                self._call_soon(self._on_failed, items, failed)
             return failed
         rows = [item.row for item in items if isinstance(item, _Append)]
         durable = any(
@@ -331,10 +326,11 @@ class AsyncWriter:
         try:
             signed = self._core.commit(rows, durable=durable, checkpoint=checkpoint)
         except JournalUnavailable as failure:
-            self._call_soon(self._settle, items, failure)
+            self._call_soon(self._on_failed, items, failure)
             return failure
         if items or signed is not None:
-            self._call_soon(self._settle, items, None, signed)
+            durable = durable or signed is not None
+            self._call_soon(self._on_committed, items, len(rows), durable, signed is not None)
         return None
 
     def _recover(
