@@ -20,7 +20,9 @@ from ._errors import ToolError
 _encode = msgspec.json.Encoder(order="sorted").encode
 _plain = msgspec.json.Encoder().encode
 CURSOR_PREFIX = "bt1."
-_DETAIL_SECTIONS = ("checklist", "urls", "attachments")
+# Dropped in this order until a detail fits; nested sections keep their `total`.
+_DETAIL_SECTIONS = ("checklist", "urls", "attachments", "checkpoints", "subtasks")
+_RECEIPT_MESSAGE_CHARS = 120
 
 
 def list_digest(arguments: dict[str, Any]) -> str:
@@ -97,15 +99,22 @@ def fit(
             {k: t[k] for k in ("channel", "number", "scope_id", "title") if k in t}
             for t in data["tasks"]
         ]
+        for failure in data.get("failures", []):
+            failure["message"] = failure["message"][:_RECEIPT_MESSAGE_CHARS]
     elif budget == "detail" and isinstance(data.get("task"), dict):
         task = data["task"]
         meta["truncated_fields"] = []
         for section in _DETAIL_SECTIONS:
-            if task.get(section):
+            value = task.get(section)
+            if isinstance(value, dict) and value.get("items"):
+                value["items"] = []
+            elif isinstance(value, list) and value:
                 task[section] = []
-                meta["truncated_fields"].append(section)
-                if len(_plain(envelope)) <= limit:
-                    break
+            else:
+                continue
+            meta["truncated_fields"].append(section)
+            if len(_plain(envelope)) <= limit:
+                break
     if len(_plain(envelope)) > limit:
         raise ToolError(
             "upstream_malformed", "The Task service answered with a result too large to return."

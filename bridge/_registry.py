@@ -15,13 +15,14 @@ import msgspec
 
 from . import _inputs as inp
 from . import _outputs as out
+from ._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS
 from ._schema import input_schema, output_schema
 
 PermissionClass = Literal["read_only", "agent_mutation", "destructive_mutation"]
 BudgetClass = Literal["collection", "detail", "receipt"]
 
 # Result budgets after normalization, in bytes of compact JSON (contract section 8.3).
-BUDGET_BYTES: dict[str, int] = {"collection": 48 * 1024, "detail": 24 * 1024, "receipt": 32 * 1024}
+BUDGET_BYTES: dict[str, int] = {"collection": 48 * 1024, "detail": 24 * 1024, "receipt": 40 * 1024}
 
 # Hidden context every Task request depends on (section 13.1), injected, never model input.
 BASE_CONTEXT: tuple[str, ...] = ("workspace_id", "agent_id", "bearer_token")
@@ -230,6 +231,8 @@ REGISTRY: tuple[ToolSpec, ...] = (
 )
 
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in REGISTRY}
+# The migration table of old names (section 11) belongs to the registry too; it lives in _compat.
+MIGRATION_TABLE = {"tool_names": TOOL_MIGRATIONS, "argument_spellings": ARGUMENT_ALIASES}
 MCP_TOOLS: list[types.Tool] = [spec.tool for spec in REGISTRY]
 
 INSTRUCTIONS = (

@@ -1,0 +1,186 @@
+"""The contract lint passes on the real registry and fails, rule by rule, on broken ones."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from bridge._compat import ArgumentAlias, ToolMigration
+from bridge._outputs import TaskListData
+from tools.contract_lint import RULES, Surface, lint, surface_from_registry
+
+REAL = surface_from_registry()
+
+
+def _schema(tool: str, edit: Callable[[dict[str, Any]], None]) -> Surface:
+    schema = copy.deepcopy(REAL.tool(tool).input_schema)
+    edit(schema)
+    return REAL.with_tool(tool, input_schema=schema)
+
+
+def _prop(
+    name: str, prop: dict[str, Any], required: bool = False
+) -> Callable[[dict[str, Any]], None]:
+    def edit(schema: dict[str, Any]) -> None:
+        schema["properties"][name] = prop
+        if required:
+            schema.setdefault("required", []).append(name)
+
+    return edit
+
+
+def _meta(tool: str, **changes: Any) -> Surface:
+    return REAL.with_tool(tool, metadata={**REAL.tool(tool).metadata, **changes})
+
+
+def _renamed(new: str) -> Surface:
+    return REAL.with_tool("task_get", name=new)
+
+
+BROKEN: list[tuple[str, Surface]] = [
+    ("naming", _renamed("getTask")),
+    ("naming", _renamed("task_fetch")),
+    ("naming", _renamed("task_http_get")),
+    ("naming", _renamed("ticket_get")),
+    (
+        "snake_case_fields",
+        _schema(
+            "task_create",
+            lambda s: s["properties"]["parent_task_scope"]["properties"].__setitem__(
+                "scopeRef", {"type": "string"}
+            ),
+        ),
+    ),
+    ("no_deprecated_alias", _schema("task_list", _prop("includeSubtasks", {"type": "boolean"}))),
+    ("no_deprecated_alias", _renamed("list_tasks")),
+    ("parameters_agree", _schema("task_get", lambda s: s.__setitem__("required", ["channel"]))),
+    (
+        "parameters_agree",
+        _schema("task_get", lambda s: s["properties"]["number"].__setitem__("type", "string")),
+    ),
+    (
+        "annotations",
+        REAL.with_tool(
+            "task_delete",
+            annotations={**REAL.tool("task_delete").annotations, "destructiveHint": False},
+        ),
+    ),
+    (
+        "annotations",
+        REAL.with_tool(
+            "task_list", annotations={**REAL.tool("task_list").annotations, "readOnlyHint": False}
+        ),
+    ),
+    ("no_hidden_context", _schema("task_get", _prop("workspace_id", {"type": "string"}))),
+    ("pagination", _schema("task_list", _prop("page", {"type": "integer"}))),
+    ("pagination", _schema("task_list", lambda s: s["properties"].pop("cursor"))),
+    ("mutation_semantics", _meta("task_update", concurrency="")),
+    ("mutation_semantics", _meta("task_create", idempotency=None)),
+    ("owner_and_exposure", _meta("task_get", owner="")),
+    ("owner_and_exposure", _meta("task_get", exposure=None)),
+    ("visible_references", replace(REAL, instructions=REAL.instructions + " See task_search.")),
+    ("visible_references", REAL.with_tool("task_get", description="Prefer task_lookup.")),
+    ("result_budgets", replace(REAL, budgets={**REAL.budgets, "detail": 4096})),
+    (
+        "result_budgets",
+        REAL.with_tool(
+            "task_get",
+            data_type=TaskListData,
+            metadata={**REAL.tool("task_get").metadata, "budget_class": "receipt"},
+        ),
+    ),
+    (
+        "migrations",
+        replace(
+            REAL,
+            tool_migrations={
+                **REAL.tool_migrations,
+                "old_get": ToolMigration("old_get", "task_fetch"),
+            },
+        ),
+    ),
+    (
+        "migrations",
+        replace(
+            REAL,
+            tool_migrations={
+                **REAL.tool_migrations,
+                "old_get": ToolMigration("old_get", "task_get", removal_gate=""),
+            },
+        ),
+    ),
+    (
+        "migrations",
+        replace(
+            REAL, argument_aliases=(*REAL.argument_aliases, ArgumentAlias("taskNo", "task_no"))
+        ),
+    ),
+    ("flat_roots", _schema("task_create", lambda s: s.__setitem__("anyOf", [{}]))),
+    ("flat_roots", _schema("task_create", lambda s: s.pop("additionalProperties"))),
+    (
+        "field_forms",
+        _schema(
+            "task_get",
+            _prop(
+                "board_id", {"type": "string", "description": "Board id or name. Default: none."}
+            ),
+        ),
+    ),
+    (
+        "field_forms",
+        _schema(
+            "task_get",
+            _prop(
+                "seen",
+                {"type": "string", "description": "When you saw it, RFC3339. Default: none."},
+            ),
+        ),
+    ),
+    (
+        "field_forms",
+        _schema(
+            "task_get",
+            _prop("wait", {"type": "integer", "description": "Duration in seconds. Default: 0."}),
+        ),
+    ),
+    (
+        "field_forms",
+        _schema(
+            "task_get", _prop("no_children", {"type": "boolean", "description": "Default: false."})
+        ),
+    ),
+    (
+        "documented_defaults",
+        _schema("task_get", _prop("verbose", {"type": "boolean", "description": "Say more."})),
+    ),
+    ("documented_defaults", _schema("task_get", _prop("detail", {"enum": ["a", "b"]}))),
+]
+
+
+def test_the_real_registry_passes_every_rule() -> None:
+    assert lint(REAL) == []
+
+
+def test_every_rule_has_a_broken_registry_that_fails_it() -> None:
+    assert {rule for rule, _ in BROKEN} == {r.__name__.removeprefix("rule_") for r in RULES}
+
+
+@pytest.mark.parametrize(("rule", "surface"), BROKEN, ids=[r for r, _ in BROKEN])
+def test_a_broken_registry_fails_its_rule(rule: str, surface: Surface) -> None:
+    violations = lint(surface)
+    assert rule in {v.rule for v in violations}, violations
+    assert all(v.tool and v.message for v in violations)
+
+
+def test_the_command_exits_zero_and_says_so() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.contract_lint"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+    assert "0 violation(s)" in done.stdout
