@@ -74,6 +74,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+_EPILOG_DEMO = """\
+examples:
+  agentteam-bridge demo                           # journal in a fresh temp dir
+  agentteam-bridge demo --journal ./demo/journal.db
+Exit status: 0 when every step behaved as the contract says, 1 when one did not, 2 when the
+demo could not start.
+"""
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ._demo import DemoConfig, run_demo
+
+    return run_demo(DemoConfig(journal_path=args.journal))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentteam-bridge",
@@ -147,6 +162,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="journal without fsync per outcome (benchmarks only)",
     )
     sv.set_defaults(run=_serve)
+
+    dm = sub.add_parser(
+        "demo",
+        help="walk an agent through every tool against the local reference runtime",
+        description="Start the reference runtime on loopback, launch `agentteam-bridge serve` "
+        "through a real MCP stdio client, drive all seven tools (a stale update, an idempotent "
+        "replay and a deprecated name included), then verify and summarise the journal.",
+        epilog=_EPILOG_DEMO,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dm.add_argument(
+        "--journal",
+        type=Path,
+        default=None,
+        help="journal file to write (default: journal.db in a fresh temp dir, printed at the end)",
+    )
+    dm.set_defaults(run=_demo)
     return parser
 
 
