@@ -1,3 +1,84 @@
-"""Offline readers of journals: verify, debug and audit without the bridge running."""
+"""Offline readers of journals: verify, debug and audit without the bridge running.
 
-__all__: list[str] = []
+Every ``agentteam-replay`` subcommand is one function here that returns a typed result
+(msgspec Structs, so ``msgspec.json.encode(result)`` is the ``--json`` output); the CLI only
+parses and renders. Each takes one or many journal paths (merged by journal id and sequence),
+streams the events with bounded state, and accepts ``progress(done, expected)``::
+
+    replay.verify(paths, checkpoints=[cp], key=key)    -> VerifyResult  (.ok, .findings, .in_doubt)
+    replay.list_calls(paths, CallFilter(status="error"), limit=50)      -> CallList
+    replay.show_call(paths, call_id)                   -> CallDetail
+    replay.check_idempotency(paths)                    -> IdempotencyResult (.ok, .findings)
+    replay.deprecations(paths, gate_days=30)           -> DeprecationReport (.ok: every gate met)
+    replay.audit(paths)                                -> AuditReport
+    replay.rerun(paths, against=None)                  -> RerunResult (.ok: nothing differs)
+    replay.export_otlp(paths, file) / export_jsonl(paths, file) -> ExportResult
+
+A finding (:class:`Finding`) names the journal, the sequence number and the rule broken; the rules
+of each check are listed in its module (``replay._verify``, ``replay._idempotency``). Inputs a
+person gets wrong (no such file, not a journal, a bad checkpoint or key file) raise
+:class:`ReplayInputError`. ``verify`` imports nothing of the bridge; ``idempotency`` reads the
+declared hints of ``bridge._registry``; ``rerun`` drives ``bridge._call.Bridge``.
+"""
+
+from ._audit import AuditReport, BoardMutations, ErrorCount, Latency, SessionRow, ToolUsage, audit
+from ._calls import CallDetail, CallFilter, CallList, Exchange, StoryEvent, list_calls, show_call
+from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Gate, deprecations
+from ._diff import Difference, normalize
+from ._export import ExportResult, export_jsonl, export_otlp
+from ._findings import Finding
+from ._grammar import Grammar
+from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
+from ._rerun import RerunCall, RerunResult, rerun, rerun_async
+from ._source import Journals, ReplayInputError, open_journals
+from ._story import CallStory, CallSummary, SessionInfo, iter_stories
+from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, VerifyResult, verify
+
+__all__ = [
+    "HIDDEN_NAMES",
+    "AuditReport",
+    "BoardMutations",
+    "CallDetail",
+    "CallFilter",
+    "CallList",
+    "CallStory",
+    "CallSummary",
+    "DeprecatedName",
+    "DeprecatedUser",
+    "DeprecationReport",
+    "Difference",
+    "ErrorCount",
+    "Exchange",
+    "ExportResult",
+    "Finding",
+    "Gate",
+    "Grammar",
+    "HintCheck",
+    "IdempotencyResult",
+    "InDoubtCall",
+    "JournalReport",
+    "Journals",
+    "KeyGroup",
+    "Latency",
+    "ReplayInputError",
+    "RerunCall",
+    "RerunResult",
+    "SessionInfo",
+    "SessionRow",
+    "StoryEvent",
+    "ToolUsage",
+    "VerifyResult",
+    "audit",
+    "check_idempotency",
+    "deprecations",
+    "export_jsonl",
+    "export_otlp",
+    "iter_stories",
+    "list_calls",
+    "normalize",
+    "open_journals",
+    "rerun",
+    "rerun_async",
+    "show_call",
+    "verify",
+]

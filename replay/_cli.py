@@ -1,22 +1,428 @@
-"""Command line of `agentteam-replay`: a thin layer over the functions of `replay`."""
+"""Command line of `agentteam-replay`: a thin layer that parses, calls `replay`, and renders."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sqlite3
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any, Final
 
-_COMMANDS = ("verify", "calls", "show", "idempotency", "deprecations", "audit", "rerun", "export")
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+import journal
+
+from . import _render as render
+from ._source import Progress as ProgressCallback
+from ._source import ReplayInputError
+
+PROG: Final = "agentteam-replay"
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_IN_DOUBT = 0, 1, 2, 3
+
+_MAIN_EPILOG = """\
+commands:
+  verify        hash chain, sequence, checkpoints, call grammar, invariants; in-doubt calls
+  calls         list calls, filtered
+  show          one call's whole story
+  idempotency   idempotency keys, desired-state claims, idempotentHint against observed repeats
+  deprecations  who still uses deprecated names; each name's removal gate
+  audit         usage, errors, latency, truncation, mutations per board, sessions (CSV/JSON)
+  rerun         re-drive recorded calls through today's bridge and diff
+  export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
+
+Every command reads one or many journal files (a fleet's journals are merged by journal id and
+sequence), prints tables (colour on a terminal), or JSON with --json.
+
+exit status: 0 ok; 1 the check failed (findings, violations, differences, gates not met);
+2 an input could not be used (no such file, not a journal, bad flag); 3 verify: the journal is
+sound but holds in-doubt calls to reconcile.
+"""
+
+_EPILOGS: Final = {
+    "verify": """\
+examples:
+  agentteam-replay verify ~/.local/share/agentteam-bridge/journal.db
+  agentteam-replay verify journal.db --checkpoint journal.db.checkpoint.json --key journal.key
+  agentteam-replay verify fleet/*.db --json | jq '.findings[] | {seq, rule}'
+
+The checkpoint exported beside a journal (<journal>.checkpoint.json) is used when present;
+the key defaults to the bridge's key file ($XDG_CONFIG_HOME/agentteam-bridge/journal.key).
+""",
+    "calls": """\
+examples:
+  agentteam-replay calls journal.db --status error
+  agentteam-replay calls journal.db --tool task_create --since 2h
+  agentteam-replay calls fleet/*.db --agent agt_local --since 2026-12-01 --until 2026-12-02
+  agentteam-replay calls journal.db --status in_doubt --json
+""",
+    "show": """\
+examples:
+  agentteam-replay show journal.db s1a2405dba5b1.3
+  agentteam-replay show journal.db s1a2405dba5b1.3 --json | jq .outcome
+""",
+    "idempotency": """\
+examples:
+  agentteam-replay idempotency journal.db
+  agentteam-replay idempotency fleet/*.db --json | jq '.findings'
+""",
+    "deprecations": """\
+examples:
+  agentteam-replay deprecations journal.db
+  agentteam-replay deprecations fleet/*.db --gate-days 60 --name list_tasks
+  agentteam-replay deprecations journal.db --as-of 2027-01-31 --json
+
+Exits 1 unless the removal gate is met for every name reported.
+""",
+    "audit": """\
+examples:
+  agentteam-replay audit journal.db
+  agentteam-replay audit fleet/*.db --csv audit/ --json > audit.json
+""",
+    "rerun": """\
+examples:
+  agentteam-replay rerun journal.db                       # against the recorded answers
+  agentteam-replay rerun journal.db --call s1a2405dba5b1.3 --all
+  eval "$(agentteam-bridge runtime --port 8765 &)"
+  agentteam-replay rerun journal.db --against http://127.0.0.1:8765 --allow-mutations
+
+With --against, the credential comes from AGENTTEAM_TOKEN_COMMAND, AGENTTEAM_TOKEN_FILE or
+AGENTTEAM_TOKEN; ids, timestamps and cursors are normalized before comparing.
+""",
+    "export": """\
+examples:
+  agentteam-replay export journal.db --output spans.json            # OTLP JSON
+  agentteam-replay export fleet/*.db --format jsonl --output events.jsonl
+  agentteam-replay export journal.db | curl -H 'content-type: application/json' \\
+      --data-binary @- http://localhost:4318/v1/traces
+""",
+}
+
+_RELATIVE: Final = re.compile(r"^(?P<n>\d+(\.\d+)?)(?P<unit>[smhdw])$")
+_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_time(text: str) -> datetime:
+    """ISO 8601 (a date, or date and time, UTC unless an offset is given) or a relative
+    age such as ``30m``, ``2h``, ``7d`` (that long before now)."""
+    found = _RELATIVE.match(text.strip())
+    if found:
+        amount = float(found["n"])
+        return datetime.now(UTC) - timedelta(**{_UNITS[found["unit"]]: amount})
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use 2026-12-02, 2026-12-02T16:00, or 30m / 2h / 7d"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+# --- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentteam-replay",
+        prog=PROG,
         description="Verify, debug and audit agentteam-bridge journals offline.",
+        epilog=_MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=_COMMANDS)
-    args = parser.parse_args(argv)
-    print(f"agentteam-replay: '{args.command}' is not available in this build yet", file=sys.stderr)
-    return 2
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=description,
+            epilog=_EPILOGS[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument("journals", nargs="+", metavar="JOURNAL", type=Path, help="journal file")
+        p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+        return p
+
+    p = command(
+        "verify",
+        "check integrity, call grammar and invariants",
+        "Verify the hash chain, the sequence, signed checkpoints and truncation; the event "
+        "grammar of every call; that no model argument carried hidden context, that injected "
+        "context is the session's, at most one refresh-and-replay per call, and no secret in "
+        "any event. Lists in-doubt calls (a mutation sent with no known outcome).",
+    )
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a checkpoint held outside the journal (repeatable; matched by journal id)",
+    )
+    p.add_argument("--key", type=Path, metavar="FILE", help="HMAC key file of the checkpoints")
+    p.add_argument(
+        "--no-auto-checkpoint",
+        action="store_true",
+        help="do not use <journal>.checkpoint.json when no --checkpoint is given",
+    )
+
+    p = command("calls", "list calls", "List the calls of the journals, filtered, in order.")
+    p.add_argument("--session", help="only this session id")
+    p.add_argument("--tool", help="only this tool (canonical or the name the model used)")
+    p.add_argument("--agent", help="only this agent id")
+    p.add_argument(
+        "--status",
+        choices=("result", "error", "rejected", "cancelled", "in_doubt", "incomplete"),
+        help="only calls that ended so",
+    )
+    p.add_argument("--error-code", help="only calls that failed with this code")
+    p.add_argument("--since", type=parse_time, help="calls started at or after (ISO or 2h)")
+    p.add_argument("--until", type=parse_time, help="calls started at or before (ISO or 2h)")
+    p.add_argument("--limit", type=_positive, help="at most this many calls (the first ones)")
+
+    p = command(
+        "show",
+        "one call's whole story",
+        "What the model sent, what the bridge injected and from where, what went upstream, what "
+        "came back, what the model saw, with timings.",
+    )
+    p.add_argument("call_id", metavar="CALL_ID", help="the call id (see `calls`)")
+
+    command(
+        "idempotency",
+        "check idempotency keys, claims and hints",
+        "Group every keyed task_create by workspace, agent, run, callback, tool and key and check "
+        "that a replay returned the same tasks with reused: true and allocated nothing, that "
+        "another payload conflicted and that no key was honoured outside a callback; that "
+        "task_set_claim repeats changed nothing; that idempotentHint holds for observed repeats.",
+    )
+
+    p = command(
+        "deprecations",
+        "deprecated usage and removal gates",
+        "Deprecated tool names, argument spellings and upstream routes by name, replacement, "
+        "client and agent, with first and last use, counts, and each name's removal gate "
+        "(no use for N consecutive days).",
+    )
+    p.add_argument("--gate-days", type=_positive, default=30, metavar="N", help="default 30")
+    p.add_argument("--as-of", type=parse_time, help="judge the gate at this time (default now)")
+    p.add_argument(
+        "--name", action="append", default=[], help="only this name, reported even if unused"
+    )
+
+    p = command(
+        "audit",
+        "usage, errors, latency, truncation, sessions",
+        "Tool usage by tool, agent and outcome; error codes; bridge and upstream latency "
+        "percentiles; truncation rate; mutations per board; one row per session.",
+    )
+    p.add_argument("--csv", type=Path, metavar="DIR", help="also write one CSV per section")
+
+    p = command(
+        "rerun",
+        "re-drive recorded calls through today's bridge",
+        "Send every recorded call (or those selected) through today's bridge code, with the "
+        "upstream answered from the journal's recorded responses, and report where today's "
+        "story, requests or outcome differ from the recorded ones.",
+    )
+    p.add_argument("--call", action="append", default=[], metavar="CALL_ID", help="repeatable")
+    p.add_argument("--tool", help="only calls of this tool")
+    p.add_argument("--session", help="only calls of this session")
+    p.add_argument("--against", metavar="URL", help="send to this live Agent Runtime instead")
+    p.add_argument(
+        "--allow-mutations",
+        action="store_true",
+        help="with --against, also send mutations (they change the live runtime)",
+    )
+    p.add_argument("--all", action="store_true", help="list identical calls too")
+
+    p = command(
+        "export",
+        "OpenTelemetry spans or JSONL events",
+        "Write one span per call (child spans for upstream requests) as an OTLP JSON trace "
+        "request following the MCP semantic conventions, or every raw event as JSONL.",
+    )
+    p.add_argument("--format", choices=("otlp", "jsonl"), default="otlp", help="default otlp")
+    p.add_argument(
+        "--output", "-o", default="-", metavar="FILE", help="where to write (default stdout)"
+    )
+    return parser
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+@contextmanager
+def _progress(err: Console) -> Iterator[ProgressCallback | None]:
+    """A progress bar on stderr when it is a terminal; nothing otherwise."""
+    if not err.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+    task = bar.add_task("reading events", total=None)
+
+    def update(done: int, total: int | None) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    import replay
+
+    paths: list[Path] = args.journals
+    with _progress(err) as progress:
+        if args.command == "verify":
+            result = replay.verify(
+                paths,
+                checkpoints=args.checkpoint,
+                key=_key(args.key) if args.key else None,
+                default_key=None if args.key else _default_key(),
+                auto_checkpoint=not args.no_auto_checkpoint,
+                progress=progress,
+            )
+            _emit(args, out, result, render.render_verify)
+            if not result.ok:
+                return EXIT_FAILED
+            return EXIT_IN_DOUBT if result.in_doubt else EXIT_OK
+        if args.command == "calls":
+            where = replay.CallFilter(
+                session=args.session,
+                tool=args.tool,
+                agent=args.agent,
+                status=args.status,
+                error_code=args.error_code,
+                since=args.since,
+                until=args.until,
+            )
+            listed = replay.list_calls(paths, where, limit=args.limit, progress=progress)
+            _emit(args, out, listed, render.render_calls)
+            return EXIT_OK
+        if args.command == "show":
+            _emit(args, out, replay.show_call(paths, args.call_id), render.render_show)
+            return EXIT_OK
+        if args.command == "idempotency":
+            checked = replay.check_idempotency(paths, progress=progress)
+            _emit(args, out, checked, render.render_idempotency)
+            return EXIT_OK if checked.ok else EXIT_FAILED
+        if args.command == "deprecations":
+            report = replay.deprecations(
+                paths,
+                gate_days=args.gate_days,
+                as_of=args.as_of,
+                names=args.name,
+                progress=progress,
+            )
+            _emit(args, out, report, render.render_deprecations)
+            return EXIT_OK if report.ok else EXIT_FAILED
+        if args.command == "audit":
+            audited = replay.audit(paths, progress=progress)
+            if args.csv is not None:
+                written = render.write_audit_csv(audited, args.csv)
+                err.print(f"wrote {len(written)} CSV files to {args.csv}")
+            _emit(args, out, audited, render.render_audit)
+            return EXIT_OK
+        if args.command == "rerun":
+            if args.allow_mutations and not args.against:
+                raise ReplayInputError("--allow-mutations applies only with --against URL")
+            rerun = replay.rerun(
+                paths,
+                against=args.against,
+                allow_mutations=args.allow_mutations,
+                call_ids=args.call,
+                tool=args.tool,
+                session=args.session,
+                include_same=args.all,
+                progress=progress,
+            )
+            _emit(args, out, rerun, render.render_rerun)
+            return EXIT_OK if rerun.ok else EXIT_FAILED
+        if args.command == "export":
+            exporter = replay.export_otlp if args.format == "otlp" else replay.export_jsonl
+            with _output(args.output) as file:
+                exported = exporter(paths, file, progress=progress)
+            # The export itself may be on stdout: the summary goes where it does not mix.
+            summary = out if args.output != "-" else err
+            if args.json:
+                print(render.to_json(exported), file=summary.file)
+            else:
+                render.render_export(summary, exported)
+            return EXIT_OK
+    raise AssertionError(args.command)
+
+
+@contextmanager
+def _output(target: str) -> Iterator[IO[str]]:
+    if target == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    try:
+        file = Path(target).open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ReplayInputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    with file:
+        yield file
+
+
+def _key(path: Path) -> bytes:
+    from ._verify import load_key_file
+
+    return load_key_file(path)
+
+
+def _default_key() -> bytes | None:
+    default = journal.default_key_path()
+    return _key(default) if default.exists() else None
+
+
+def _emit(
+    args: argparse.Namespace, out: Console, result: Any, draw: Callable[[Console, Any], None]
+) -> None:
+    if args.json:
+        print(render.to_json(result), file=out.file)
+    else:
+        draw(out, result)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        return _run(args, out, err)
+    except ReplayInputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+    except journal.JournalFormatError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+    except sqlite3.Error as exc:
+        print(f"{PROG}: cannot read the journal: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"{PROG}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -1,0 +1,267 @@
+"""``calls`` and ``show``: the calls of a journal, filtered, and one call's whole story."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from journal import (
+    CallCancelled,
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    DeprecatedUsage,
+    Record,
+    TokenRefreshed,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+from ._source import Progress, ReplayInputError, open_journals
+from ._story import STATUSES, CallStory, CallSummary, SessionInfo, iter_stories
+
+__all__ = [
+    "CallDetail",
+    "CallFilter",
+    "CallList",
+    "Exchange",
+    "StoryEvent",
+    "list_calls",
+    "show_call",
+    "wall",
+]
+
+
+def wall(moment: datetime) -> str:
+    """A datetime in the journal's ``ts_wall`` form, so that times compare as strings."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class CallFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which calls to list; every criterion given must hold. Times are inclusive bounds on the
+    call's start; ``status`` is one of result, error, rejected, cancelled, in_doubt,
+    incomplete (``in_doubt`` also matches a mutation whose outcome is unknown)."""
+
+    session: str | None = None
+    tool: str | None = None
+    agent: str | None = None
+    status: str | None = None
+    error_code: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ReplayInputError(
+                f"unknown status {self.status!r}; expected one of {', '.join(STATUSES)}"
+            )
+
+    def matches(self, call: CallSummary) -> bool:
+        if self.session is not None and call.session_id != self.session:
+            return False
+        if self.tool is not None and self.tool not in (call.tool, call.requested_tool):
+            return False
+        if self.agent is not None and call.agent_id != self.agent:
+            return False
+        if self.status is not None:
+            if self.status == "in_doubt":
+                if call.in_doubt is None:
+                    return False
+            elif call.status != self.status:
+                return False
+        if self.error_code is not None and call.error_code != self.error_code:
+            return False
+        if self.since is not None and call.started_at < wall(self.since):
+            return False
+        return not (self.until is not None and call.started_at > wall(self.until))
+
+
+class CallList(msgspec.Struct, frozen=True, kw_only=True):
+    """The calls that matched, in journal order, and how many were scanned."""
+
+    calls: list[CallSummary]
+    scanned: int
+    matched: int
+
+
+def list_calls(
+    paths: Sequence[str | Path],
+    where: CallFilter | None = None,
+    *,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> CallList:
+    """Every call of the journals matching ``where``, the first ``limit`` in journal order."""
+    where = where or CallFilter()
+    scanned = matched = 0
+    with open_journals(paths) as journals:
+
+        def matching() -> Any:
+            nonlocal scanned, matched
+            for story in iter_stories(journals.records(progress)):
+                scanned += 1
+                call = story.summary()
+                if where.matches(call):
+                    matched += 1
+                    yield call
+
+        def order(c: CallSummary) -> tuple[str, int]:
+            return (c.journal_id, c.first_seq)
+
+        if limit is None:
+            calls = sorted(matching(), key=order)
+        else:
+            calls = heapq.nsmallest(limit, matching(), key=order)
+    return CallList(calls=calls, scanned=scanned, matched=matched)
+
+
+class StoryEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of a call: when, relative to the call's start, and what it holds."""
+
+    seq: int
+    kind: str
+    at: str
+    offset_ms: float
+    payload: Any
+
+
+class Exchange(msgspec.Struct, frozen=True, kw_only=True):
+    """One upstream request and its answer (none when the transport failed or the bridge died)."""
+
+    attempt: int
+    method: str
+    route: str
+    body: Any
+    sent_ms: float
+    status: int | None = None
+    response_body: Any = None
+    headers: dict[str, str] = {}
+    duration_ms: float | None = None
+    answered_ms: float | None = None
+
+
+class CallDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """One call's story: what the model sent, what the bridge injected and from where, what
+    went upstream, what came back, what the model saw, with timings."""
+
+    summary: CallSummary
+    session: SessionInfo | None
+    arguments: Any
+    meta_keys: list[str]
+    injected: list[dict[str, Any]]
+    exchanges: list[Exchange]
+    token_refreshes: list[dict[str, Any]]
+    deprecated: list[dict[str, Any]]
+    outcome_kind: str | None
+    outcome: Any
+    events: list[StoryEvent]
+
+
+def show_call(paths: Sequence[str | Path], call_id: str) -> CallDetail:
+    """The whole story of one call; ReplayInputError when no journal holds it."""
+    with open_journals(paths) as journals:
+        records = journals.events_of_call(call_id)
+        if not records:
+            raise ReplayInputError(f"no call {call_id!r} in the journals given")
+        journal_ids = {r.journal_id for r in records}
+        if len(journal_ids) > 1:
+            raise ReplayInputError(
+                f"call {call_id!r} is in several journals ({', '.join(sorted(journal_ids))})"
+            )
+        started = journals.session_started(records[0].journal_id, records[0].session_id)
+    session = SessionInfo.from_record(started) if started is not None else None
+    story = CallStory(records[0].journal_id, call_id, records[0].session_id, session)
+    for record in records:
+        story.add(record)
+    return _detail(story)
+
+
+def _detail(story: CallStory) -> CallDetail:
+    records = story.records
+    t0 = records[0].ts_mono_ns
+
+    def offset(r: Record) -> float:
+        return round((r.ts_mono_ns - t0) / 1e6, 3)
+
+    received = story.received
+    injected: list[dict[str, Any]] = []
+    exchanges: list[Exchange] = []
+    refreshes: list[dict[str, Any]] = []
+    deprecated: list[dict[str, Any]] = []
+    outcome_kind: str | None = None
+    outcome: Any = None
+    for r in records:
+        p = r.payload
+        if isinstance(p, ContextInjected):
+            injected = [msgspec.to_builtins(f) for f in p.fields]
+        elif isinstance(p, UpstreamRequest):
+            exchanges.append(
+                Exchange(
+                    attempt=p.attempt,
+                    method=p.method,
+                    route=p.route,
+                    body=p.body,
+                    sent_ms=offset(r),
+                )
+            )
+        elif isinstance(p, UpstreamResponse) and exchanges:
+            exchanges[-1] = msgspec.structs.replace(
+                exchanges[-1],
+                status=p.status,
+                response_body=p.body,
+                headers=dict(p.headers),
+                duration_ms=p.duration_ms,
+                answered_ms=offset(r),
+            )
+        elif isinstance(p, TokenRefreshed):
+            refreshes.append({"source": p.source, "reason": p.reason, "at_ms": offset(r)})
+        elif isinstance(p, DeprecatedUsage):
+            deprecated.append(msgspec.to_builtins(p))
+        elif isinstance(p, CallResult | CallError | CallRejected | CallCancelled):
+            outcome_kind = r.kind
+            outcome = _model_view(p)
+    return CallDetail(
+        summary=story.summary(),
+        session=story.session,
+        arguments=received.arguments if isinstance(received, CallReceived) else None,
+        meta_keys=list(received.meta_keys) if isinstance(received, CallReceived) else [],
+        injected=injected,
+        exchanges=exchanges,
+        token_refreshes=refreshes,
+        deprecated=deprecated,
+        outcome_kind=outcome_kind,
+        outcome=outcome,
+        events=[
+            StoryEvent(
+                seq=r.seq,
+                kind=r.kind,
+                at=r.ts_wall,
+                offset_ms=offset(r),
+                payload=msgspec.to_builtins(r.payload),
+            )
+            for r in records
+        ],
+    )
+
+
+def _model_view(p: CallResult | CallError | CallRejected | CallCancelled) -> Any:
+    """What the model saw: the result envelope, or the error as the journal records it."""
+    if isinstance(p, CallResult):
+        return p.result
+    if isinstance(p, CallCancelled):
+        return {"cancelled": p.reason}
+    error: dict[str, Any] = {"code": p.error_code, "message": p.message}
+    if isinstance(p, CallError):
+        error["retryable"] = p.retryable
+    elif p.field_errors:
+        error["field_errors"] = dict(p.field_errors)
+    return {"error": error}

@@ -1,0 +1,438 @@
+"""``idempotency``: did keys, desired-state setters and idempotent hints behave as promised?
+
+Three checks over the calls of the journals (contract sections 7.2 and 13.2):
+
+* **keyed creates** — every ``task_create`` with an idempotency key, grouped by its full scope
+  (workspace, agent, run, callback, tool, key). The first success sets the baseline; a later call
+  with the same canonical payload (the upstream body without key, run and callback) must return
+  the same task identities with ``reused: true`` and no new number; another payload must be an
+  ``idempotency_conflict``; a key outside a workflow callback must never be honoured.
+* **desired state** — ``task_set_claim`` repeated on a task whose state no observed call changed
+  in between must report it ``unchanged``, and what it reports unchanged must be in that state.
+* **idempotent hints** — a call repeated with identical arguments and nothing observed changing
+  its tasks in between must change nothing when its tool declares ``idempotentHint`` (the
+  declared hints are the bridge registry's annotations).
+
+"Observed" means within the journals given: a change made by someone who does not write to them
+is invisible, so these checks can miss a fault but do not invent one from others' activity
+except through such a change. Memory is one small entry per key scope and per task touched, and
+a bounded window of recent call signatures for repeats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from ._findings import Finding
+from ._source import Progress, open_journals
+from ._story import CallStory, iter_stories
+
+__all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
+
+REPEAT_WINDOW: Final = 65_536
+_KEY_FIELDS: Final = ("idempotencyKey", "workflowRunId", "callbackEffectId")
+_canonical = msgspec.json.Encoder(order="sorted").encode
+
+Task = tuple[str | None, str | None, int]  # workspace, channel, number
+
+
+class KeyGroup(msgspec.Struct, kw_only=True):
+    """The calls sharing one idempotency scope and what they did."""
+
+    workspace_id: str | None
+    agent_id: str | None
+    workflow_run_id: str | None
+    callback_effect_id: str | None
+    tool: str
+    key: str
+    first_seq: int
+    journal_id: str
+    calls: int = 0
+    created: int = 0
+    replays: int = 0
+    conflicts: int = 0
+    violations: int = 0
+    numbers: list[int] = []
+    baseline_call: str | None = None
+    baseline_reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.violations == 0
+
+
+class HintCheck(msgspec.Struct, kw_only=True):
+    """One tool's declared ``idempotentHint`` against the repeats observed."""
+
+    tool: str
+    declared: bool | None
+    repeats: int = 0
+    safe: int = 0
+    unsafe: int = 0
+    verdict: str = "not observed"
+
+    def judge(self) -> None:
+        """holds / violated (declared idempotent) or conservative / not idempotent, as
+        declared (declared not idempotent), from the repeats observed."""
+        self.verdict = self._verdict()
+
+    def _verdict(self) -> str:
+        if self.repeats == 0:
+            return "not observed"
+        if self.declared and self.unsafe:
+            return "violated"
+        if self.declared:
+            return "holds"
+        return "conservative" if self.unsafe == 0 else "not idempotent, as declared"
+
+
+class IdempotencyResult(msgspec.Struct, kw_only=True):
+    """Key groups, claim repeats, hint checks and the findings; ``ok`` when nothing broke."""
+
+    groups: list[KeyGroup]
+    hints: list[HintCheck]
+    findings: list[Finding]
+    keyed_calls: int = 0
+    claim_calls: int = 0
+    claim_repeats: int = 0
+    calls: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def declared_hints() -> dict[str, bool]:
+    """``idempotentHint`` of every tool, from the bridge's registry (the annotations served)."""
+    from bridge._registry import TOOLS
+
+    return {name: spec.idempotent_hint for name, spec in TOOLS.items()}
+
+
+def check_idempotency(
+    paths: Sequence[str | Path],
+    *,
+    hints: dict[str, bool] | None = None,
+    progress: Progress | None = None,
+) -> IdempotencyResult:
+    """Check keyed creates, claim repeats and idempotent hints over the journals' calls."""
+    checker = _Checker(declared_hints() if hints is None else hints)
+    with open_journals(paths) as journals:
+        for story in iter_stories(journals.records(progress)):
+            checker.feed(story)
+    return checker.result()
+
+
+class _Checker:
+    def __init__(self, hints: dict[str, bool]) -> None:
+        self.hints = hints
+        self.groups: dict[tuple[Any, ...], KeyGroup] = {}
+        # scope -> (canonical payload digest, task identities) of the first success
+        self.baselines: dict[tuple[Any, ...], tuple[str, list[tuple[Any, ...]]]] = {}
+        self.hint_checks: dict[str, HintCheck] = {}
+        self.findings: list[Finding] = []
+        self.epochs: dict[Task, int] = {}
+        self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
+        self.recent: OrderedDict[tuple[Any, ...], tuple[tuple[int, ...], int]] = OrderedDict()
+        self.keyed = self.claim_calls = self.claim_repeats = self.calls = 0
+
+    def report(self, story: CallStory, rule: str, detail: str) -> None:
+        outcome = story.outcome or story.records[-1]
+        self.findings.append(
+            Finding(
+                journal_id=story.journal_id,
+                seq=outcome.seq,
+                rule=rule,
+                detail=detail,
+                call_id=story.call_id,
+            )
+        )
+
+    def feed(self, story: CallStory) -> None:
+        self.calls += 1
+        tool = story.tool
+        if tool is None or story.received is None:
+            return
+        data = _data(story)
+        workspace = story.injected.get("workspace_id") or (
+            story.session.workspace_id if story.session else None
+        )
+        agent = story.injected.get("agent_id") or (
+            story.session.agent_id if story.session else None
+        )
+        if tool == "task_create" and _key_of(story) is not None:
+            self._keyed_create(story, workspace, agent, data)
+        if tool == "task_set_claim" and data is not None:
+            self._claim(story, workspace, agent, data)
+        self._repeat(story, tool, workspace, agent, data)
+        self._advance_epochs(story, tool, workspace, agent, data)
+
+    # --- keyed creates ----------------------------------------------------------------
+
+    def _keyed_create(
+        self, story: CallStory, workspace: str | None, agent: str | None, data: Any
+    ) -> None:
+        self.keyed += 1
+        key = _key_of(story)
+        assert key is not None
+        injected = story.injected
+        run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
+        body = _create_body(story)
+        if body is not None and not (body.get("workflowRunId") and body.get("callbackEffectId")):
+            run, callback = body.get("workflowRunId"), body.get("callbackEffectId")
+        scope = (workspace, agent, run, callback, "task_create", key)
+        group = self.groups.get(scope)
+        if group is None:
+            group = self.groups[scope] = KeyGroup(
+                workspace_id=workspace,
+                agent_id=agent,
+                workflow_run_id=run,
+                callback_effect_id=callback,
+                tool="task_create",
+                key=key,
+                first_seq=story.records[0].seq,
+                journal_id=story.journal_id,
+            )
+        group.calls += 1
+        outside = not (run and callback)
+        if outside:
+            if body is not None:
+                group.violations += 1
+                self.report(
+                    story,
+                    "key_outside_callback",
+                    f"key {key!r} was sent upstream without a workflow callback",
+                )
+            elif data is not None:
+                group.violations += 1
+                self.report(story, "key_outside_callback", f"key {key!r} honoured")
+            return
+        if story.error_code == "idempotency_conflict":
+            group.conflicts += 1
+            return
+        if data is None or body is None:
+            return
+        digest = _digest({k: v for k, v in body.items() if k not in _KEY_FIELDS})
+        tasks = [t for t in data.get("tasks", []) if isinstance(t, dict)]
+        identities = [(t.get("channel"), t.get("number"), t.get("scope_id")) for t in tasks]
+        reused = data.get("reused") is True
+        baseline = self.baselines.get(scope)
+        if baseline is None:
+            self.baselines[scope] = (digest, identities)
+            group.numbers = [n for _, n, _ in identities if isinstance(n, int)]
+            group.baseline_call, group.baseline_reused = story.call_id, reused
+            group.created += 0 if reused else 1
+            group.replays += 1 if reused else 0
+            return
+        if digest != baseline[0]:
+            group.violations += 1
+            self.report(
+                story,
+                "conflict_not_reported",
+                f"key {key!r} reused with another payload succeeded instead of conflicting",
+            )
+            return
+        group.replays += 1
+        new_numbers = [n for _, n, _ in identities if n not in group.numbers]
+        if new_numbers:
+            group.violations += 1
+            self.report(
+                story,
+                "replay_allocated_numbers",
+                f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
+            )
+        elif identities != baseline[1]:
+            group.violations += 1
+            self.report(
+                story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
+            )
+        if not reused:
+            group.violations += 1
+            self.report(story, "replay_not_reused", f"replay of key {key!r} lacks reused: true")
+
+    # --- desired state ----------------------------------------------------------------
+
+    def _claim(self, story: CallStory, workspace: str | None, agent: str | None, data: Any) -> None:
+        self.claim_calls += 1
+        claimed = data.get("claimed")
+        channel = data.get("channel")
+        if not isinstance(claimed, bool):
+            return
+        desired = agent if claimed else None
+        repeated = False
+        for field, listed in (("changed", True), ("unchanged", False)):
+            for number in data.get(field, []):
+                task = (workspace, channel, number)
+                known = self.claims.get(task)
+                if known is None or known[1] != self.epochs.get(task, 0):
+                    continue  # state unknown, or changed since by an observed call
+                repeated = repeated or known[0] == desired
+                if listed and known[0] == desired:
+                    self.report(
+                        story,
+                        "claim_repeat_changed",
+                        f"task {channel}#{number} already {_held(desired)}; the repeat changed it",
+                    )
+                if not listed and known[0] != desired:
+                    self.report(
+                        story,
+                        "claim_state_wrong",
+                        f"task {channel}#{number} reported unchanged but was {_held(known[0])}",
+                    )
+        self.claim_repeats += repeated
+
+    # --- repeats and hints ------------------------------------------------------------
+
+    def _repeat(
+        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+    ) -> None:
+        requests = story.requests
+        if not requests or story.outcome is None:
+            return
+        req = requests[-1]
+        signature = (workspace, agent, tool, req.method, req.route, _digest(req.body))
+        tasks = _tasks_touched(story, workspace, data)
+        previous = self.recent.pop(signature, None)
+        succeeded = data is not None
+        if previous is not None:
+            epochs, _ = previous
+            clean = epochs == tuple(self.epochs.get(t, 0) for t in tasks)
+            if clean:
+                check = self.hint_checks.setdefault(
+                    tool, HintCheck(tool=tool, declared=self.hints.get(tool))
+                )
+                check.repeats += 1
+                if _repeat_was_safe(tool, story, data):
+                    check.safe += 1
+                else:
+                    check.unsafe += 1
+                    if check.declared:
+                        self.report(
+                            story,
+                            "idempotent_hint_unsafe",
+                            f"{tool} declares idempotentHint but an identical repeat changed state",
+                        )
+        if succeeded:
+            after = tuple(self.epochs.get(t, 0) + _changes(story, tool, data, t) for t in tasks)
+            self.recent[signature] = (after, story.records[0].seq)
+            if len(self.recent) > REPEAT_WINDOW:
+                self.recent.popitem(last=False)
+
+    def _advance_epochs(
+        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+    ) -> None:
+        if data is None or not story.mutation:
+            return
+        for task in _tasks_touched(story, workspace, data):
+            if _changes(story, tool, data, task):
+                self.epochs[task] = self.epochs.get(task, 0) + 1
+        if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
+            desired = agent if data["claimed"] else None
+            for number in [*data.get("changed", []), *data.get("unchanged", [])]:
+                task = (workspace, data.get("channel"), number)
+                self.claims[task] = (desired, self.epochs.get(task, 0))
+
+    def result(self) -> IdempotencyResult:
+        for tool, declared in self.hints.items():
+            self.hint_checks.setdefault(tool, HintCheck(tool=tool, declared=declared))
+        for check in self.hint_checks.values():
+            check.judge()
+        return IdempotencyResult(
+            groups=sorted(self.groups.values(), key=lambda g: (g.journal_id, g.first_seq)),
+            hints=sorted(self.hint_checks.values(), key=lambda h: h.tool),
+            findings=sorted(self.findings, key=lambda f: (f.journal_id or "", f.seq or 0)),
+            keyed_calls=self.keyed,
+            claim_calls=self.claim_calls,
+            claim_repeats=self.claim_repeats,
+            calls=self.calls,
+        )
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(_canonical(value)).hexdigest()
+
+
+def _held(holder: str | None) -> str:
+    return f"claimed by {holder}" if holder else "unclaimed"
+
+
+def _data(story: CallStory) -> Any:
+    """The ``data`` of a successful result, or None."""
+    res = story.result
+    if res is None or not isinstance(res.result, dict):
+        return None
+    data = res.result.get("data")
+    return data if isinstance(data, dict) else None
+
+
+def _key_of(story: CallStory) -> str | None:
+    body = _create_body(story)
+    if body is not None and isinstance(body.get("idempotencyKey"), str):
+        return str(body["idempotencyKey"])
+    received = story.received
+    key = received.arguments.get("idempotency_key") if received is not None else None
+    return key.strip() if isinstance(key, str) else None
+
+
+def _create_body(story: CallStory) -> dict[str, Any] | None:
+    requests = story.requests
+    if not requests or not isinstance(requests[-1].body, dict):
+        return None
+    return requests[-1].body
+
+
+def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[Task]:
+    """The tasks a call addresses, from its upstream body (the request as sent)."""
+    body = _create_body(story)
+    if body is None:
+        return []
+    channel = body.get("channel")
+    channel = channel if isinstance(channel, str) else None
+    numbers: list[Any] = []
+    if isinstance(body.get("number"), int):
+        numbers = [body["number"]]
+    elif isinstance(body.get("numbers"), list):
+        numbers = body["numbers"]
+    elif story.tool == "task_create" and isinstance(data, dict):
+        return [
+            (workspace, t.get("channel"), t["number"])
+            for t in data.get("tasks", [])
+            if isinstance(t, dict) and isinstance(t.get("number"), int)
+        ]
+    return [(workspace, channel, n) for n in numbers if isinstance(n, int)]
+
+
+def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
+    """1 when the (successful) call changed that task, by its own report, else 0."""
+    if data is None:
+        return 0
+    if tool == "task_update":
+        return 1 if data.get("changed") else 0
+    if tool == "task_set_claim":
+        return 1 if task[2] in data.get("changed", []) else 0
+    if tool in ("task_checkpoint", "task_delete"):
+        return 1
+    if tool == "task_create":
+        return 0 if data.get("reused") else 1
+    return 0
+
+
+def _repeat_was_safe(tool: str, story: CallStory, data: Any) -> bool:
+    """Whether an identical repeat (nothing observed in between) changed nothing."""
+    if not story.mutation:
+        return True
+    if data is None:  # a failed repeat changed nothing (a deleted task stays deleted)
+        return story.in_doubt is None
+    if tool == "task_update":
+        return not data.get("changed")
+    if tool == "task_set_claim":
+        return not data.get("changed")
+    if tool == "task_create":
+        return data.get("reused") is True
+    return False  # a checkpoint appended again, a delete succeeded again

@@ -1,0 +1,195 @@
+"""One or many journal files opened read-only, streamed as one stream ordered by (journal id, seq).
+
+A fleet's journals are merged by journal id and sequence: the files are read in seq order each
+and merged on ``(journal_id, seq)``, so two copies of one journal (a backup beside the live file)
+yield each event once. Nothing is held in memory but one pending row per file.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import msgspec
+
+import journal
+from journal import Payload, Reader, Record
+
+__all__ = ["JournalInfo", "Journals", "Progress", "ReplayInputError", "open_journals"]
+
+Progress = Callable[[int, int | None], None]
+"""Called with (events done, events expected or None) every few thousand events."""
+
+PROGRESS_EVERY: Final = 20_000
+
+
+class ReplayInputError(Exception):
+    """An input a person gave cannot be used (no such file, not a journal, bad checkpoint)."""
+
+
+class JournalInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One opened file: where, which journal, how long."""
+
+    path: str
+    journal_id: str | None
+    head_seq: int
+
+
+class Journals:
+    """Readers over the given files; iterate records or raw rows merged by (journal id, seq)."""
+
+    def __init__(self, readers: Sequence[Reader]) -> None:
+        self.readers = list(readers)
+        self.infos = [
+            JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
+            for r in self.readers
+        ]
+
+    @property
+    def expected_events(self) -> int:
+        """An upper bound of the events a merged pass yields (the sum of head seqs)."""
+        return sum(info.head_seq for info in self.infos)
+
+    def records(self, progress: Progress | None = None) -> Iterator[Record]:
+        """Every event once, typed, ordered by (journal id, seq)."""
+        streams = [_keyed_records(r) for r in self._by_journal()]
+        last: tuple[str, int] | None = None
+        done = 0
+        expected = self.expected_events
+        for key, record in heapq.merge(*streams, key=_first):
+            if key == last:
+                continue  # the same event read from a second copy of the journal
+            last = key
+            yield record
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, expected)
+        if progress is not None:
+            progress(done, expected)
+
+    def events_of_call(self, call_id: str) -> list[Record]:
+        """Every event of one call, across the files (indexed lookups, not a scan)."""
+        found: dict[tuple[str, int], Record] = {}
+        for reader in self.readers:
+            for record in reader.events(call_id=call_id):
+                found.setdefault((record.journal_id, record.seq), record)
+        return [found[k] for k in sorted(found)]
+
+    def session_started(self, journal_id: str, session_id: str) -> Record | None:
+        for reader in self.readers:
+            if reader.journal_id != journal_id:
+                continue
+            for record in reader.events(session_id=session_id, kind="session_started"):
+                return record
+        return None
+
+    def _by_journal(self) -> list[Reader]:
+        return sorted(self.readers, key=lambda r: (r.journal_id or "", str(r.path)))
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
+
+    def __enter__(self) -> Journals:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _first(item: tuple[tuple[str, int], Any]) -> tuple[str, int]:
+    key: tuple[str, int] = item[0]
+    return key
+
+
+def _keyed_records(reader: Reader) -> Iterator[tuple[tuple[str, int], Record]]:
+    for row in reader.rows():
+        record = to_record(row)
+        yield (record.journal_id, record.seq), record
+
+
+_DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
+    (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in journal.PAYLOAD_TYPES.items()
+}
+_ANY: Final = msgspec.json.Decoder()
+
+
+def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | dict[str, Any], str]:
+    """The typed payload (or the JSON object of an unknown kind) and "" when it decodes, else the
+    decoded JSON object (or {}) and why it does not: analyses go on, verify reports it."""
+    decoder = _DECODERS.get((kind, kind_version))
+    try:
+        if decoder is not None:
+            payload: Payload = decoder.decode(text)
+            return payload, ""
+        value = _ANY.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
+        try:
+            value = _ANY.decode(text)
+        except (msgspec.DecodeError, TypeError):
+            return {}, str(exc)
+        return (value if isinstance(value, dict) else {}), str(exc)
+    if not isinstance(value, dict):
+        return {}, "payload is not a JSON object"
+    return value, ""
+
+
+def to_record(row: tuple[Any, ...]) -> Record:
+    """A raw row (COLUMNS order) as a Record; a payload that does not decode is left as a dict."""
+    payload, _ = decode_payload(row[6], row[7], row[14])
+    return Record(
+        seq=row[0],
+        journal_id=row[1],
+        session_id=row[2],
+        call_id=row[3],
+        ts_mono_ns=row[4],
+        ts_wall=row[5],
+        kind=row[6],
+        kind_version=row[7],
+        mcp_method_name=row[8],
+        gen_ai_tool_name=row[9],
+        jsonrpc_request_id=row[10],
+        http_response_status_code=row[11],
+        error_type=row[12],
+        duration_ms=row[13],
+        payload=payload,
+        payload_json=row[14],
+        prev_hash=row[15],
+        hash=row[16],
+    )
+
+
+def open_reader(path: str | os.PathLike[str]) -> Reader:
+    """A journal reader, or ReplayInputError with a message a person can act on."""
+    try:
+        return journal.open_reader(path)
+    except FileNotFoundError:
+        raise ReplayInputError(f"no journal at {path}") from None
+    except journal.JournalFormatError as exc:
+        raise ReplayInputError(f"{path} is not a journal ({exc})") from None
+
+
+def open_journals(paths: Sequence[str | os.PathLike[str]]) -> Journals:
+    """Open every file read-only; ReplayInputError names the first one that cannot be read."""
+    if not paths:
+        raise ReplayInputError("no journal given")
+    with ExitStack() as stack:
+        readers = []
+        for path in paths:
+            if Path(path).is_dir():
+                raise ReplayInputError(f"{path} is a directory, not a journal file")
+            reader = open_reader(path)
+            stack.callback(reader.close)
+            readers.append(reader)
+        stack.pop_all()
+    return Journals(readers)

@@ -1,0 +1,365 @@
+"""Calls rebuilt from the event stream: each call's events grouped, with bounded state.
+
+Events of concurrent calls interleave in a journal. ``iter_stories`` keeps the calls still open
+(a handful: those in flight at that point of the journal) and hands each one over as soon as its
+outcome arrives, when its session ends, or at the end of the stream. A call left open when its
+bridge died is handed over at the end (``closed_by``), and the number held open is capped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import msgspec
+
+from journal import (
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    Record,
+    SessionEnded,
+    SessionStarted,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+from ._grammar import OUTCOMES
+
+__all__ = [
+    "MAX_OPEN_CALLS",
+    "CallStory",
+    "CallSummary",
+    "SessionInfo",
+    "is_mutation",
+    "iter_stories",
+    "parse_wall",
+]
+
+MAX_OPEN_CALLS: Final = 10_000
+MAX_EVENTS_PER_CALL: Final = 64
+
+Status = Literal["result", "error", "rejected", "cancelled", "in_doubt", "incomplete"]
+ClosedBy = Literal["outcome", "session_ended", "end_of_stream", "evicted"]
+STATUSES: Final = ("result", "error", "rejected", "cancelled", "in_doubt", "incomplete")
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    """One MCP session as its ``session_started`` (and ``session_ended``) tell it."""
+
+    journal_id: str
+    session_id: str
+    seq: int
+    started_at: str
+    bridge_version: str | None = None
+    compat_policy: str | None = None
+    client_name: str | None = None
+    client_version: str | None = None
+    protocol_version: str | None = None
+    workspace_id: str | None = None
+    agent_id: str | None = None
+    api_url: str | None = None
+    ended_at: str | None = None
+    end_reason: str | None = None
+
+    @classmethod
+    def from_record(cls, record: Record) -> SessionInfo:
+        info = cls(
+            journal_id=record.journal_id,
+            session_id=record.session_id,
+            seq=record.seq,
+            started_at=record.ts_wall,
+        )
+        p = record.payload
+        if isinstance(p, SessionStarted):
+            info.bridge_version, info.compat_policy = p.bridge_version, p.compat_policy
+            info.client_name, info.client_version = p.client_name, p.client_version
+            info.protocol_version, info.api_url = p.protocol_version, p.api_url
+            info.workspace_id, info.agent_id = p.workspace_id, p.agent_id
+        return info
+
+
+def is_mutation(request: UpstreamRequest) -> bool:
+    """Whether an upstream request can change state (contract 13.3: only list and get read)."""
+    return request.method.upper() != "GET" and not request.route.endswith("/get")
+
+
+def parse_wall(text: str) -> datetime:
+    """A journal ``ts_wall`` (RFC 3339 UTC with ``Z``) as an aware datetime."""
+    return datetime.fromisoformat(text)
+
+
+class CallSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One call in a line: who, what, how it ended, how long it took."""
+
+    journal_id: str
+    call_id: str
+    session_id: str
+    tool: str | None
+    requested_tool: str | None
+    agent_id: str | None
+    workspace_id: str | None
+    client_name: str | None
+    request_id: str | None
+    first_seq: int
+    last_seq: int
+    started_at: str
+    ended_at: str
+    status: Status
+    error_code: str | None
+    in_doubt: str | None
+    bridge_ms: float | None
+    upstream_ms: float | None
+    upstream_requests: int
+    http_status: int | None
+    token_refreshes: int
+    truncated: bool
+    deprecated_uses: int
+    mutation: bool
+    channel: str | None
+
+
+class CallStory:
+    """Every event of one call, in seq order, and what they add up to."""
+
+    __slots__ = (
+        "call_id",
+        "closed_by",
+        "dropped",
+        "journal_id",
+        "records",
+        "session",
+        "session_id",
+    )
+
+    def __init__(
+        self, journal_id: str, call_id: str, session_id: str, session: SessionInfo | None
+    ) -> None:
+        self.journal_id = journal_id
+        self.call_id = call_id
+        self.session_id = session_id
+        self.session = session
+        self.records: list[Record] = []
+        self.closed_by: ClosedBy = "outcome"
+        self.dropped = 0
+
+    def add(self, record: Record) -> None:
+        if len(self.records) < MAX_EVENTS_PER_CALL:
+            self.records.append(record)
+        else:
+            self.dropped += 1
+
+    # --- what the events say ----------------------------------------------------------
+
+    def first(self, kind: str) -> Record | None:
+        return next((r for r in self.records if r.kind == kind), None)
+
+    def all(self, kind: str) -> list[Record]:
+        return [r for r in self.records if r.kind == kind]
+
+    @property
+    def received(self) -> CallReceived | None:
+        r = self.first("call_received")
+        return r.payload if r is not None and isinstance(r.payload, CallReceived) else None
+
+    @property
+    def outcome(self) -> Record | None:
+        return next((r for r in reversed(self.records) if r.kind in OUTCOMES), None)
+
+    @property
+    def requests(self) -> list[UpstreamRequest]:
+        return [r.payload for r in self.records if isinstance(r.payload, UpstreamRequest)]
+
+    @property
+    def responses(self) -> list[UpstreamResponse]:
+        return [r.payload for r in self.records if isinstance(r.payload, UpstreamResponse)]
+
+    @property
+    def injected(self) -> dict[str, Any]:
+        """The injected hidden context by name (values as journaled; secrets redacted)."""
+        r = self.first("context_injected")
+        if r is None or not isinstance(r.payload, ContextInjected):
+            return {}
+        return {f.name: f.value for f in r.payload.fields}
+
+    @property
+    def tool(self) -> str | None:
+        """The canonical tool served (the last name journaled: an old name maps forward)."""
+        return next(
+            (r.gen_ai_tool_name for r in reversed(self.records) if r.gen_ai_tool_name), None
+        )
+
+    @property
+    def requested_tool(self) -> str | None:
+        return self.records[0].gen_ai_tool_name if self.records else None
+
+    @property
+    def mutation(self) -> bool:
+        return any(is_mutation(req) for req in self.requests)
+
+    @property
+    def result(self) -> CallResult | None:
+        o = self.outcome
+        return o.payload if o is not None and isinstance(o.payload, CallResult) else None
+
+    @property
+    def error_code(self) -> str | None:
+        o = self.outcome
+        if o is not None and isinstance(o.payload, CallError | CallRejected):
+            return o.payload.error_code
+        return None
+
+    @property
+    def status(self) -> Status:
+        o = self.outcome
+        if o is None:
+            return "in_doubt" if self.mutation else "incomplete"
+        return {
+            "call_result": "result",
+            "call_error": "error",
+            "call_rejected": "rejected",
+            "call_cancelled": "cancelled",
+        }[o.kind]  # type: ignore[return-value]
+
+    @property
+    def in_doubt(self) -> str | None:
+        """Why a mutation's effect upstream is unknown, or None when it is known.
+
+        ``no_outcome``: sent, and the journal ends without an outcome (the bridge died);
+        ``cancelled_in_flight``: cancelled after sending, before an answer;
+        ``outcome_unknown``: the bridge told the model the outcome is unknown.
+        """
+        if not self.mutation:
+            return None
+        o = self.outcome
+        if o is None:
+            return "no_outcome"
+        if o.kind == "call_cancelled" and self._last_sent_unanswered():
+            return "cancelled_in_flight"
+        if self.error_code == "outcome_unknown":
+            return "outcome_unknown"
+        return None
+
+    def _last_sent_unanswered(self) -> bool:
+        kinds = [r.kind for r in self.records if r.kind.startswith("upstream_")]
+        return bool(kinds) and kinds[-1] == "upstream_request"
+
+    @property
+    def channel(self) -> str | None:
+        for req in self.requests:
+            if isinstance(req.body, dict) and isinstance(req.body.get("channel"), str):
+                return str(req.body["channel"])
+        res = self.result
+        if res is not None and isinstance(res.result, dict):
+            data = res.result.get("data")
+            if isinstance(data, dict) and isinstance(data.get("channel"), str):
+                return str(data["channel"])
+            task = data.get("task") if isinstance(data, dict) else None
+            if isinstance(task, dict) and isinstance(task.get("channel"), str):
+                return str(task["channel"])
+        return None
+
+    @property
+    def bridge_ms(self) -> float | None:
+        """call_received to outcome, from the journal's monotonic stamps."""
+        o = self.outcome
+        first = self.first("call_received")
+        if o is None or first is None:
+            return None
+        return round((o.ts_mono_ns - first.ts_mono_ns) / 1e6, 3)
+
+    @property
+    def upstream_ms(self) -> float | None:
+        durations = [r.duration_ms for r in self.responses if r.duration_ms is not None]
+        return round(sum(durations), 3) if durations else None
+
+    def summary(self) -> CallSummary:
+        first, last = self.records[0], self.records[-1]
+        responses = self.responses
+        s = self.session
+        res = self.result
+        return CallSummary(
+            journal_id=self.journal_id,
+            call_id=self.call_id,
+            session_id=self.session_id,
+            tool=self.tool,
+            requested_tool=self.requested_tool,
+            agent_id=self.injected.get("agent_id") or (s.agent_id if s else None),
+            workspace_id=self.injected.get("workspace_id") or (s.workspace_id if s else None),
+            client_name=s.client_name if s else None,
+            request_id=first.jsonrpc_request_id,
+            first_seq=first.seq,
+            last_seq=last.seq,
+            started_at=first.ts_wall,
+            ended_at=last.ts_wall,
+            status=self.status,
+            error_code=self.error_code,
+            in_doubt=self.in_doubt,
+            bridge_ms=self.bridge_ms,
+            upstream_ms=self.upstream_ms,
+            upstream_requests=len(self.requests),
+            http_status=responses[-1].status if responses else None,
+            token_refreshes=len(self.all("token_refreshed")),
+            truncated=bool(res and res.truncated),
+            deprecated_uses=len(self.all("deprecated_usage")),
+            mutation=self.mutation,
+            channel=self.channel,
+        )
+
+
+def iter_stories(
+    records: Iterable[Record],
+    *,
+    sessions_out: list[SessionInfo] | None = None,
+    max_open: int = MAX_OPEN_CALLS,
+) -> Iterator[CallStory]:
+    """Group records (ordered by journal id and seq) into calls; yield each when it closes.
+
+    ``sessions_out``, when given, receives every session as it ends or at the end of the stream.
+    """
+    open_calls: dict[tuple[str, str], CallStory] = {}
+    sessions: dict[tuple[str, str], SessionInfo] = {}
+    for record in records:
+        if record.call_id is None:
+            key = (record.journal_id, record.session_id)
+            if record.kind == "session_started":
+                sessions[key] = SessionInfo.from_record(record)
+            elif record.kind == "session_ended":
+                info = sessions.pop(key, None)
+                for story in [s for k, s in open_calls.items() if s.session_id == key[1]]:
+                    del open_calls[(story.journal_id, story.call_id)]
+                    story.closed_by = "session_ended"
+                    yield story
+                if info is not None:
+                    info.ended_at = record.ts_wall
+                    if isinstance(record.payload, SessionEnded):
+                        info.end_reason = record.payload.reason
+                    if sessions_out is not None:
+                        sessions_out.append(info)
+            continue
+        key = (record.journal_id, record.call_id)
+        found = open_calls.get(key)
+        if found is not None:
+            story = found
+        else:
+            session = sessions.get((record.journal_id, record.session_id))
+            story = open_calls[key] = CallStory(
+                record.journal_id, record.call_id, record.session_id, session
+            )
+            if len(open_calls) > max_open:
+                oldest = next(iter(open_calls))
+                evicted = open_calls.pop(oldest)
+                evicted.closed_by = "evicted"
+                yield evicted
+        story.add(record)
+        if record.kind in OUTCOMES:
+            del open_calls[key]
+            yield story
+    for story in open_calls.values():
+        story.closed_by = "end_of_stream"
+        yield story
+    if sessions_out is not None:
+        sessions_out.extend(sessions.values())

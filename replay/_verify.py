@@ -1,0 +1,606 @@
+"""``verify``: integrity, the call grammar and the bridge's invariants, in one streaming pass.
+
+Each file is checked on its own (a copy must verify as well as the original), row by row, with
+the journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
+besides those of :mod:`journal` (``sequence_gap``, ``chain_broken``, ``hash_mismatch``,
+``row_malformed``, ``journal_id_mismatch``, ``kind_unknown``, ``payload_invalid``, and the
+checkpoint rules ``checkpoint_signature_invalid``, ``checkpoint_journal_mismatch``,
+``checkpoint_hash_mismatch``, ``truncated_before_checkpoint``):
+
+===============================  =============================================================
+``call_grammar``                 an event out of place in its call (see :mod:`replay._grammar`)
+``call_incomplete``              a call with no outcome in a session that ended normally
+``refresh_replay_exceeded``      more than one token refresh or replay in one call
+``replay_differs``               the replay after a refresh is not the same operation
+``hidden_context_in_arguments``  a model argument naming hidden context went on past rejection,
+                                 or the upstream body carries hidden context not injected
+``context_mismatch``             injected workspace/agent (or the route's) differ from the
+                                 session's
+``secret_in_payload``            a bearer credential, token or JWT in a stored event
+===============================  =============================================================
+
+In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apart, for
+reconciliation: they are no fault of the journal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+import journal
+from journal import (
+    GENESIS_HASH,
+    CallReceived,
+    Checkpoint,
+    ContextInjected,
+    Reader,
+    SessionStarted,
+    UpstreamRequest,
+)
+
+from ._findings import Finding
+from ._grammar import OUTCOMES, Grammar
+from ._source import PROGRESS_EVERY, Progress, ReplayInputError, decode_payload, open_reader
+from ._story import MAX_OPEN_CALLS, is_mutation
+
+__all__ = [
+    "HIDDEN_NAMES",
+    "InDoubtCall",
+    "JournalReport",
+    "VerifyResult",
+    "find_hidden_names",
+    "load_checkpoint_file",
+    "load_key_file",
+    "verify",
+]
+
+MAX_FINDINGS: Final = 1000
+
+# The bridge's list (bridge/_context.py HIDDEN_NAMES; a test keeps the two equal), copied so
+# that verifying a journal needs nothing of the bridge.
+HIDDEN_NAMES: Final = frozenset(
+    {
+        "workspace",
+        "workspaceid",
+        "agent",
+        "agentid",
+        "callingagent",
+        "principal",
+        "workflowrun",
+        "workflowrunid",
+        "runid",
+        "callbackeffect",
+        "callbackeffectid",
+        "callbackid",
+        "token",
+        "bearer",
+        "bearertoken",
+        "accesstoken",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "apikey",
+        "secret",
+        "password",
+        "session",
+        "sessionid",
+    }
+)
+# Hidden context the bridge itself puts in an upstream body, and the injected field it must equal.
+_INJECTED_INTO_BODY: Final = {
+    "workflowRunId": "workflow_run_id",
+    "callbackEffectId": "callback_effect_id",
+}
+_SECRET: Final = re.compile(
+    r"(?i:\bbearer\s+)(?!\[REDACTED\])[A-Za-z0-9\-._~+/]{8,}"
+    r"|\batk_[A-Za-z0-9_\-]{16,}"
+    r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\."
+)
+_SECRET_HINTS: Final = ("earer", "EARER", "atk_", "eyJ")
+_ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
+
+
+class InDoubtCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A mutation sent upstream whose effect is unknown: reconcile it with the server."""
+
+    journal_id: str
+    call_id: str
+    session_id: str
+    tool: str | None
+    seq: int
+    at: str
+    method: str
+    route: str
+    body: Any
+    reason: str
+
+
+class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What was checked in one file."""
+
+    path: str
+    journal_id: str | None
+    events: int
+    head_seq: int
+    head_hash: str
+    calls: int
+    checkpoints_checked: int
+    signatures_checked: int
+    signatures_unchecked: int
+    held_checkpoint: str | None
+
+
+class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of :func:`verify`: ``ok`` when no rule is broken."""
+
+    journals: list[JournalReport]
+    findings: list[Finding]
+    in_doubt: list[InDoubtCall]
+    findings_omitted: int = 0
+    key_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and not self.findings_omitted
+
+    @property
+    def events(self) -> int:
+        return sum(j.events for j in self.journals)
+
+
+def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
+    """JSON paths of every mapping key that names hidden context, at any depth."""
+    found: list[str] = []
+    if depth > 32:
+        return found
+    if isinstance(node, dict):
+        for key, value in node.items():
+            child = f"{path}.{key}"
+            if isinstance(key, str) and _normal(key) in HIDDEN_NAMES:
+                found.append(child)
+            if isinstance(value, dict | list):
+                found += find_hidden_names(value, child, depth + 1)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            if isinstance(item, dict | list):
+                found += find_hidden_names(item, f"{path}[{i}]", depth + 1)
+    return found
+
+
+def _normal(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def load_key_file(path: Path) -> bytes:
+    try:
+        return journal.load_key(path, create=False)
+    except FileNotFoundError:
+        raise ReplayInputError(f"no key file at {path}") from None
+    except (OSError, ValueError) as exc:
+        raise ReplayInputError(f"cannot use the key file {path}: {exc}") from None
+
+
+def load_checkpoint_file(path: Path) -> Checkpoint:
+    try:
+        return journal.load_checkpoint(path)
+    except FileNotFoundError:
+        raise ReplayInputError(f"no checkpoint file at {path}") from None
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ReplayInputError(f"{path} is not a checkpoint ({exc})") from None
+
+
+def verify(
+    paths: Sequence[str | Path],
+    *,
+    checkpoints: Sequence[str | Path] = (),
+    key: bytes | None = None,
+    default_key: bytes | None = None,
+    auto_checkpoint: bool = True,
+    progress: Progress | None = None,
+) -> VerifyResult:
+    """Verify journal files: chain, sequence, checkpoints, call grammar, invariants.
+
+    ``checkpoints``: checkpoint files held outside the journals (a truncated tail shows only
+    against one); each applies to the journal it names (to the only journal, if one is given).
+    With ``auto_checkpoint``, a journal without one uses ``<journal>.checkpoint.json`` if present
+    (what the bridge exports). ``key``: the HMAC key that signed the checkpoints, checked against
+    every one. ``default_key`` (the local key file, say) checks only the checkpoints signed with
+    it: a fleet's journals signed elsewhere stay unchecked rather than fail. Raises
+    ReplayInputError for a file that cannot be used.
+    """
+    if not paths:
+        raise ReplayInputError("no journal given")
+    held = [(str(p), load_checkpoint_file(Path(p))) for p in checkpoints]
+    readers = [open_reader(p) for p in paths]
+    try:
+        findings: list[Finding] = []
+        assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(readers))}
+        for label, cp in held:
+            matches = [i for i, r in enumerate(readers) if r.journal_id == cp.journal_id]
+            if not matches and len(readers) == 1:
+                matches = [0]  # reported as another journal's checkpoint against the only one
+            if not matches:
+                findings.append(
+                    Finding(
+                        journal_id=cp.journal_id,
+                        seq=None,
+                        rule="checkpoint_journal_mismatch",
+                        detail=f"{label} names journal {cp.journal_id}, not given",
+                    )
+                )
+            for i in matches:
+                assigned[i].append((label, cp))
+        if auto_checkpoint:
+            for i, reader in enumerate(readers):
+                beside = Path(f"{reader.path}.checkpoint.json")
+                if not assigned[i] and beside.exists():
+                    assigned[i].append((str(beside), load_checkpoint_file(beside)))
+        total = sum(r.head()[0] for r in readers)
+        done = [0]
+
+        def tick(n: int) -> None:
+            done[0] += n
+            if progress is not None:
+                progress(done[0], total)
+
+        reports: list[JournalReport] = []
+        in_doubt: dict[tuple[str, str], InDoubtCall] = {}
+        omitted = 0
+        for i, reader in enumerate(readers):
+            check = _FileCheck(reader, assigned[i], key, default_key)
+            report = check.run(tick if progress is not None else None)
+            reports.append(report)
+            findings += check.findings
+            omitted += check.omitted
+            for call in check.in_doubt:
+                in_doubt.setdefault((call.journal_id, call.call_id), call)
+        unique = list(dict.fromkeys(findings))
+        if len(unique) > MAX_FINDINGS:
+            omitted += len(unique) - MAX_FINDINGS
+            unique = unique[:MAX_FINDINGS]
+        return VerifyResult(
+            journals=reports,
+            findings=unique,
+            in_doubt=sorted(in_doubt.values(), key=lambda c: (c.journal_id, c.seq)),
+            findings_omitted=omitted,
+            key_id=journal.key_id(used) if (used := key or default_key) else None,
+        )
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+class _Call:
+    """The bounded state verify keeps for one open call."""
+
+    __slots__ = (
+        "broken",
+        "call_id",
+        "first_request",
+        "first_seq",
+        "grammar",
+        "hidden",
+        "injected",
+        "last_request",
+        "refreshes",
+        "requests",
+        "sent_unanswered",
+        "session_id",
+        "tool",
+    )
+
+    def __init__(self, call_id: str, session_id: str, seq: int, tool: str | None) -> None:
+        self.call_id = call_id
+        self.session_id = session_id
+        self.first_seq = seq
+        self.tool = tool
+        self.grammar = Grammar()
+        self.broken = False
+        self.hidden: list[str] = []
+        self.injected: dict[str, Any] = {}
+        self.refreshes = 0
+        self.requests = 0
+        self.first_request: tuple[str, str, bytes] | None = None
+        self.last_request: tuple[int, str, UpstreamRequest] | None = None  # seq, at, request
+        self.sent_unanswered = False
+
+
+class _FileCheck:
+    """One file's pass: feed every row to the chain verifier and to the call checks."""
+
+    def __init__(
+        self,
+        reader: Reader,
+        held: list[tuple[str, Checkpoint]],
+        key: bytes | None,
+        default_key: bytes | None,
+    ):
+        self.reader = reader
+        self.journal_id = reader.journal_id
+        self.held = held
+        self.key = key
+        self.default_key = default_key
+        self.unchecked = 0
+        self.findings: list[Finding] = []
+        self.omitted = 0
+        self.in_doubt: list[InDoubtCall] = []
+        self.calls = 0
+        self._open: dict[str, _Call] = {}
+        self._sessions: dict[str, tuple[Any, Any]] = {}
+
+    def report(self, seq: int | None, rule: str, detail: str, call_id: str | None = None) -> None:
+        if len(self.findings) < MAX_FINDINGS:
+            finding = Finding(
+                journal_id=self.journal_id, seq=seq, rule=rule, detail=detail, call_id=call_id
+            )
+            self.findings.append(finding)
+        else:
+            self.omitted += 1
+
+    def run(self, tick: Any) -> JournalReport:
+        reader = self.reader
+        chain = journal.ChainVerifier(
+            self.journal_id, check_payloads=False, max_findings=MAX_FINDINGS
+        )
+        expected, checked, signatures = self._plan_checkpoints()
+        seen: set[int] = set()
+        pending = 0
+        for row in reader.rows():
+            chain.feed(row)
+            seq = row[0]
+            named = expected.get(seq)
+            if named is not None:
+                seen.add(seq)
+                for head_hash, label in named:
+                    if row[16] != head_hash:
+                        chain.report(seq, "checkpoint_hash_mismatch", f"{label}: hash differs")
+            self._check_event(row)
+            pending += 1
+            if tick is not None and pending == PROGRESS_EVERY:
+                tick(pending)
+                pending = 0
+        if tick is not None and pending:
+            tick(pending)
+        for seq, named in sorted(expected.items()):
+            if seq in seen:
+                continue
+            for _, label in named:
+                if seq > chain.seq:
+                    chain.report(
+                        chain.seq + 1,
+                        "truncated_before_checkpoint",
+                        f"journal ends at seq {chain.seq}; {label} names seq {seq}",
+                    )
+                else:
+                    chain.report(seq, "checkpoint_hash_mismatch", f"{label}: no event at {seq}")
+        self._end_of_stream()
+        self.omitted += chain.findings_omitted
+        integrity = [
+            Finding(journal_id=self.journal_id, seq=f.seq, rule=f.rule, detail=f.detail)
+            for f in chain.findings
+        ]
+        self.findings = sorted(
+            integrity + self.findings, key=lambda f: (f.seq is None, f.seq or 0, f.rule)
+        )
+        return JournalReport(
+            path=str(reader.path),
+            journal_id=self.journal_id,
+            events=chain.count,
+            head_seq=chain.seq,
+            head_hash=chain.hash,
+            calls=self.calls,
+            checkpoints_checked=checked,
+            signatures_checked=signatures,
+            signatures_unchecked=self.unchecked,
+            held_checkpoint=self.held[0][0] if self.held else None,
+        )
+
+    # --- checkpoints ------------------------------------------------------------------
+
+    def _plan_checkpoints(self) -> tuple[dict[int, list[tuple[str, str]]], int, int]:
+        """seq -> [(head hash, label)] to compare while streaming; checks, signatures."""
+        expected: dict[int, list[tuple[str, str]]] = {}
+        signatures = 0
+        stored = [
+            (f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(self.reader.checkpoints())
+        ]
+        candidates = self.held + stored
+        for label, cp in candidates:
+            if cp.journal_id != self.journal_id:
+                self.report(
+                    cp.seq, "checkpoint_journal_mismatch", f"{label} is journal {cp.journal_id!r}"
+                )
+                continue
+            key = self.key
+            if key is None and self.default_key is not None:
+                if cp.key_id == journal.key_id(self.default_key):
+                    key = self.default_key
+            if key is None:
+                self.unchecked += 1
+            else:
+                signatures += 1
+                if not cp.signature_valid(key):
+                    why = "forged or altered"
+                    used = journal.key_id(key)
+                    if cp.key_id != used:
+                        why = f"signed with key {cp.key_id}, verified with {used}"
+                    self.report(cp.seq, "checkpoint_signature_invalid", f"{label}: {why}")
+            if cp.seq == 0:
+                if cp.head_hash != GENESIS_HASH:
+                    self.report(0, "checkpoint_hash_mismatch", f"{label}: genesis hash differs")
+                continue
+            expected.setdefault(cp.seq, []).append((cp.head_hash, label))
+        return expected, len(candidates), signatures
+
+    # --- events -----------------------------------------------------------------------
+
+    def _check_event(self, row: tuple[Any, ...]) -> None:
+        seq, kind, version, text = row[0], row[6], row[7], row[14]
+        known = journal.PAYLOAD_TYPES.get(kind)
+        if known is None or known.kind_version != version:
+            self.report(seq, "kind_unknown", f"kind {kind!r} version {version!r}")
+        if not isinstance(text, str):
+            return
+        payload, problem = decode_payload(kind, version, text)
+        if problem:
+            self.report(seq, "payload_invalid", problem)
+        self._check_secrets(seq, row)
+        call_id = row[3]
+        if call_id is None:
+            self._session_event(seq, row[2], kind, payload)
+        else:
+            self._call_event(seq, row, kind, payload)
+
+    def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
+        for column, value in (("payload", row[14]), ("session_id", row[2]), ("call_id", row[3])):
+            if not isinstance(value, str) or not any(h in value for h in _SECRET_HINTS):
+                continue
+            found = _SECRET.search(value)
+            if found is not None:
+                shape = found.group(0)
+                what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"
+                self.report(
+                    seq,
+                    "secret_in_payload",
+                    f"{column} holds {what} at offset {found.start()} ({shape[:6]}…)",
+                    row[3],
+                )
+
+    def _session_event(self, seq: int, session_id: str, kind: str, payload: Any) -> None:
+        if kind == "session_started" and isinstance(payload, SessionStarted):
+            self._sessions[session_id] = (payload.workspace_id, payload.agent_id)
+        elif kind == "session_ended":
+            for call in [c for c in self._open.values() if c.session_id == session_id]:
+                self.report(
+                    call.first_seq,
+                    "call_incomplete",
+                    "no outcome before the session ended",
+                    call.call_id,
+                )
+                self._close(call)
+            self._sessions.pop(session_id, None)
+
+    def _call_event(self, seq: int, row: tuple[Any, ...], kind: str, payload: Any) -> None:
+        call_id: str = row[3]
+        call = self._open.get(call_id)
+        if call is None:
+            call = self._open[call_id] = _Call(call_id, row[2], seq, row[9])
+            if len(self._open) > MAX_OPEN_CALLS:
+                self._close(self._open[next(iter(self._open))])
+        if not call.broken:
+            wrong = call.grammar.step(kind)
+            if wrong is not None:
+                call.broken = True
+                self.report(seq, "call_grammar", wrong, call_id)
+        if kind == "call_received" and isinstance(payload, CallReceived):
+            call.hidden = find_hidden_names(payload.arguments)
+        elif kind == "context_injected" and isinstance(payload, ContextInjected):
+            self._check_injected(seq, call, payload)
+        elif kind == "upstream_request" and isinstance(payload, UpstreamRequest):
+            self._check_request(seq, row[5], call, payload)
+        elif kind == "upstream_response":
+            call.sent_unanswered = False
+        elif kind == "token_refreshed":
+            call.refreshes += 1
+            if call.refreshes == 2:
+                self.report(seq, "refresh_replay_exceeded", "a second token refresh", call_id)
+        if kind in OUTCOMES:
+            self._close(call, (kind, payload))
+
+    def _check_injected(self, seq: int, call: _Call, payload: ContextInjected) -> None:
+        call.injected = {f.name: f.value for f in payload.fields}
+        if call.hidden:
+            self.report(
+                call.first_seq,
+                "hidden_context_in_arguments",
+                f"arguments {', '.join(call.hidden[:5])} name hidden context and were not rejected",
+                call.call_id,
+            )
+        session = self._sessions.get(call.session_id)
+        if session is None:
+            self.report(seq, "context_mismatch", "no session_started for this call", call.call_id)
+            return
+        for i, name in enumerate(("workspace_id", "agent_id")):
+            value = call.injected.get(name)
+            if value != session[i]:
+                self.report(
+                    seq,
+                    "context_mismatch",
+                    f"injected {name} {value!r}, the session's is {session[i]!r}",
+                    call.call_id,
+                )
+
+    def _check_request(self, seq: int, at: str, call: _Call, req: UpstreamRequest) -> None:
+        call.requests += 1
+        call.sent_unanswered = True
+        call.last_request = (seq, at, req)
+        operation = (req.method, req.route, msgspec.json.encode(req.body, order="sorted"))
+        if call.first_request is None:
+            call.first_request = operation
+        elif operation != call.first_request:
+            self.report(seq, "replay_differs", "the replay is not the same operation", call.call_id)
+        if call.requests == 3:
+            self.report(seq, "refresh_replay_exceeded", "a third upstream request", call.call_id)
+        ids = _ROUTE_IDS.search(req.route)
+        session = self._sessions.get(call.session_id)
+        if ids is not None and session is not None and (ids["ws"], ids["agent"]) != session:
+            self.report(
+                seq,
+                "context_mismatch",
+                f"route names workspace {ids['ws']!r} and agent {ids['agent']!r}",
+                call.call_id,
+            )
+        if isinstance(req.body, dict):
+            for path in find_hidden_names(req.body):
+                name = path[2:]
+                injected_as = _INJECTED_INTO_BODY.get(name)
+                if injected_as is not None and call.injected.get(injected_as) == req.body[name]:
+                    continue
+                self.report(
+                    seq,
+                    "hidden_context_in_arguments",
+                    f"upstream body carries {path}, which the bridge did not inject",
+                    call.call_id,
+                )
+
+    def _close(self, call: _Call, outcome: tuple[str, Any] | None = None) -> None:
+        self._open.pop(call.call_id, None)
+        self.calls += 1
+        if call.last_request is None or not is_mutation(call.last_request[2]):
+            return
+        reason = None
+        if outcome is None:
+            reason = "no_outcome"
+        elif outcome[0] == "call_cancelled" and call.sent_unanswered:
+            reason = "cancelled_in_flight"
+        elif outcome[0] == "call_error" and getattr(outcome[1], "error_code", None) == (
+            "outcome_unknown"
+        ):
+            reason = "outcome_unknown"
+        if reason is None:
+            return
+        seq, at, req = call.last_request
+        self.in_doubt.append(
+            InDoubtCall(
+                journal_id=self.journal_id or "",
+                call_id=call.call_id,
+                session_id=call.session_id,
+                tool=call.tool,
+                seq=seq,
+                at=at,
+                method=req.method,
+                route=req.route,
+                body=req.body,
+                reason=reason,
+            )
+        )
+
+    def _end_of_stream(self) -> None:
+        for call in list(self._open.values()):
+            self._close(call)
