@@ -62,6 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         embedded=args.embedded,
         runtime_db=args.runtime_db,
         durable=not args.no_durable,
+        journal_max_bytes=args.journal_max_bytes,
         upstream_timeout_seconds=args.upstream_timeout,
     )
     try:
@@ -155,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds to wait for the Agent Runtime API (default 10)",
+    )
+    sv.add_argument(
+        "--journal-max-bytes",
+        type=int,
+        default=None,
+        help="cap on the journal's size; beyond it mutations are refused (default: no cap)",
     )
     sv.add_argument(
         "--no-durable",

@@ -37,11 +37,16 @@ class JournalAdapter:
 
 
 @asynccontextmanager
-async def open_journal(path: Path, *, durable: bool = True) -> AsyncIterator[JournalAdapter]:
+async def open_journal(
+    path: Path, *, durable: bool = True, max_bytes: int | None = None
+) -> AsyncIterator[JournalAdapter]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         writer_cm = journal.open_writer(
-            path, synchronous_full=durable, checkpoint_path=checkpoint_path(path)
+            path,
+            max_bytes=max_bytes,
+            synchronous_full=durable,
+            checkpoint_path=checkpoint_path(path),
         )
         writer = await writer_cm.__aenter__()
     except (OSError, journal.JournalUnavailable) as exc:

@@ -46,6 +46,7 @@ class ServeConfig:
     embedded: bool = False
     runtime_db: Path | None = None
     durable: bool = True
+    journal_max_bytes: int | None = None
     upstream_timeout_seconds: float = 10.0
 
 
@@ -142,7 +143,9 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     session = Session(session_id="s" + secrets.token_hex(6))
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(
-            open_journal(config.journal_path, durable=config.durable)
+            open_journal(
+                config.journal_path, durable=config.durable, max_bytes=config.journal_max_bytes
+            )
         )
         launch, credentials = await stack.enter_async_context(_launch(config, env))
         credentials.on_token = journal.add_secret

@@ -288,3 +288,29 @@ async def test_unreachable_upstream_is_retryable_and_sends_nothing(
             "task_get", {"channel": "general", "number": 1}, code="upstream_unreachable"
         )
         assert error["retryable"] is True
+
+
+async def test_a_full_journal_fails_mutations_closed_and_lets_reads_say_so(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    async with open_bridge(
+        file_runtime.bridge_env(),
+        tmp_path / "j.db",
+        "--journal-max-bytes",
+        "200000",
+        runtime=file_runtime,
+        check_journal=False,
+    ) as bridge:
+        big = {"channel": "general", "tasks": [{"title": "t" * 200} for _ in range(50)]}
+        for _ in range(40):
+            result = await bridge.call("task_create", big)
+            if result.is_error:
+                break
+        error = result.structured_content["error"]  # type: ignore[index]
+        assert (error["code"], error["retryable"]) == ("journal_unavailable", True)
+        created = file_runtime.store.stats()["tasks"]
+        again = await bridge.call("task_create", {"channel": "general", "tasks": [{"title": "x"}]})
+        assert again.structured_content["error"]["code"] == "journal_unavailable"  # type: ignore[index]
+        assert file_runtime.store.stats()["tasks"] == created  # nothing sent without a record
+        read = await bridge.ok("task_list", {"channel": "general", "limit": 1})
+        assert read["meta"]["journal"] == "unavailable"
