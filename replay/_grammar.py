@@ -1,37 +1,47 @@
 """The event grammar of one call, as a small state machine that names the first event out of place.
 
-    call_received
+    call_received deprecated_usage*
       ( call_rejected
       | context_injected
-        [ upstream_request [ upstream_response [ token_refreshed upstream_request
-                                                 [ upstream_response ] ] ] ]
+        [ upstream_request [ upstream_response [deprecated_usage]
+                             [ token_refreshed upstream_request
+                               [ upstream_response [deprecated_usage] ] ] ] ]
         ( call_result | call_error | call_cancelled ) )
 
 It accepts exactly the language of ``CALL_GRAMMAR`` in ``tests/bridge_harness.py`` (a test holds
-the two together). ``deprecated_usage`` events may appear anywhere after ``call_received`` and are
-not part of the grammar: the bridge notes an old name where it meets it.
+the two together). ``deprecated_usage`` follows ``call_received`` for an old tool name or argument
+spelling, and an upstream response for a deprecated route (RFC 9745 ``Deprecation``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["IGNORED", "OUTCOMES", "Grammar"]
+__all__ = ["OUTCOMES", "Grammar", "accepts"]
 
 OUTCOMES: Final = frozenset({"call_rejected", "call_result", "call_error", "call_cancelled"})
-IGNORED: Final = frozenset({"deprecated_usage"})
 _ENDINGS: Final = ("call_result", "call_error", "call_cancelled")
 
 # state -> {kind: next state}; "done" accepts nothing more.
 _TRANSITIONS: Final[dict[str, dict[str, str]]] = {
     "start": {"call_received": "received"},
-    "received": {"call_rejected": "done", "context_injected": "injected"},
+    "received": {
+        "deprecated_usage": "received",
+        "call_rejected": "done",
+        "context_injected": "injected",
+    },
     "injected": {"upstream_request": "sent", **dict.fromkeys(_ENDINGS, "done")},
     "sent": {"upstream_response": "answered", **dict.fromkeys(_ENDINGS, "done")},
-    "answered": {"token_refreshed": "refreshed", **dict.fromkeys(_ENDINGS, "done")},
+    "answered": {
+        "deprecated_usage": "answered_deprecated",
+        "token_refreshed": "refreshed",
+        **dict.fromkeys(_ENDINGS, "done"),
+    },
+    "answered_deprecated": {"token_refreshed": "refreshed", **dict.fromkeys(_ENDINGS, "done")},
     "refreshed": {"upstream_request": "resent"},
     "resent": {"upstream_response": "reanswered", **dict.fromkeys(_ENDINGS, "done")},
-    "reanswered": dict.fromkeys(_ENDINGS, "done"),
+    "reanswered": {"deprecated_usage": "reanswered_deprecated", **dict.fromkeys(_ENDINGS, "done")},
+    "reanswered_deprecated": dict.fromkeys(_ENDINGS, "done"),
     "done": {},
 }
 
@@ -45,8 +55,6 @@ class Grammar:
         self.state = "start"
 
     def step(self, kind: str) -> str | None:
-        if kind in IGNORED and self.state != "start":
-            return None
         following = _TRANSITIONS[self.state]
         nxt = following.get(kind)
         if nxt is None:

@@ -477,12 +477,13 @@ class _FileCheck:
             self._sessions[session_id] = (payload.workspace_id, payload.agent_id)
         elif kind == "session_ended":
             for call in [c for c in self._open.values() if c.session_id == session_id]:
-                self.report(
-                    call.first_seq,
-                    "call_incomplete",
-                    "no outcome before the session ended",
-                    call.call_id,
-                )
+                if not call.broken:  # one finding per call: the grammar's, if it broke
+                    self.report(
+                        call.first_seq,
+                        "call_incomplete",
+                        "no outcome before the session ended",
+                        call.call_id,
+                    )
                 self._close(call)
             self._sessions.pop(session_id, None)
 
