@@ -59,6 +59,8 @@ class Histogram:
         if not self.count:
             return None
         rank = max(1, math.ceil(q * self.count))
+        if rank >= self.count:
+            return round(self.max, 3)  # the top is known exactly
         seen = 0
         for index in sorted(self.buckets):
             seen += self.buckets[index]

@@ -171,12 +171,16 @@ def to_record(row: tuple[Any, ...]) -> Record:
 
 def open_reader(path: str | os.PathLike[str]) -> Reader:
     """A journal reader, or ReplayInputError with a message a person can act on."""
+    if Path(path).is_dir():
+        raise ReplayInputError(f"{path} is a directory, not a journal file")
     try:
         return journal.open_reader(path)
     except FileNotFoundError:
         raise ReplayInputError(f"no journal at {path}") from None
     except journal.JournalFormatError as exc:
-        raise ReplayInputError(f"{path} is not a journal ({exc})") from None
+        reason = str(exc).removeprefix(f"cannot read {path} as a journal: ")
+        reason = reason.removeprefix(f"{path} ")
+        raise ReplayInputError(f"{path} is not a journal ({reason})") from None
 
 
 def open_journals(paths: Sequence[str | os.PathLike[str]]) -> Journals:
@@ -186,8 +190,6 @@ def open_journals(paths: Sequence[str | os.PathLike[str]]) -> Journals:
     with ExitStack() as stack:
         readers = []
         for path in paths:
-            if Path(path).is_dir():
-                raise ReplayInputError(f"{path} is a directory, not a journal file")
             reader = open_reader(path)
             stack.callback(reader.close)
             readers.append(reader)

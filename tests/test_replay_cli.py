@@ -1,0 +1,172 @@
+"""`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import journal
+
+from .replay_helpers import (
+    Built,
+    call_event,
+    cli_json,
+    copy_journal,
+    everyday_journal,
+    injected,
+    replay_cli,
+    route,
+    seq_of,
+    session_started,
+    tamper,
+    write_events,
+)
+
+__all__ = ["everyday_journal"]  # a fixture, shared through the helpers
+
+COMMANDS = ("verify", "calls", "idempotency", "deprecations", "audit", "rerun", "export")
+
+
+def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
+    code, out = cli_json("verify", everyday_journal.path, "--key", everyday_journal.key_path)
+    assert code == 0 and out["ok"] is True and out["findings"] == []
+    assert out["journals"][0]["signatures_checked"] >= 2
+    broken = copy_journal(everyday_journal, tmp_path / "broken")
+    seq = seq_of(broken.path, "upstream_request", nth=1)
+    tamper(
+        broken.path, f"UPDATE events SET ts_wall = '2020-01-01T00:00:00.000000Z' WHERE seq = {seq}"
+    )
+    code, out = cli_json("verify", broken.path, "--key", broken.key_path)
+    assert code == 1 and out["ok"] is False
+    assert [(f["seq"], f["rule"]) for f in out["findings"]] == [(seq, "hash_mismatch")]
+    doubtful = tmp_path / "doubt.db"
+    create = journal.UpstreamRequest(method="POST", route=route(""), body={"tasks": []})
+    write_events(
+        doubtful,
+        [
+            session_started(),
+            call_event("c1", journal.CallReceived(arguments={}), tool="task_create"),
+            call_event("c1", injected(), tool="task_create"),
+            call_event("c1", create, tool="task_create"),
+        ],
+    )
+    code, out = cli_json("verify", doubtful)
+    assert code == 3 and out["ok"] is True
+    assert [(c["call_id"], c["reason"]) for c in out["in_doubt"]] == [("c1", "no_outcome")]
+
+
+def test_calls(everyday_journal: Built) -> None:
+    code, out = cli_json("calls", everyday_journal.path, "--status", "error")
+    assert code == 0 and [c["error_code"] for c in out["calls"]] == [
+        "task_not_found",
+        "idempotency_conflict",
+    ]
+    code, out = cli_json("calls", everyday_journal.path, "--tool", "task_update", "--since", "1h")
+    assert code == 0 and out["matched"] == 2
+    done = replay_cli("calls", everyday_journal.path, "--since", "yesterday-ish")
+    assert done.returncode == 2 and "is not a time" in done.stderr
+
+
+def test_show(everyday_journal: Built) -> None:
+    _, listed = cli_json("calls", everyday_journal.path, "--error-code", "task_not_found")
+    call_id = listed["calls"][0]["call_id"]
+    code, out = cli_json("show", everyday_journal.path, call_id)
+    assert code == 0 and out["outcome"]["error"]["code"] == "task_not_found"
+    assert out["exchanges"][0]["status"] == 404
+    text = replay_cli("show", everyday_journal.path, call_id)
+    assert "The model sent" in text.stdout and "The model saw" in text.stdout
+    missing = replay_cli("show", everyday_journal.path, "nope.1")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "agentteam-replay: no call 'nope.1' in the journals given"
+
+
+def test_idempotency(everyday_journal: Built, tmp_path: Path) -> None:
+    code, out = cli_json("idempotency", everyday_journal.path)
+    assert code == 0 and out["ok"] is True and out["groups"][0]["key"] == "k1"
+    broken = tmp_path / "outside.db"
+    body = {"channel": "g", "tasks": [{"title": "t"}], "idempotencyKey": "k"}
+    write_events(
+        broken,
+        [
+            session_started(),
+            call_event("c1", journal.CallReceived(arguments={}), tool="task_create"),
+            call_event("c1", injected(), tool="task_create"),
+            call_event(
+                "c1",
+                journal.UpstreamRequest(method="POST", route=route(""), body=body),
+                tool="task_create",
+            ),
+        ],
+    )
+    code, out = cli_json("idempotency", broken)
+    assert code == 1 and [f["rule"] for f in out["findings"]] == ["key_outside_callback"]
+
+
+def test_deprecations(everyday_journal: Built) -> None:
+    code, out = cli_json("deprecations", everyday_journal.path)
+    assert code == 1 and out["ok"] is False  # just used: no gate is met
+    assert {n["old_name"] for n in out["names"]} == {"list_tasks", "$.includeSubtasks"}
+    code, out = cli_json("deprecations", everyday_journal.path, "--as-of", "2099-01-01")
+    assert code == 0 and all(n["gate"]["met"] for n in out["names"])
+    code, out = cli_json(
+        "deprecations", everyday_journal.path, "--name", "task_claim", "--as-of", "2099-01-01"
+    )
+    assert code == 0 and [n["old_name"] for n in out["names"]] == ["task_claim"]
+
+
+def test_audit(everyday_journal: Built, tmp_path: Path) -> None:
+    code, out = cli_json("audit", everyday_journal.path, "--csv", tmp_path / "csv")
+    assert code == 0 and out["calls"] == 18
+    assert [lat["name"] for lat in out["latency"][:2]] == ["bridge", "upstream"]
+    assert (tmp_path / "csv" / "sessions.csv").read_text().startswith("journal_id,session_id")
+
+
+def test_rerun(everyday_journal: Built) -> None:
+    code, out = cli_json("rerun", everyday_journal.path)
+    assert code == 0 and out["ok"] is True and out["same"] == 18
+    done = replay_cli("rerun", everyday_journal.path, "--allow-mutations")
+    assert done.returncode == 2 and "only with --against" in done.stderr
+
+
+def test_export(everyday_journal: Built, tmp_path: Path) -> None:
+    spans = tmp_path / "spans.json"
+    code, out = cli_json("export", everyday_journal.path, "--output", spans)
+    assert code == 0 and out["spans"] == 34 and out["calls"] == 18
+    assert json.loads(spans.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    done = replay_cli("export", everyday_journal.path, "--format", "jsonl")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) > 18
+    assert "exported" in done.stderr  # the summary stays off the data on stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_tables_fit_80_columns_without_colour(everyday_journal: Built, command: str) -> None:
+    done = replay_cli(
+        command, everyday_journal.path, *(["-o", "/dev/null"] * (command == "export"))
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
+    assert "\x1b[" not in done.stdout
+
+
+@pytest.mark.parametrize("command", (*COMMANDS, "show"))
+def test_help_has_examples(command: str) -> None:
+    done = replay_cli(command, "--help")
+    assert done.returncode == 0 and "examples:" in done.stdout
+    assert f"agentteam-replay {command}" in done.stdout
+
+
+def test_errors_a_person_hits_are_one_line_without_traceback(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a database")
+    for args, message in [
+        ((tmp_path / "missing.db",), "no journal at"),
+        ((tmp_path / "notes.txt",), "is not a journal"),
+        ((tmp_path,), "is a directory"),
+    ]:
+        done = replay_cli("verify", *args)
+        assert done.returncode == 2, done
+        assert done.stderr.count("\n") == 1 and message in done.stderr
+        assert "Traceback" not in done.stderr
+    done = replay_cli("verify", tmp_path / "missing.db", "--key", tmp_path / "no.key")
+    assert done.returncode == 2 and "no key file" in done.stderr
