@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 import textwrap
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
@@ -32,11 +31,11 @@ from rich.console import Console
 from rich.text import Text
 
 import journal
+import replay
 from runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from . import __version__
 from ._context import META_CALLBACK, META_RUN
-from ._journaling import checkpoint_path
 from ._registry import TOOLS
 
 CLIENT = types.Implementation(name="agentteam-demo", version=__version__)
@@ -487,76 +486,58 @@ def _startup_failure(exc: BaseException, errlog: IO[str]) -> str:
 
 @dataclass
 class JournalSummary:
-    report: journal.VerifyReport
-    checkpoint: Path | None
-    outcomes: dict[str, int] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    deprecated: list[str] = field(default_factory=list)
+    verified: replay.VerifyResult
+    audited: replay.AuditReport
+    deprecated: replay.DeprecationReport
 
 
 def summarise_journal(path: Path) -> JournalSummary:
-    """Verify the chain and the exported checkpoint; count this demo session's calls."""
-    exported = checkpoint_path(path)
-    cp = journal.load_checkpoint(exported) if exported.exists() else None
+    """`agentteam-replay verify`, `audit` and `deprecations` on the journal, as data."""
     key_path = journal.default_key_path()
     key = journal.load_key(key_path, create=False) if key_path.exists() else None
-    report = journal.verify(path, checkpoint=cp, key=key)
-    summary = JournalSummary(report, exported if cp else None)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        row = conn.execute(
-            "SELECT session_id FROM sessions WHERE client_name = ? ORDER BY started_seq DESC",
-            (CLIENT.name,),
-        ).fetchone()
-        session = row[0] if row else ""
-        for outcome, error, count in conn.execute(
-            "SELECT outcome, error_type, count(*) FROM calls WHERE session_id = ? "
-            "GROUP BY outcome, error_type ORDER BY outcome, error_type",
-            (session,),
-        ):
-            summary.outcomes[outcome] = summary.outcomes.get(outcome, 0) + count
-            if error:
-                summary.errors.append(f"{error} ({outcome})")
-        summary.deprecated = [
-            f"{old} -> {new}"
-            for old, new in conn.execute(
-                "SELECT old_name, replacement FROM deprecated_usages WHERE session_id = ? "
-                "AND use_kind = 'tool_name'",
-                (session,),
-            )
-        ]
-    finally:
-        conn.close()
-    return summary
+    # verify picks up the checkpoint the bridge exported beside the journal by itself.
+    return JournalSummary(
+        verified=replay.verify([path], key=key),
+        audited=replay.audit([path]),
+        deprecated=replay.deprecations([path]),
+    )
 
 
 def print_summary(console: Console, summary: JournalSummary, path: Path) -> None:
-    report = summary.report
+    verified, audited = summary.verified, summary.audited
     console.print()
-    console.print(Text("The journal", style="bold"))
-    mark, style = ("ok", "bold green") if report.ok else ("FAIL", "bold red")
+    console.print(Text("The journal (agentteam-replay)", style="bold"))
+    (report,) = verified.journals
+    mark, style = ("ok", "bold green") if verified.ok else ("FAIL", "bold red")
     console.print(
         Text.assemble(
             "  ",
             (mark, style),
-            f" verify: {report.events} events, chain intact to seq {report.head_seq}, "
-            f"{report.signatures_checked} signature(s) checked",
+            f" verify: {report.events} events, {report.calls} calls; chain, "
+            f"{report.signatures_checked} signed checkpoints, call grammar",
         )
     )
-    for finding in report.findings[:5]:
-        console.print(Text(f"     seq {finding.seq}: {finding.rule}: {finding.detail}", "red"))
-    by_count = sorted(summary.outcomes.items(), key=lambda item: -item[1])
-    calls = ", ".join(f"{n} {outcome}" for outcome, n in by_count)
-    total = sum(summary.outcomes.values())
-    console.print(Text(f"  {total} calls this session: {calls}"))
-    if summary.errors:
-        console.print(Text("  errors: " + ", ".join(summary.errors)))
-    if summary.deprecated:
-        console.print(Text("  deprecated names used: " + ", ".join(summary.deprecated)))
+    for finding in verified.findings[:5]:
+        console.print(Text(f"     {finding.where}: {finding.rule}: {finding.detail}", "red"))
+    if verified.in_doubt:
+        console.print(Text(f"     {len(verified.in_doubt)} in-doubt call(s)", "red"))
+    sessions = len(audited.sessions)
+    console.print(Text(f"  audit: {audited.calls} calls in {sessions} session(s)"))
+    errors = ", ".join(f"{e.error_code} ({e.tool})" for e in audited.error_codes)
+    if errors:
+        console.print(Text(f"    errors: {errors}"))
+    mutations = sum(m.mutations for m in audited.mutations_by_board)
+    boards = sorted({f"#{m.channel}" for m in audited.mutations_by_board})
+    console.print(Text(f"    mutations: {mutations} on {', '.join(boards) or 'no board'}"))
+    for used in summary.deprecated.names:
+        users = ", ".join(sorted({u.client_name or "?" for u in used.users}))
+        console.print(
+            Text(f"    deprecated: {used.old_name} -> {used.replacement}, {used.count}x by {users}")
+        )
     console.print()
     rows = [
         ("journal", str(path)),
-        ("checkpoint", str(summary.checkpoint or "(none exported)")),
+        ("checkpoint", report.held_checkpoint or "(none exported)"),
         ("verify", f"agentteam-replay verify {path}"),
         ("audit", f"agentteam-replay audit {path}"),
         ("browse", f"datasette -i {path} -m {METADATA}"),
@@ -591,6 +572,9 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> int:
         outcome = trio.run(run_journey, console, journal_path, workdir)
         elapsed = time.perf_counter() - started
         summary = summarise_journal(journal_path)
+    except replay.ReplayInputError as exc:
+        err.print(Text(f"agentteam-bridge demo: cannot read the journal back: {exc}"))
+        return 2
     except SetupError as exc:
         err.print(Text(f"agentteam-bridge demo: {exc}"))
         return 2
@@ -610,7 +594,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> int:
         console.print(Text(f"FAIL at step {outcome.steps}: expected {failed.expected}", "bold red"))
         console.print(Text(f"  got: {_short(_json_or_repr(failed.got), 400)}", "red"))
         return 1
-    if not summary.report.ok:
+    if not summary.verified.ok or summary.verified.in_doubt:
         console.print(Text("FAIL: the journal does not verify", "bold red"))
         return 1
     console.print(

@@ -28,7 +28,8 @@ KEY_LINES = [
     "ok 6 tasks, subtasks included",
     "Deleted 1 on #general; promoted 4, 5",
     "ok verify: ",
-    "deprecated names used: list_tasks -> task_list",
+    "deprecated: list_tasks -> task_list, 1x by agentteam-demo",
+    "errors: deprecated_tool (list_tasks), stale_update (task_update)",
     "Demo passed: 17 steps",
 ]
 
