@@ -22,6 +22,7 @@ a bounded window of recent call signatures for repeats.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -133,13 +134,14 @@ class _Checker:
     def __init__(self, hints: dict[str, bool]) -> None:
         self.hints = hints
         self.groups: dict[tuple[Any, ...], KeyGroup] = {}
-        # scope -> (canonical payload digest, task identities) of the first success
-        self.baselines: dict[tuple[Any, ...], tuple[str, list[tuple[Any, ...]]]] = {}
+        # scope -> (canonical payload digest, digest of the task identities) of the first success
+        self.baselines: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
         self.hint_checks: dict[str, HintCheck] = {}
         self.findings: list[Finding] = []
         self.epochs: dict[Task, int] = {}
         self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
-        self.recent: OrderedDict[tuple[Any, ...], tuple[tuple[int, ...], int]] = OrderedDict()
+        # digest of a call's signature -> (epochs of its tasks after it, its seq)
+        self.recent: OrderedDict[bytes, tuple[tuple[int, ...], int]] = OrderedDict()
         self.keyed = self.claim_calls = self.claim_repeats = self.calls = 0
 
     def report(self, story: CallStory, rule: str, detail: str) -> None:
@@ -166,6 +168,7 @@ class _Checker:
         agent = story.injected.get("agent_id") or (
             story.session.agent_id if story.session else None
         )
+        workspace, agent = _intern(workspace), _intern(agent)
         if tool == "task_create" and _key_of(story) is not None:
             self._keyed_create(story, workspace, agent, data)
         if tool == "task_set_claim" and data is not None:
@@ -224,7 +227,7 @@ class _Checker:
         reused = data.get("reused") is True
         baseline = self.baselines.get(scope)
         if baseline is None:
-            self.baselines[scope] = (digest, identities)
+            self.baselines[scope] = (digest, _digest(identities))
             group.numbers = [n for _, n, _ in identities if isinstance(n, int)]
             group.baseline_call, group.baseline_reused = story.call_id, reused
             group.created += 0 if reused else 1
@@ -247,7 +250,7 @@ class _Checker:
                 "replay_allocated_numbers",
                 f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
             )
-        elif identities != baseline[1]:
+        elif _digest(identities) != baseline[1]:
             group.violations += 1
             self.report(
                 story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
@@ -261,7 +264,7 @@ class _Checker:
     def _claim(self, story: CallStory, workspace: str | None, agent: str | None, data: Any) -> None:
         self.claim_calls += 1
         claimed = data.get("claimed")
-        channel = data.get("channel")
+        channel = _intern(data.get("channel"))
         if not isinstance(claimed, bool):
             return
         desired = agent if claimed else None
@@ -296,7 +299,7 @@ class _Checker:
         if not requests or story.outcome is None:
             return
         req = requests[-1]
-        signature = (workspace, agent, tool, req.method, req.route, _digest(req.body))
+        signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
         tasks = _tasks_touched(story, workspace, data)
         previous = self.recent.pop(signature, None)
         succeeded = data is not None
@@ -335,7 +338,7 @@ class _Checker:
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
             desired = agent if data["claimed"] else None
             for number in [*data.get("changed", []), *data.get("unchanged", [])]:
-                task = (workspace, data.get("channel"), number)
+                task = (workspace, _intern(data.get("channel")), number)
                 self.claims[task] = (desired, self.epochs.get(task, 0))
 
     def result(self) -> IdempotencyResult:
@@ -354,8 +357,14 @@ class _Checker:
         )
 
 
-def _digest(value: Any) -> str:
-    return hashlib.sha256(_canonical(value)).hexdigest()
+def _intern(value: Any) -> str | None:
+    """Strings kept in per-task keys are shared, not one copy per call."""
+    return sys.intern(value) if isinstance(value, str) else None
+
+
+def _digest(value: Any) -> bytes:
+    """16 bytes of SHA-256 over the canonical JSON: compact keys for what is kept."""
+    return hashlib.sha256(_canonical(value)).digest()[:16]
 
 
 def _held(holder: str | None) -> str:
@@ -392,8 +401,7 @@ def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[T
     body = _create_body(story)
     if body is None:
         return []
-    channel = body.get("channel")
-    channel = channel if isinstance(channel, str) else None
+    channel = _intern(body.get("channel"))
     numbers: list[Any] = []
     if isinstance(body.get("number"), int):
         numbers = [body["number"]]
@@ -401,7 +409,7 @@ def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[T
         numbers = body["numbers"]
     elif story.tool == "task_create" and isinstance(data, dict):
         return [
-            (workspace, t.get("channel"), t["number"])
+            (workspace, _intern(t.get("channel")), t["number"])
             for t in data.get("tasks", [])
             if isinstance(t, dict) and isinstance(t.get("number"), int)
         ]

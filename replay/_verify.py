@@ -102,7 +102,6 @@ _SECRET: Final = re.compile(
     r"|\batk_[A-Za-z0-9_\-]{16,}"
     r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\."
 )
-_SECRET_HINTS: Final = ("earer", "EARER", "atk_", "eyJ")
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
 
@@ -458,19 +457,26 @@ class _FileCheck:
             self._call_event(seq, row, kind, payload)
 
     def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
-        for column, value in (("payload", row[14]), ("session_id", row[2]), ("call_id", row[3])):
-            if not isinstance(value, str) or not any(h in value for h in _SECRET_HINTS):
-                continue
-            found = _SECRET.search(value)
-            if found is not None:
-                shape = found.group(0)
-                what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"
-                self.report(
-                    seq,
-                    "secret_in_payload",
-                    f"{column} holds {what} at offset {found.start()} ({shape[:6]}…)",
-                    row[3],
-                )
+        payload, session_id, call_id = row[14], row[2], row[3]
+        # Substring tests first: the regex runs only where a secret's shape may start. In the
+        # payload (JSON) every whitespace but the space is escaped, so "Bearer " it is.
+        if "earer " in payload or "EARER " in payload or "atk_" in payload or "eyJ" in payload:
+            self._search_secret(seq, "payload", payload, call_id)
+        for column, value in (("session_id", session_id), ("call_id", call_id)):
+            if isinstance(value, str) and ("earer" in value or "atk_" in value or "eyJ" in value):
+                self._search_secret(seq, column, value, call_id)
+
+    def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:
+        found = _SECRET.search(value)
+        if found is not None:
+            shape = found.group(0)
+            what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"
+            self.report(
+                seq,
+                "secret_in_payload",
+                f"{column} holds {what} at offset {found.start()} ({shape[:6]}…)",
+                call_id,
+            )
 
     def _session_event(self, seq: int, session_id: str, kind: str, payload: Any) -> None:
         if kind == "session_started" and isinstance(payload, SessionStarted):
