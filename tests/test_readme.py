@@ -1,0 +1,203 @@
+"""README.md and docs/clients.md stay true: commands parse, names exist, samples hold."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge import _cli as bridge_cli
+from bridge._compat import POLICIES, TOOL_MIGRATIONS
+from bridge._context import META_CALLBACK, META_RUN
+from replay import _cli as replay_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+CLIENTS = (ROOT / "docs" / "clients.md").read_text()
+DOCS = {"README.md": README, "docs/clients.md": CLIENTS}
+
+INSTALL_AND_DEMO = (
+    "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/agentteam-bridge demo"
+)
+INSTALL_AND_TEST = (
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+)
+PARSERS = {"agentteam-bridge": bridge_cli.build_parser, "agentteam-replay": replay_cli.build_parser}
+# Flags of other programs the docs show (pip, sqlite-utils, the MCP Inspector, Claude Code).
+FOREIGN_FLAGS = {"--cli", "--method", "--tool-name", "--tool-arg", "--strict", "--table"}
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _blocks(text: str, *languages: str) -> Iterator[str]:
+    for language, body in FENCE.findall(text):
+        if language in languages:
+            yield body
+
+
+def _command_lines(text: str) -> Iterator[str]:
+    """Shell lines of `sh` blocks, and `$ ` lines of `text` blocks; continuations joined."""
+    for language, body in FENCE.findall(text):
+        joined = body.replace("\\\n", " ")
+        for line in joined.splitlines():
+            if language == "sh":
+                yield line
+            elif language == "text" and line.startswith("$ "):
+                yield line[2:]
+
+
+def _invocations(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(program, arguments) of every agentteam-bridge / agentteam-replay run the docs show."""
+    for line in _command_lines(text):
+        for segment in re.split(r"&&|\|", line):
+            tokens = shlex.split(segment, comments=True)
+            for i, token in enumerate(tokens):
+                program = os.path.basename(token)
+                if program in PARSERS:
+                    yield program, tokens[i + 1 :]
+                    break
+
+
+def _parse(program: str, arguments: list[str]) -> argparse.Namespace:
+    try:
+        return PARSERS[program]().parse_args(arguments)
+    except SystemExit as exc:
+        raise AssertionError(f"`{program} {shlex.join(arguments)}` does not parse") from exc
+
+
+def _known_flags() -> set[str]:
+    flags: set[str] = set()
+    for build in PARSERS.values():
+        parsers = [build()]
+        while parsers:
+            parser = parsers.pop()
+            for action in parser._actions:
+                flags.update(action.option_strings)
+                if isinstance(action, argparse._SubParsersAction):
+                    parsers.extend(action.choices.values())
+    return flags
+
+
+def test_the_two_set_up_commands_are_exactly_these() -> None:
+    sh = list(_blocks(README, "sh"))
+    assert sh[0].strip() == INSTALL_AND_DEMO
+    assert sh[1].strip() == INSTALL_AND_TEST
+    assert README.index("## Set-up in two commands") < README.index(INSTALL_AND_DEMO)
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_every_command_shown_parses(name: str) -> None:
+    shown = list(_invocations(DOCS[name]))
+    assert shown, "the page shows no command"
+    for program, arguments in shown:
+        args = _parse(program, arguments)
+        assert callable(getattr(args, "run", None)) or program == "agentteam-replay", arguments
+
+
+def test_the_readme_runs_every_subcommand() -> None:
+    shown = {(program, arguments[0]) for program, arguments in _invocations(README) if arguments}
+    for sub in ("demo", "serve", "runtime"):
+        assert ("agentteam-bridge", sub) in shown, sub
+    for sub in (
+        "verify",
+        "calls",
+        "show",
+        "idempotency",
+        "deprecations",
+        "audit",
+        "rerun",
+        "export",
+    ):
+        assert ("agentteam-replay", sub) in shown, sub
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_every_flag_mentioned_exists(name: str) -> None:
+    mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", DOCS[name]))
+    assert mentioned - _known_flags() - FOREIGN_FLAGS == set()
+
+
+def _client_configs() -> Iterator[tuple[str, list[str], dict[str, str]]]:
+    for body in _blocks(README + CLIENTS, "json"):
+        document = json.loads(body)
+        for server in document.get("mcpServers", {}).values():
+            yield server["command"], server["args"], server.get("env", {})
+    for body in _blocks(CLIENTS, "toml"):
+        for server in tomllib.loads(body)["mcp_servers"].values():
+            yield server["command"], server["args"], server.get("env", {})
+
+
+def test_client_configurations_launch_serve_with_known_variables() -> None:
+    configs = list(_client_configs())
+    assert len(configs) == 4
+    for command, arguments, env in configs:
+        assert os.path.basename(command) == "agentteam-bridge"
+        assert _parse("agentteam-bridge", arguments).command == "serve"
+        assert set(env) <= set(_variables_the_bridge_reads())
+
+
+def _variables_the_bridge_reads() -> set[str]:
+    source = "\n".join(p.read_text() for p in (ROOT / "bridge").glob("*.py"))
+    return set(re.findall(r"AGENTTEAM_[A-Z_]+", source))
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_every_environment_variable_named_is_read_by_the_bridge(name: str) -> None:
+    named = set(re.findall(r"AGENTTEAM_[A-Z_]*[A-Z]", DOCS[name])) - {"AGENTTEAM_"}
+    assert named - _variables_the_bridge_reads() == set()
+
+
+def test_the_meta_keys_are_the_bridges() -> None:
+    for text in DOCS.values():
+        assert set(re.findall(r"[`\"](agentteam/[a-z_]+)[`\"]", text)) <= {
+            META_RUN,
+            META_CALLBACK,
+            "agentteam/task",
+        }
+    assert f"`{META_RUN}`" in README and f"`{META_CALLBACK}`" in README
+
+
+def test_the_compat_section_matches_the_migration_table() -> None:
+    section = README.split("## Compatibility policies")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| `(\w+)`", section, re.MULTILINE)
+    assert tuple(rows) == POLICIES
+    assert "`hint` (default)" in section
+    named = re.findall(r"`(\w+)`", section.split("and old argument spellings")[0])
+    assert set(named) == set(TOOL_MIGRATIONS)
+
+
+def test_files_the_docs_point_to_exist() -> None:
+    for path in ("docs/runtime.md", "docs/clients.md", "journal/datasette-metadata.json"):
+        assert (ROOT / path).exists(), path
+        assert path in README or path.split("/")[-1] in README
+
+
+def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
+    quoted = re.search(r"^\$ agentteam-bridge serve\n(.+)$", README, re.MULTILINE)
+    assert quoted
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge._cli", "serve"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == quoted.group(1)
+
+
+def test_the_append_only_refusal_quoted_is_the_schemas() -> None:
+    schema = (ROOT / "journal" / "_schema.py").read_text()
+    assert "journal is append-only: {} on " in schema
+    assert "journal is append-only: DELETE on events refused" in README
