@@ -289,86 +289,85 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
 
 
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Compute under a progress bar, then render (so the two never interleave)."""
+    key = _key(args.key) if getattr(args, "key", None) else None
+    if args.command == "rerun" and args.allow_mutations and not args.against:
+        raise ReplayInputError("--allow-mutations applies only with --against URL")
+    with _progress(err) as progress:
+        result, draw, code = _execute(args, key, progress)
+    if args.command == "audit" and args.csv is not None:
+        written = render.write_audit_csv(result, args.csv)
+        err.print(f"wrote {len(written)} CSV files to {args.csv}")
+    # An export may be on stdout itself: its summary then goes to stderr.
+    target = err if args.command == "export" and args.output == "-" else out
+    if args.json:
+        print(render.to_json(result), file=target.file)
+    else:
+        draw(target, result)
+    return code
+
+
+Drawer = Callable[[Console, Any], None]
+
+
+def _execute(
+    args: argparse.Namespace, key: bytes | None, progress: ProgressCallback | None
+) -> tuple[Any, Drawer, int]:
     import replay
 
     paths: list[Path] = args.journals
-    with _progress(err) as progress:
-        if args.command == "verify":
-            result = replay.verify(
-                paths,
-                checkpoints=args.checkpoint,
-                key=_key(args.key) if args.key else None,
-                default_key=None if args.key else _default_key(),
-                auto_checkpoint=not args.no_auto_checkpoint,
-                progress=progress,
-            )
-            _emit(args, out, result, render.render_verify)
-            if not result.ok:
-                return EXIT_FAILED
-            return EXIT_IN_DOUBT if result.in_doubt else EXIT_OK
-        if args.command == "calls":
-            where = replay.CallFilter(
-                session=args.session,
-                tool=args.tool,
-                agent=args.agent,
-                status=args.status,
-                error_code=args.error_code,
-                since=args.since,
-                until=args.until,
-            )
-            listed = replay.list_calls(paths, where, limit=args.limit, progress=progress)
-            _emit(args, out, listed, render.render_calls)
-            return EXIT_OK
-        if args.command == "show":
-            _emit(args, out, replay.show_call(paths, args.call_id), render.render_show)
-            return EXIT_OK
-        if args.command == "idempotency":
-            checked = replay.check_idempotency(paths, progress=progress)
-            _emit(args, out, checked, render.render_idempotency)
-            return EXIT_OK if checked.ok else EXIT_FAILED
-        if args.command == "deprecations":
-            report = replay.deprecations(
-                paths,
-                gate_days=args.gate_days,
-                as_of=args.as_of,
-                names=args.name,
-                progress=progress,
-            )
-            _emit(args, out, report, render.render_deprecations)
-            return EXIT_OK if report.ok else EXIT_FAILED
-        if args.command == "audit":
-            audited = replay.audit(paths, progress=progress)
-            if args.csv is not None:
-                written = render.write_audit_csv(audited, args.csv)
-                err.print(f"wrote {len(written)} CSV files to {args.csv}")
-            _emit(args, out, audited, render.render_audit)
-            return EXIT_OK
-        if args.command == "rerun":
-            if args.allow_mutations and not args.against:
-                raise ReplayInputError("--allow-mutations applies only with --against URL")
-            rerun = replay.rerun(
-                paths,
-                against=args.against,
-                allow_mutations=args.allow_mutations,
-                call_ids=args.call,
-                tool=args.tool,
-                session=args.session,
-                include_same=args.all,
-                progress=progress,
-            )
-            _emit(args, out, rerun, render.render_rerun)
-            return EXIT_OK if rerun.ok else EXIT_FAILED
-        if args.command == "export":
-            exporter = replay.export_otlp if args.format == "otlp" else replay.export_jsonl
-            with _output(args.output) as file:
-                exported = exporter(paths, file, progress=progress)
-            # The export itself may be on stdout: the summary goes where it does not mix.
-            summary = out if args.output != "-" else err
-            if args.json:
-                print(render.to_json(exported), file=summary.file)
-            else:
-                render.render_export(summary, exported)
-            return EXIT_OK
+    if args.command == "verify":
+        verified = replay.verify(
+            paths,
+            checkpoints=args.checkpoint,
+            key=key,
+            default_key=None if key else _default_key(),
+            auto_checkpoint=not args.no_auto_checkpoint,
+            progress=progress,
+        )
+        code = EXIT_IN_DOUBT if verified.in_doubt else EXIT_OK
+        return verified, render.render_verify, code if verified.ok else EXIT_FAILED
+    if args.command == "calls":
+        where = replay.CallFilter(
+            session=args.session,
+            tool=args.tool,
+            agent=args.agent,
+            status=args.status,
+            error_code=args.error_code,
+            since=args.since,
+            until=args.until,
+        )
+        listed = replay.list_calls(paths, where, limit=args.limit, progress=progress)
+        return listed, render.render_calls, EXIT_OK
+    if args.command == "show":
+        return replay.show_call(paths, args.call_id), render.render_show, EXIT_OK
+    if args.command == "idempotency":
+        checked = replay.check_idempotency(paths, progress=progress)
+        return checked, render.render_idempotency, EXIT_OK if checked.ok else EXIT_FAILED
+    if args.command == "deprecations":
+        report = replay.deprecations(
+            paths, gate_days=args.gate_days, as_of=args.as_of, names=args.name, progress=progress
+        )
+        return report, render.render_deprecations, EXIT_OK if report.ok else EXIT_FAILED
+    if args.command == "audit":
+        return replay.audit(paths, progress=progress), render.render_audit, EXIT_OK
+    if args.command == "rerun":
+        rerun = replay.rerun(
+            paths,
+            against=args.against,
+            allow_mutations=args.allow_mutations,
+            call_ids=args.call,
+            tool=args.tool,
+            session=args.session,
+            include_same=args.all,
+            progress=progress,
+        )
+        return rerun, render.render_rerun, EXIT_OK if rerun.ok else EXIT_FAILED
+    if args.command == "export":
+        exporter = replay.export_otlp if args.format == "otlp" else replay.export_jsonl
+        with _output(args.output) as file:
+            exported = exporter(paths, file, progress=progress)
+        return exported, render.render_export, EXIT_OK
     raise AssertionError(args.command)
 
 
@@ -395,15 +394,6 @@ def _key(path: Path) -> bytes:
 def _default_key() -> bytes | None:
     default = journal.default_key_path()
     return _key(default) if default.exists() else None
-
-
-def _emit(
-    args: argparse.Namespace, out: Console, result: Any, draw: Callable[[Console, Any], None]
-) -> None:
-    if args.json:
-        print(render.to_json(result), file=out.file)
-    else:
-        draw(out, result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
