@@ -49,9 +49,8 @@ class Gate(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def text(self) -> str:
-        return (
-            f"met since {self.since[:10]}" if self.met else f"not met (earliest {self.since[:10]})"
-        )
+        """``met since DAY``, or ``not before DAY`` (the earliest day it can be met)."""
+        return f"met since {self.since[:10]}" if self.met else f"not before {self.since[:10]}"
 
 
 class DeprecatedName(msgspec.Struct, kw_only=True):

@@ -296,7 +296,7 @@ def render_deprecations(console: Console, r: DeprecationReport) -> None:
         console.print("No deprecated name was used.")
         return
     table = _table(
-        "name:22", "replacement:18", "uses:>5", "last seen:10", "gate", title="Deprecated names"
+        "name:18", "replacement:18", "uses:>5", "last seen:10", "gate", title="Deprecated names"
     )
     for n in r.names:
         gate = Text(n.gate.text, style="green" if n.gate.met else "yellow")
@@ -309,7 +309,7 @@ def render_deprecations(console: Console, r: DeprecationReport) -> None:
         )
     console.print(table)
     users = _table(
-        "name:18", "client:16", "agent:12", "uses:>5", "first:10", "last:10", title="Who uses them"
+        "name:18", "client:16", "agent:10", "uses:>5", "first:10", "last:10", title="Who uses them"
     )
     for n in r.names:
         for u in n.users:
