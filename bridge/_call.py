@@ -133,6 +133,7 @@ class Bridge:
                     error_code=error.code,
                     message=error.message,
                     field_errors=error.field_errors or {},
+                    suggested_action=error.suggested_action,
                 ),
                 durable=True,
             )
@@ -146,6 +147,8 @@ class Bridge:
                     retryable=error.retryable,
                     message=error.message,
                     duration_ms=_ms(started),
+                    field_errors=error.field_errors or {},
+                    suggested_action=error.suggested_action,
                 ),
                 durable=True,
             )
@@ -210,12 +213,12 @@ class Bridge:
         notices: list[dict[str, str]],
     ) -> types.CallToolResult:
         injected, fields = self._inject(spec, args, meta)
+        await call.record(ContextInjected(fields=fields))
         key_scope = self._key_scope(args, injected)
         if key_scope is not None and key_scope in self._keys_in_flight:
             raise ToolError(
                 "idempotency_in_progress", suggested_action={"tool": spec.name, "arguments": args}
             )
-        await call.record(ContextInjected(fields=fields))
         if spec.mutation and not self.journal.healthy:
             raise ToolError("journal_unavailable")
         list_state = None

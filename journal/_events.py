@@ -96,6 +96,7 @@ class CallRejected(_Payload, frozen=True, kw_only=True):
     error_code: str
     message: str
     field_errors: dict[str, str] = {}
+    suggested_action: dict[str, Any] | None = None
 
 
 class InjectedField(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +166,8 @@ class CallError(_Payload, frozen=True, kw_only=True):
     retryable: bool
     message: str
     duration_ms: float | None = None
+    field_errors: dict[str, str] = {}
+    suggested_action: dict[str, Any] | None = None
 
 
 class CallCancelled(_Payload, frozen=True, kw_only=True):
