@@ -50,7 +50,10 @@ async def open_journal(
         )
         writer = await writer_cm.__aenter__()
     except (OSError, journal.JournalUnavailable) as exc:
-        raise JournalOpenError(f"cannot open the journal {path}: {exc}") from None
+        raise JournalOpenError(
+            f"cannot open the journal {path}: {exc}; pass a writable --journal PATH "
+            "or set AGENTTEAM_JOURNAL"
+        ) from None
     try:
         yield JournalAdapter(writer)
     finally:

@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import mcp_types as types
 import trio
@@ -27,7 +28,7 @@ from journal import Event, SessionEnded, SessionStarted
 from . import __version__
 from ._call import Bridge, JournalPort, Session
 from ._compat import Policy
-from ._context import Credentials, LaunchContext, load_launch_context
+from ._context import ConfigError, Credentials, LaunchContext, load_launch_context
 from ._journaling import open_journal
 from ._registry import INSTRUCTIONS, MCP_TOOLS
 from ._stdio import trio_stdio
@@ -35,6 +36,7 @@ from ._upstream import UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
 SERVER_NAME = "agentteam-tasks"
+_PROBE_SECONDS = 5.0
 _LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
 
 
@@ -127,6 +129,7 @@ async def _launch(
 ) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
     if not config.embedded:
         launch = load_launch_context(env, api_url=config.api_url)
+        await probe_api(launch.api_url)
         yield launch, Credentials(launch.token_source)
         return
     from ._embedded import open_embedded
@@ -135,6 +138,22 @@ async def _launch(
         config.runtime_db or config.journal_path.parent / "runtime.db"
     ) as launch:
         yield launch, Credentials(launch.token_source)
+
+
+async def probe_api(api_url: str) -> None:
+    """Fail at start, in one line, when nothing listens at the API URL (any HTTP answer will do)."""
+    parts = urlsplit(api_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with trio.fail_after(_PROBE_SECONDS):
+            stream = await trio.open_tcp_stream(parts.hostname or "", port)
+            await stream.aclose()
+    except (OSError, trio.TooSlowError) as exc:
+        reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
+        raise ConfigError(
+            f"cannot reach the Agent Runtime API at {api_url} ({reason}); check "
+            "AGENTTEAM_API_URL or --api-url, or use --embedded for the local reference runtime"
+        ) from None
 
 
 async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> None:

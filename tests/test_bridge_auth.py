@@ -101,6 +101,15 @@ def test_missing_context_fails_at_start_in_one_clear_line(tmp_path: Path) -> Non
             },
             "AGENTTEAM_TOKEN_COMMAND",
         ),
+        (
+            {
+                "AGENTTEAM_API_URL": "http://127.0.0.1:9",
+                "AGENTTEAM_WORKSPACE_ID": "ws",
+                "AGENTTEAM_AGENT_ID": "agt",
+                "AGENTTEAM_TOKEN": "t",
+            },
+            "cannot reach",
+        ),
     ]
     for env, mentioned in cases:
         done = _serve(env, tmp_path)

@@ -281,9 +281,11 @@ async def test_outcome_unknown_with_an_idempotency_key_is_retryable(
 async def test_unreachable_upstream_is_retryable_and_sends_nothing(
     file_runtime: Runtime, tmp_path: Path
 ) -> None:
-    with open_port() as port:
-        env = {**file_runtime.bridge_env(), "AGENTTEAM_API_URL": f"http://127.0.0.1:{port}"}
+    holder = open_port()
+    port = holder.__enter__()  # listening while the bridge starts and probes the API
+    env = {**file_runtime.bridge_env(), "AGENTTEAM_API_URL": f"http://127.0.0.1:{port}"}
     async with open_bridge(env, tmp_path / "j.db") as bridge:
+        holder.__exit__()  # then nothing listens any more
         error = await bridge.fails(
             "task_get", {"channel": "general", "number": 1}, code="upstream_unreachable"
         )
