@@ -34,6 +34,7 @@ call flow turns into a tool result with `isError: true` and the envelope
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # code -> (retryable, safe default message)
@@ -95,6 +96,8 @@ CODES: dict[str, tuple[bool, str]] = {
     "cursor_invalid": (False, "The cursor is not valid."),
     "payload_too_large": (False, "The request is too large."),
 }
+
+_QUOTED_CAMEL = re.compile(r"`([a-z]+(?:[A-Z][a-z0-9]*)+)`")
 
 # Upstream codes that mean "the credential is wrong" rather than a product refusal.
 _UPSTREAM_ALIASES = {
@@ -165,10 +168,15 @@ def classify_upstream_error(
         return ToolError("upstream_rejected", f"The Task service refused the request ({status}).")
     return ToolError(
         code,
-        message if isinstance(message, str) and len(message) <= 500 else None,
+        _model_message(message) if isinstance(message, str) and len(message) <= 500 else None,
         field_errors=_snake_paths(upstream.get("fieldErrors")) if upstream else None,
         candidates=_snake_keys(upstream.get("candidates")) if upstream else None,
     )
+
+
+def _model_message(message: str) -> str:
+    """Upstream text names DTO fields in camelCase; the model knows them in snake_case."""
+    return _QUOTED_CAMEL.sub(lambda m: f"`{snake(m.group(1))}`", message)
 
 
 def _seconds(value: str | None) -> float | None:

@@ -245,3 +245,15 @@ async def test_hidden_workflow_context_comes_only_from_meta() -> None:
     )
     assert no_meta.structured_content["error"]["code"] == "idempotency_key_requires_callback"  # type: ignore[index]
     assert len(bodies) == 1
+
+
+def test_upstream_messages_name_fields_as_the_model_knows_them() -> None:
+    from bridge._errors import classify_upstream_error
+
+    error = classify_upstream_error(
+        409,
+        {"error": {"code": "stale_update", "message": "Changed since `expectedUpdatedAt`."}},
+        mutation=True,
+        retry_after=None,
+    )
+    assert error.message == "Changed since `expected_updated_at`."
