@@ -42,7 +42,7 @@ from . import _inputs as inp
 from ._budget import decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
-from ._errors import ToolError, classify_upstream_error, snake, suggest
+from ._errors import ToolError, classify_upstream_error, snake_keys, suggest
 from ._registry import TOOLS, ToolSpec
 from ._render import render
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
@@ -457,13 +457,6 @@ def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | No
     upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
     return upstream_args, (upstream_cursor, skip, digest)
 
-
-def snake_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {snake(k): snake_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [snake_keys(v) for v in value]
-    return value
 
 
 def _malformed(spec: ToolSpec) -> ToolError:

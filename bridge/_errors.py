@@ -170,7 +170,7 @@ def classify_upstream_error(
         code,
         _model_message(message) if isinstance(message, str) and len(message) <= 500 else None,
         field_errors=_snake_paths(upstream.get("fieldErrors")) if upstream else None,
-        candidates=_snake_keys(upstream.get("candidates")) if upstream else None,
+        candidates=_candidates(upstream.get("candidates")) if upstream else None,
     )
 
 
@@ -192,12 +192,19 @@ def _snake_paths(errors: Any) -> dict[str, str] | None:
     return {snake_path(str(path)): str(reason)[:300] for path, reason in list(errors.items())[:20]}
 
 
-def _snake_keys(items: Any) -> list[dict[str, Any]] | None:
+def _candidates(items: Any) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
-    return [
-        {snake(str(k)): v for k, v in item.items()} for item in items[:5] if isinstance(item, dict)
-    ]
+    return [snake_keys(item) for item in items[:5] if isinstance(item, dict)]
+
+
+def snake_keys(value: Any) -> Any:
+    """Rename every key of an upstream builtins tree from camelCase to snake_case."""
+    if isinstance(value, dict):
+        return {snake(str(k)): snake_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(v) for v in value]
+    return value
 
 
 def snake(name: str) -> str:
