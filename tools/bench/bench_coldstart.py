@@ -1,0 +1,72 @@
+"""Cold start: process spawn to the `initialize` response and to the first `tools/list` answer.
+
+The bridge (reusing one journal file, as a user's bridge does) beside the one-tool floor server
+on the same SDK, spawned alternately through the SDK's stdio client. PRODUCT's target: the bridge
+within 1.2x of the floor.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import mcp_types as types
+from mcp.client import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from . import procs
+from ._report import Row, ms
+
+SECTION = "cold start (spawn -> answer)"
+TARGET_RATIO = 1.2
+
+
+async def spawn_once(command: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(seconds to the initialize result, seconds to the tools/list result, tools listed)."""
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    start = time.perf_counter()
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, client_info=procs.CLIENT) as session:
+            await session.initialize()
+            initialized = time.perf_counter() - start
+            listed: types.ListToolsResult = await session.list_tools()
+            return initialized, time.perf_counter() - start, len(listed.tools)
+
+
+async def run(runtime: procs.RuntimeProcess, workdir: Path, *, quick: bool) -> list[Row]:
+    spawns = 6 if quick else 20
+    home = workdir / "coldstart"
+    env = runtime.bridge_env(XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"))
+    commands = {
+        "bridge": (procs.bridge_command(home / "journal.db"), env),
+        "floor (SDK one-tool server)": (procs.floor_command(), {}),
+    }
+    for command, command_env in commands.values():
+        await spawn_once(command, command_env)  # warm the page cache; the bridge makes its journal
+    init: dict[str, list[float]] = {name: [] for name in commands}
+    listed: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(spawns):
+        for name, (command, command_env) in commands.items():
+            first, second, tools = await spawn_once(command, command_env)
+            assert tools >= 1
+            init[name].append(first)
+            listed[name].append(second)
+    rows = []
+    floor_name = "floor (SDK one-tool server)"
+    for what, samples in (("initialize", init), ("first tools/list", listed)):
+        floor = ms(samples[floor_name], 0.5)
+        for name in commands:
+            p50 = ms(samples[name], 0.5)
+            is_bridge = name == "bridge"
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{name}: spawn -> {what}",
+                    p50,
+                    ms(samples[name], 0.99),
+                    compare=f"{p50 / floor:.2f}x floor" if is_bridge else "",
+                    target=f"<= {TARGET_RATIO}x floor" if is_bridge else "",
+                    ok=p50 / floor <= TARGET_RATIO if is_bridge else None,
+                )
+            )
+    return rows

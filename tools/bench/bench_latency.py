@@ -1,0 +1,242 @@
+"""Bridge overhead: one call's latency through the whole path beside the floors it cannot avoid.
+
+Measured side by side in one run, interleaved in short blocks so that drift hits every target
+alike: the same Agent Runtime request sent directly with httpx from the client process, the SDK's
+stdio round trip to a one-tool floor server, and the bridge (MCP client -> stdio -> bridge ->
+journal -> HTTP -> runtime) with the journal durable and with ``--no-durable``. PRODUCT's target:
+bridge p50 <= floor p50 + direct HTTP p50 + 0.5 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp_types as types
+import msgspec
+
+from . import procs
+from ._report import Row, ms
+
+TARGET_ADDED_MS = 0.5
+SECTION = "latency: one call at a time"
+SIZED = "stdio floor, trio-native stdio, bridge-sized result"
+
+Call = Callable[[int], Awaitable[Any]]
+
+
+def tool_arguments(tool: str, i: int, number: int) -> dict[str, Any]:
+    if tool == "task_create":
+        return {"channel": "general", "tasks": [{"title": f"bench task {i}"}]}
+    return {"channel": "general", "number": number}
+
+
+def direct_client(runtime: procs.RuntimeProcess) -> httpx.AsyncClient:
+    """An httpx client configured as the bridge's upstream pool is."""
+    return httpx.AsyncClient(
+        base_url=runtime.url,
+        timeout=httpx.Timeout(10.0, connect=3.0),
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=30),
+        headers={"user-agent": "agentteam-bench", "accept": "application/json"},
+        trust_env=False,
+    )
+
+
+def direct_call(
+    client: httpx.AsyncClient, runtime: procs.RuntimeProcess, tool: str, number: int
+) -> Call:
+    """The request the bridge sends upstream for `tool`, sent straight from this process."""
+    route = runtime.task_route + ("/get" if tool == "task_get" else "")
+    headers = {"authorization": f"Bearer {runtime.token}", "content-type": "application/json"}
+    encode = msgspec.json.encode
+
+    async def call(i: int) -> Any:
+        body = encode(tool_arguments(tool, i, number))
+        response = await client.post(route, content=body, headers=headers)
+        if response.status_code != 200:
+            raise RuntimeError(f"direct {tool}: {response.status_code} {response.text[:200]}")
+        return response.content
+
+    return call
+
+
+def mcp_call(server: procs.McpProcess, tool: str, number: int, *, echo: bool = False) -> Call:
+    async def call(i: int) -> Any:
+        result = await server.call("echo" if echo else tool, tool_arguments(tool, i, number))
+        if result.is_error:
+            raise RuntimeError(f"{tool}: {result.structured_content}")
+        return result
+
+    return call
+
+
+async def interleaved(
+    targets: dict[str, Call],
+    pids: dict[str, int],
+    *,
+    rounds: int,
+    block: int,
+    warmup: int,
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Latency samples (seconds) per target, measured in alternating blocks, and the CPU
+    seconds per call of each target's server process (those named in `pids`)."""
+    names = list(targets)
+    for name in names:
+        for i in range(warmup):
+            await targets[name](-1 - i)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, float] = dict.fromkeys(pids, 0.0)
+    counter = 0
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            call, out = targets[name], samples[name]
+            pid = pids.get(name)
+            before = procs.cpu_seconds(pid) if pid else 0.0
+            for _ in range(block):
+                counter += 1
+                start = time.perf_counter()
+                await call(counter)
+                out.append(time.perf_counter() - start)
+            if pid:
+                cpu[name] += procs.cpu_seconds(pid) - before
+    return samples, {name: seconds / len(samples[name]) for name, seconds in cpu.items()}
+
+
+async def open_bridges(
+    stack: AsyncExitStack,
+    runtime: procs.RuntimeProcess,
+    workdir: Path,
+    section: str,
+    checkouts: dict[str, Path],
+) -> dict[str, procs.McpProcess]:
+    """The bridges a section compares: durable, ``--no-durable``, and one durable bridge per
+    other checkout (a proposed change, measured beside this code in the same run)."""
+    specs: list[tuple[str, tuple[str, ...], Path | None]] = [
+        ("durable journal", (), None),
+        ("--no-durable", ("--no-durable",), None),
+    ]
+    specs += [(f"{label}, durable journal", (), path) for label, path in checkouts.items()]
+    bridges: dict[str, procs.McpProcess] = {}
+    for n, (label, extra, checkout) in enumerate(specs):
+        home = workdir / f"{section}-{n}"
+        env = runtime.bridge_env(
+            XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data")
+        )
+        command = procs.bridge_command(home / "journal.db", *extra)
+        bridges[label] = await stack.enter_async_context(
+            procs.open_mcp(command, env, checkout=checkout)
+        )
+    return bridges
+
+
+async def run(
+    runtime: procs.RuntimeProcess,
+    workdir: Path,
+    *,
+    quick: bool,
+    checkouts: dict[str, Path] | None = None,
+) -> list[Row]:
+    rounds, block, warmup = (8, 25, 30) if quick else (30, 50, 100)
+    rows: list[Row] = []
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(direct_client(runtime))
+        floor = await stack.enter_async_context(procs.open_mcp(procs.floor_command(), {}))
+        floor_trio = await stack.enter_async_context(
+            procs.open_mcp(procs.floor_command("--trio-stdio"), {})
+        )
+        bridges = await open_bridges(stack, runtime, workdir, "latency", checkouts or {})
+        seed = await bridges["durable journal"].call(
+            "task_create", {"channel": "general", "tasks": [{"title": "the task task_get reads"}]}
+        )
+        assert seed.structured_content is not None, seed
+        number = int(seed.structured_content["data"]["tasks"][0]["number"])
+        sized: dict[str, procs.McpProcess] = {}
+        for tool in ("task_get", "task_create"):
+            sample = await bridges["durable journal"].call(tool, tool_arguments(tool, 0, number))
+            canned = workdir / f"canned-{tool}.json"
+            text = (
+                sample.content[0].text if isinstance(sample.content[0], types.TextContent) else ""
+            )
+            canned.write_text(json.dumps({"structured": sample.structured_content, "text": text}))
+            sized[tool] = await stack.enter_async_context(
+                procs.open_mcp(procs.floor_command("--trio-stdio", "--canned", str(canned)), {})
+            )
+        for tool in ("task_get", "task_create"):
+            targets: dict[str, Call] = {
+                "direct HTTP": direct_call(client, runtime, tool, number),
+                "stdio floor": mcp_call(floor, tool, number, echo=True),
+                "stdio floor, trio-native stdio": mcp_call(floor_trio, tool, number, echo=True),
+                SIZED: mcp_call(sized[tool], tool, number, echo=True),
+                **{
+                    f"bridge, {label}": mcp_call(bridge, tool, number)
+                    for label, bridge in bridges.items()
+                },
+            }
+            pids = {
+                "stdio floor": floor.pid,
+                "stdio floor, trio-native stdio": floor_trio.pid,
+                SIZED: sized[tool].pid,
+            }
+            pids |= {f"bridge, {label}": bridge.pid for label, bridge in bridges.items()}
+            samples, cpu = await interleaved(
+                targets, pids, rounds=rounds, block=block, warmup=warmup
+            )
+            rows += _rows(tool, samples, cpu)
+    return rows
+
+
+def _rows(tool: str, samples: dict[str, list[float]], cpu: dict[str, float]) -> list[Row]:
+    http50, floor50 = ms(samples["direct HTTP"], 0.5), ms(samples["stdio floor"], 0.5)
+    floors = http50 + floor50
+    rows = [
+        Row(SECTION, f"{tool}: direct HTTP (httpx)", http50, ms(samples["direct HTTP"], 0.99)),
+        Row(
+            SECTION,
+            f"{tool}: stdio floor (SDK one-tool)",
+            floor50,
+            ms(samples["stdio floor"], 0.99),
+            compare=f"server CPU {cpu['stdio floor'] * 1000:.3f} ms/call",
+        ),
+        Row(
+            SECTION,
+            f"{tool}: stdio floor, trio-native stdio",
+            ms(samples["stdio floor, trio-native stdio"], 0.5),
+            ms(samples["stdio floor, trio-native stdio"], 0.99),
+            compare=f"server CPU {cpu['stdio floor, trio-native stdio'] * 1000:.3f} ms/call"
+            " (informational: the bridge's stdio streams)",
+        ),
+    ]
+    rows.append(
+        Row(
+            SECTION,
+            f"{tool}: {SIZED}",
+            ms(samples[SIZED], 0.5),
+            ms(samples[SIZED], 0.99),
+            compare=f"server CPU {cpu[SIZED] * 1000:.3f} ms/call (informational: the SDK's"
+            " cost of the bridge's answer, with the bridge's stdio)",
+        )
+    )
+    for name, values in samples.items():
+        if not name.startswith("bridge"):
+            continue
+        p50 = ms(values, 0.5)
+        added = p50 - floors
+        rows.append(
+            Row(
+                SECTION,
+                f"{tool}: {name}",
+                p50,
+                ms(values, 0.99),
+                compare=f"{added:+.3f} ms over floors, {p50 / floors:.2f}x;"
+                f" server CPU {cpu[name] * 1000:.3f} ms/call",
+                target=f"<= +{TARGET_ADDED_MS} ms" if name == "bridge, durable journal" else "",
+                ok=added <= TARGET_ADDED_MS if name == "bridge, durable journal" else None,
+            )
+        )
+    return rows

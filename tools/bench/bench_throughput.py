@@ -1,0 +1,85 @@
+"""Throughput under concurrency: calls per second with 1, 8 and 32 in flight over one session.
+
+Durable journaling commits a batch per ready group (group commit), so throughput should scale
+with calls in flight; PRODUCT's target is >= 4x the sequential rate at 32. The same runtime
+requests sent directly with httpx at the same concurrency show the upstream's own ceiling.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import trio
+
+from . import procs
+from ._report import Row, ms
+from .bench_latency import Call, direct_call, direct_client, mcp_call, open_bridges
+
+SECTION = "throughput: calls in flight over one stdio session"
+LEVELS = (1, 8, 32)
+TARGET_SCALE = 4.0
+
+
+async def drive(call: Call, calls: int, in_flight: int) -> tuple[float, list[float]]:
+    """(calls per second, latencies) of `calls` calls with `in_flight` workers."""
+    counter = iter(range(calls))
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        for i in counter:
+            start = time.perf_counter()
+            await call(i)
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(in_flight):
+            nursery.start_soon(worker)
+    return calls / (time.perf_counter() - start), latencies
+
+
+async def run(
+    runtime: procs.RuntimeProcess,
+    workdir: Path,
+    *,
+    quick: bool,
+    checkouts: dict[str, Path] | None = None,
+) -> list[Row]:
+    per_level = 400 if quick else 3000
+    rows: list[Row] = []
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(direct_client(runtime))
+        targets = await open_bridges(stack, runtime, workdir, "throughput", checkouts or {})
+        seed = await targets["durable journal"].call(
+            "task_create", {"channel": "general", "tasks": [{"title": "read under load"}]}
+        )
+        assert seed.structured_content is not None
+        number = int(seed.structured_content["data"]["tasks"][0]["number"])
+        for tool in ("task_get", "task_create"):
+            calls: dict[str, Call] = {
+                "direct HTTP (httpx)": direct_call(client, runtime, tool, number),
+                **{f"bridge, {k}": mcp_call(v, tool, number) for k, v in targets.items()},
+            }
+            for name, call in calls.items():
+                await drive(call, 100, 8)  # warm: connections open, caches hot
+                sequential = 0.0
+                for level in LEVELS:
+                    rate, latencies = await drive(call, per_level, level)
+                    sequential = rate if level == 1 else sequential
+                    scale = rate / sequential
+                    checked = level == 32 and name == "bridge, durable journal"
+                    rows.append(
+                        Row(
+                            SECTION,
+                            f"{tool}: {name}, {level} in flight",
+                            ms(latencies, 0.5),
+                            ms(latencies, 0.99),
+                            rate,
+                            compare=f"{scale:.2f}x sequential" if level > 1 else "",
+                            target=f">= {TARGET_SCALE:.0f}x sequential" if checked else "",
+                            ok=scale >= TARGET_SCALE if checked else None,
+                        )
+                    )
+    return rows
