@@ -458,7 +458,6 @@ def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | No
     return upstream_args, (upstream_cursor, skip, digest)
 
 
-
 def _malformed(spec: ToolSpec) -> ToolError:
     if spec.mutation:
         return ToolError(
