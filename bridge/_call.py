@@ -114,7 +114,8 @@ class Bridge:
         try:
             await call.record(
                 CallReceived(
-                    arguments=_jsonable(arguments),
+                    # MCP treats absent and null arguments as none: journal them as `{}`.
+                    arguments=_jsonable(arguments if arguments is not None else {}),
                     meta_keys=sorted(meta),
                     jsonrpc_request_id=request_id,
                 )

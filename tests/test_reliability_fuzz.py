@@ -101,7 +101,6 @@ def test_the_bridge_survived_and_journaled_every_answer(fuzzed: Fuzzed) -> None:
     assert "Traceback" not in raw.stderr()
 
 
-@pytest.mark.xfail(strict=True, reason=fuzz.NULL_ARGUMENTS_BUG)
 async def test_a_call_without_arguments_keeps_the_journal_readable(tmp_path: Path) -> None:
     async with open_stand(tmp_path) as stand, stand.bridge(tmp_path / "j.db") as raw:
         answer = await raw.request("tools/call", {"name": "task_list"})  # arguments are optional
