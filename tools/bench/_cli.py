@@ -44,7 +44,9 @@ async def run_sections(
             elif name == "http":
                 rows += await bench_http.run(runtime, quick=quick)
             elif name == "coldstart":
-                rows += await bench_coldstart.run(runtime, workdir, quick=quick)
+                rows += await bench_coldstart.run(
+                    runtime, workdir, quick=quick, checkouts=checkouts
+                )
             elif name == "memory":
                 rows += await bench_memory.run(runtime, workdir, quick=quick, calls=memory_calls)
             print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="LABEL=DIR",
         help="also measure a bridge run from another checkout (e.g. a git worktree with a "
-        "proposed change), beside this one in the latency and throughput sections; repeatable",
+        "proposed change), beside this one in the latency, throughput and cold-start sections; "
+        "repeatable",
     )
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]

@@ -30,9 +30,10 @@ SIZED = "stdio floor, trio-native stdio, bridge-sized result"
 Call = Callable[[int], Awaitable[Any]]
 
 
-def tool_arguments(tool: str, i: int, number: int) -> dict[str, Any]:
+def tool_arguments(tool: str, i: int, number: int, channel: str = "general") -> dict[str, Any]:
+    """Arguments of one call; creates go to `channel`, reads read task `number` of `general`."""
     if tool == "task_create":
-        return {"channel": "general", "tasks": [{"title": f"bench task {i}"}]}
+        return {"channel": channel, "tasks": [{"title": f"bench task {i}"}]}
     return {"channel": "general", "number": number}
 
 
@@ -48,7 +49,11 @@ def direct_client(runtime: procs.RuntimeProcess) -> httpx.AsyncClient:
 
 
 def direct_call(
-    client: httpx.AsyncClient, runtime: procs.RuntimeProcess, tool: str, number: int
+    client: httpx.AsyncClient,
+    runtime: procs.RuntimeProcess,
+    tool: str,
+    number: int,
+    channel: str = "general",
 ) -> Call:
     """The request the bridge sends upstream for `tool`, sent straight from this process."""
     route = runtime.task_route + ("/get" if tool == "task_get" else "")
@@ -56,7 +61,7 @@ def direct_call(
     encode = msgspec.json.encode
 
     async def call(i: int) -> Any:
-        body = encode(tool_arguments(tool, i, number))
+        body = encode(tool_arguments(tool, i, number, channel))
         response = await client.post(route, content=body, headers=headers)
         if response.status_code != 200:
             raise RuntimeError(f"direct {tool}: {response.status_code} {response.text[:200]}")
@@ -65,9 +70,17 @@ def direct_call(
     return call
 
 
-def mcp_call(server: procs.McpProcess, tool: str, number: int, *, echo: bool = False) -> Call:
+def mcp_call(
+    server: procs.McpProcess,
+    tool: str,
+    number: int,
+    *,
+    echo: bool = False,
+    channel: str = "general",
+) -> Call:
     async def call(i: int) -> Any:
-        result = await server.call("echo" if echo else tool, tool_arguments(tool, i, number))
+        arguments = tool_arguments(tool, i, number, channel)
+        result = await server.call("echo" if echo else tool, arguments)
         if result.is_error:
             raise RuntimeError(f"{tool}: {result.structured_content}")
         return result

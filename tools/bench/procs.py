@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import mcp_types as types
 import trio
 from mcp.client import ClientSession
@@ -117,6 +118,17 @@ async def open_runtime_process(
                 await process.wait()
             process.kill()
             await process.wait()
+
+
+async def add_board(runtime: RuntimeProcess, slug: str) -> None:
+    """A new board on the runtime's workspace with the local agent as its member (admin API)."""
+    async with httpx.AsyncClient(base_url=runtime.url, trust_env=False) as client:
+        response = await client.post(
+            "/_admin/boards",
+            json={"workspaceId": WORKSPACE_ID, "slug": slug, "memberIds": [AGENT_ID]},
+            headers={"x-admin-token": runtime.admin_token},
+        )
+    response.raise_for_status()
 
 
 # --- /proc ---------------------------------------------------------------------------------

@@ -97,7 +97,15 @@ async def profile(
                 assert not created.is_error, created.structured_content
                 for i in range(200):  # warm up caches and the HTTP pool before sampling
                     await bridge.call(*_arguments(tool, i))
-                sampling = ["--rate", "1000", "--gil", "--format", "raw", "--nonblocking"]
+                sampling = [
+                    "--rate",
+                    "1000",
+                    "--gil",
+                    "--threads",
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                ]
                 recorder = await trio.lowlevel.open_process(
                     [spy, "record", "--pid", str(bridge.pid), *sampling, "--output", str(out)],
                     stdout=subprocess.DEVNULL,
