@@ -30,26 +30,26 @@ async def run_sections(
     workdir: Path,
     checkouts: dict[str, Path],
 ) -> list[Row]:
+    """Each section against a fresh runtime process: the runtime slows as its tables grow, and
+    no section should pay for the data another one wrote."""
     rows: list[Row] = []
-    async with procs.open_runtime_process(workdir) as runtime:
-        for name in names:
-            started = time.perf_counter()
-            print(f"running {name} ...", file=sys.stderr, flush=True)
+    for name in names:
+        started = time.perf_counter()
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        home = workdir / name
+        home.mkdir()
+        async with procs.open_runtime_process(home) as runtime:
             if name == "latency":
-                rows += await bench_latency.run(runtime, workdir, quick=quick, checkouts=checkouts)
+                rows += await bench_latency.run(runtime, home, quick=quick, checkouts=checkouts)
             elif name == "throughput":
-                rows += await bench_throughput.run(
-                    runtime, workdir, quick=quick, checkouts=checkouts
-                )
+                rows += await bench_throughput.run(runtime, home, quick=quick, checkouts=checkouts)
             elif name == "http":
                 rows += await bench_http.run(runtime, quick=quick)
             elif name == "coldstart":
-                rows += await bench_coldstart.run(
-                    runtime, workdir, quick=quick, checkouts=checkouts
-                )
+                rows += await bench_coldstart.run(runtime, home, quick=quick, checkouts=checkouts)
             elif name == "memory":
-                rows += await bench_memory.run(runtime, workdir, quick=quick, calls=memory_calls)
-            print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+                rows += await bench_memory.run(runtime, home, quick=quick, calls=memory_calls)
+        print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return rows
 
 
