@@ -89,12 +89,14 @@ def run_fuzz(directory: Path, *, examples: int, seed_value: int) -> Line:
         try:
             property_holds()
         except Exception as exc:  # hypothesis re-raises the shrunk failing example
-            line.findings.append(f"property: {str(exc)[:1500]}")
+            notes = " ".join(getattr(exc, "__notes__", []))
+            line.findings.append(f"property: {type(exc).__name__} {str(exc)[:1500]} {notes}")
         line.inputs = len(cases) + tried
         if raw.transcript.violations:
             line.findings.append(f"{len(raw.transcript.violations)} non-JSON-RPC stdout lines")
     report = audit_journal(journal, answers={"fuzz": raw.transcript.answers})
     line.findings += report.findings
+    line.known_bugs.append(f"deprecated name without arguments: {fuzz.DEPRECATED_NULL_BUG}")
     line.note = f"{len(cases)} frames + {tried} hypothesis calls; {report.events} events journaled"
     return line
 
