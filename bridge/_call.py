@@ -178,6 +178,15 @@ class Bridge:
                 )
             spec = TOOLS[migration.tool]
             uses.append(Use("tool_name", name, migration.tool))
+            arguments = {} if arguments is None else arguments
+            if not isinstance(arguments, dict):
+                raise _Rejected(
+                    ToolError(
+                        "invalid_arguments",
+                        "Arguments must be a JSON object.",
+                        field_errors={"$": "expected an object"},
+                    )
+                )
         try:
             translated, argument_uses = translate_arguments(spec.name, arguments)
         except ToolError as exc:

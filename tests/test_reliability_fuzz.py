@@ -109,7 +109,6 @@ async def test_a_call_without_arguments_keeps_the_journal_readable(tmp_path: Pat
     assert report.ok, report.findings
 
 
-@pytest.mark.xfail(strict=True, reason=fuzz.DEPRECATED_NULL_BUG)
 async def test_a_deprecated_name_without_arguments_gets_a_tool_error(tmp_path: Path) -> None:
     async with open_stand(tmp_path) as stand, stand.bridge(tmp_path / "j.db") as raw:
         answer = await raw.request("tools/call", {"name": "create_tasks"})

@@ -96,7 +96,6 @@ def run_fuzz(directory: Path, *, examples: int, seed_value: int) -> Line:
             line.findings.append(f"{len(raw.transcript.violations)} non-JSON-RPC stdout lines")
     report = audit_journal(journal, answers={"fuzz": raw.transcript.answers})
     line.findings += report.findings
-    line.known_bugs.append(f"deprecated name without arguments: {fuzz.DEPRECATED_NULL_BUG}")
     line.note = f"{len(cases)} frames + {tried} hypothesis calls; {report.events} events journaled"
     return line
 

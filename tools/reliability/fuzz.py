@@ -144,13 +144,6 @@ def plant(args: dict[str, Any], hidden: str, depth: int) -> dict[str, Any]:
     return {**args, **node} if depth == 0 else {**args, "extra": node}
 
 
-DEPRECATED_NULL_BUG = (
-    "a deprecated tool name called without `arguments` raises TypeError in"
-    " bridge/_compat.py ToolMigration.map_arguments (dict(None)): the client gets JSON-RPC error"
-    " code 0 carrying the Python message, and the journal keeps a call_received with no outcome"
-)
-
-
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -176,8 +169,6 @@ def tool_calls(draw: st.DrawFn) -> ToolCall:
             json_values(4),
         )
     )
-    if arguments is None and name in DEPRECATED_NAMES:
-        arguments = {}  # a known bug, pinned by a strict-xfail test (DEPRECATED_NULL_BUG)
     meta = draw(
         st.one_of(
             st.none(),
