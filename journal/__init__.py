@@ -94,7 +94,7 @@ from ._events import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from ._reader import Reader, open_reader
+from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._verify import ChainVerifier, Finding, Rule, VerifyReport, verify
@@ -151,6 +151,7 @@ __all__ = [
     "open_reader",
     "open_sync_writer",
     "open_writer",
+    "record_from_row",
     "row_hash",
     "sign_checkpoint",
     "verify",

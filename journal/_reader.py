@@ -48,6 +48,11 @@ def decode_row(row: Row) -> Record:
         payload = decode_payload(row[6], row[7], row[14])
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
         raise JournalFormatError(f"event {row[0]}: payload does not decode: {exc}") from exc
+    return record_from_row(row, payload)
+
+
+def record_from_row(row: Row, payload: Any) -> Record:
+    """A stored row (tuple in COLUMNS order) with its payload already decoded, as a Record."""
     return Record(
         seq=row[0],
         journal_id=row[1],

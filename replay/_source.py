@@ -18,7 +18,7 @@ from typing import Any, Final
 import msgspec
 
 import journal
-from journal import Payload, Reader, Record
+from journal import Payload, Reader, Record, record_from_row
 
 __all__ = ["JournalInfo", "Journals", "Progress", "ReplayInputError", "open_journals"]
 
@@ -147,26 +147,7 @@ def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | d
 def to_record(row: tuple[Any, ...]) -> Record:
     """A raw row (COLUMNS order) as a Record; a payload that does not decode is left as a dict."""
     payload, _ = decode_payload(row[6], row[7], row[14])
-    return Record(
-        seq=row[0],
-        journal_id=row[1],
-        session_id=row[2],
-        call_id=row[3],
-        ts_mono_ns=row[4],
-        ts_wall=row[5],
-        kind=row[6],
-        kind_version=row[7],
-        mcp_method_name=row[8],
-        gen_ai_tool_name=row[9],
-        jsonrpc_request_id=row[10],
-        http_response_status_code=row[11],
-        error_type=row[12],
-        duration_ms=row[13],
-        payload=payload,
-        payload_json=row[14],
-        prev_hash=row[15],
-        hash=row[16],
-    )
+    return record_from_row(row, payload)
 
 
 def open_reader(path: str | os.PathLike[str]) -> Reader:
