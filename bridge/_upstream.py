@@ -1,4 +1,4 @@
-"""The one HTTP operation of each tool (contract section 13.3), over a shared httpx pool.
+"""The one HTTP operation of each tool (contract section 13.3), over a shared keep-alive pool.
 
 `prepare` turns validated model input into the upstream request (camelCase DTO, hidden context
 injected, encoded once). `exchange` sends it and classifies transport failures; the call flow
@@ -10,19 +10,36 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
-import httpx
 import msgspec
 
 from ._errors import ToolError
+from ._http11 import Http11Pool, TransportFailure
 from ._registry import ToolSpec
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "KEPT_HEADERS",
+    "Prepared",
+    "Reply",
+    "TransportFailure",
+    "UpstreamClient",
+    "base_route",
+    "camelize",
+    "prepare",
+    "transport_error",
+]
 
 _encode = msgspec.json.Encoder().encode
 _USER_AGENT = "agentteam-task-bridge"
 # Response headers worth keeping in the journal; nothing else is recorded.
 KEPT_HEADERS = ("content-type", "retry-after", "deprecation", "sunset", "link", "x-request-id")
+_KEPT = frozenset(name.encode() for name in KEPT_HEADERS)
+_JSON_CONTENT = (b"content-type", b"application/json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +58,6 @@ class Reply:
     body: bytes
     headers: dict[str, str]
     duration_ms: float
-
-
-class TransportFailure(Exception):
-    """No HTTP answer: `sent` says whether the request may have reached the server."""
-
-    def __init__(self, kind: str, sent: bool) -> None:
-        super().__init__(kind)
-        self.kind = kind
-        self.sent = sent
 
 
 @lru_cache(maxsize=256)
@@ -96,7 +104,9 @@ def base_route(workspace_id: str, agent_id: str) -> str:
 
 
 class UpstreamClient:
-    """A pooled HTTP client for one Agent Runtime base URL."""
+    """The HTTP client for one Agent Runtime base URL: the bridge's own HTTP/1.1 pool, or, given
+    an ``httpx`` transport (``httpx.MockTransport`` in unit tests, recorded answers in replay),
+    an ``httpx.AsyncClient`` over it. Either way failures come out as TransportFailure."""
 
     def __init__(
         self,
@@ -105,21 +115,53 @@ class UpstreamClient:
         timeout_seconds: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            timeout=httpx.Timeout(timeout_seconds, connect=min(3.0, timeout_seconds)),
-            limits=httpx.Limits(
-                max_connections=64, max_keepalive_connections=64, keepalive_expiry=30.0
-            ),
-            headers={"user-agent": _USER_AGENT, "accept": "application/json"},
-            transport=transport,
-            trust_env=False,
-        )
+        self._pool: Http11Pool | None = None
+        self._client: httpx.AsyncClient | None = None
+        if transport is None:
+            self._pool = Http11Pool(
+                base_url,
+                timeout_seconds=timeout_seconds,
+                connect_timeout_seconds=3.0,
+                user_agent=_USER_AGENT,
+            )
+        else:
+            import httpx  # only tests and replay reach this: keep it off the start-up path
+
+            self._client = httpx.AsyncClient(
+                base_url=base_url,
+                timeout=httpx.Timeout(timeout_seconds, connect=min(3.0, timeout_seconds)),
+                headers={"user-agent": _USER_AGENT, "accept": "application/json"},
+                transport=transport,
+                trust_env=False,
+            )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     async def exchange(self, prepared: Prepared, token: str) -> Reply:
+        started = time.perf_counter()
+        if self._pool is None:
+            status, body, kept = await self._via_httpx(prepared, token)
+        else:
+            headers = [(b"authorization", b"Bearer " + token.encode())]
+            if prepared.body is not None:
+                headers.append(_JSON_CONTENT)
+            target = prepared.route
+            if prepared.params:
+                target += "?" + urlencode(prepared.params, quote_via=quote)
+            status, raw_headers, body = await self._pool.request(
+                prepared.method, target, headers, prepared.body
+            )
+            kept = _kept_headers(raw_headers)
+        return Reply(status, body, kept, (time.perf_counter() - started) * 1000)
+
+    async def _via_httpx(self, prepared: Prepared, token: str) -> tuple[int, bytes, dict[str, str]]:
+        import httpx
+
+        assert self._client is not None
         headers = {"authorization": f"Bearer {token}"}
         if prepared.body is not None:
             headers["content-type"] = "application/json"
@@ -130,7 +172,6 @@ class UpstreamClient:
             content=prepared.body,
             headers=headers,
         )
-        started = time.perf_counter()
         try:
             response = await self._client.send(request)
             body = response.content
@@ -144,10 +185,19 @@ class UpstreamClient:
             raise TransportFailure("timeout", sent=True) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             raise TransportFailure("connection_dropped", sent=True) from None
-        headers_kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
-        return Reply(
-            response.status_code, body, headers_kept, (time.perf_counter() - started) * 1000
-        )
+        kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
+        return response.status_code, body, kept
+
+
+def _kept_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The KEPT_HEADERS of a response (h11 lower-cases names); repeated ones joined by ", "."""
+    kept: dict[str, str] = {}
+    for name, value in raw:
+        if name in _KEPT:
+            key = name.decode()
+            text = value.decode("latin-1")
+            kept[key] = f"{kept[key]}, {text}" if key in kept else text
+    return kept
 
 
 def transport_error(failure: TransportFailure, *, mutation: bool, has_key: bool) -> ToolError:

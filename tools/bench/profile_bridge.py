@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("bridge: budgets", "bridge/_budget.py"),
     ("bridge: rendering", "bridge/_render.py"),
     ("bridge: upstream adapter", "bridge/_upstream.py"),
+    ("bridge: HTTP/1.1 pool", "bridge/_http11.py"),
     ("bridge: stdio", "bridge/_stdio.py"),
     ("journal", "journal/"),
     ("mcp SDK", "/mcp/"),
