@@ -35,6 +35,7 @@ call flow turns into a tool result with `isError: true` and the envelope
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 # code -> (retryable, safe default message)
@@ -207,8 +208,10 @@ def snake_keys(value: Any) -> Any:
     return value
 
 
+@lru_cache(maxsize=1024)
 def snake(name: str) -> str:
-    """`scopeId` -> `scope_id` (upstream DTO names to model-facing names)."""
+    """`scopeId` -> `scope_id` (upstream DTO names to model-facing names; the few there are
+    repeat in every answer, hence the cache)."""
     out = []
     for ch in name:
         if ch.isupper():

@@ -1,8 +1,11 @@
 """The trio writer: appends from many tasks, group-committed by one worker thread.
 
 ``append`` builds the row at once in the event loop (so seq order is append order; this is CPU
-only, microseconds) and puts it on the worker's queue. The worker is one thread with the one
-connection, started by a task of the writer's nursery (``trio.to_thread.run_sync``), so it is
+only, microseconds). A durable row goes to the worker's queue at once, with the rows appended
+before it; a row appended with ``durable=False`` waits in the event loop for the next durable one,
+or for ``LINGER_S``, whichever comes first, so that a call's events travel to the worker as one
+item (one thread wake-up, one transaction) rather than one each. The worker is one thread with the
+one connection, started by a task of the writer's nursery (``trio.to_thread.run_sync``), so it is
 owned like any task. It takes every item that is ready, commits them in one transaction, and hands
 the outcome back to the event loop (``TrioToken.run_sync_soon``), which wakes the appenders that
 wait for durability. While a commit runs, new rows gather for the next one: that is the group
@@ -19,6 +22,7 @@ closes the connection before the ``async with`` block ends.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -41,6 +45,7 @@ __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 
 QUEUE_SIZE: Final = 1024
 MAX_BATCH: Final = 512
+LINGER_S: Final = 0.005  # longest a non-durable row waits in the event loop for company
 
 
 class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,7 +111,10 @@ class AsyncWriter:
 
     def __init__(self, core: _Core, *, queue_size: int, max_batch: int) -> None:
         self._core = core
-        self._queue: queue.SimpleQueue[_Item | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | list[_Append] | object] = queue.SimpleQueue()
+        # Non-durable rows not yet handed to the worker, in seq order (see _hand_over).
+        self._lingering: list[_Append] = []
+        self._linger_scope = trio.CancelScope()  # replaced by _linger's own
         self._slots = trio.Semaphore(queue_size)
         self._max_batch = max_batch
         self._token = trio.lowlevel.current_trio_token()
@@ -161,13 +169,19 @@ class AsyncWriter:
         """Append one event and return its seq.
 
         ``durable=True`` returns once the event is committed with ``synchronous=FULL`` (on disk);
-        ``durable=False`` returns once it is queued: it is committed with the next batch, and a
-        later durable event makes it durable too. Raises JournalUnavailable when the journal
-        cannot record it (fail closed), EventEncodeError for an event that cannot be encoded.
+        ``durable=False`` returns at once: the event is committed with the next durable one, or
+        on its own within about ``LINGER_S``, and a later durable event makes it durable too.
+        Raises JournalUnavailable when the journal cannot record it (fail closed),
+        EventEncodeError for an event that cannot be encoded.
         Cancelled while waiting, the event is still committed.
         """
         self._check_usable()
-        await self._slots.acquire()
+        try:
+            # No scheduling point when there is room (the common case): a call appends five
+            # events, and a trio checkpoint each would cost more than building them.
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
         try:
             self._check_usable()
             item = _Append(self._core.build(event), durable)
@@ -175,10 +189,33 @@ class AsyncWriter:
             self._slots.release()
             raise
         self._appended += 1
-        self._queue.put(item)
+        self._lingering.append(item)
+        if durable or len(self._lingering) >= self._max_batch:
+            self._hand_over()
+        elif self._linger_scope.deadline == math.inf:
+            self._linger_scope.deadline = trio.current_time() + LINGER_S
         if durable:
             await item.outcome()
         return int(item.row[0])
+
+    def _hand_over(self) -> None:
+        """Queue the lingering rows for the worker, as one item (they stay in seq order: every
+        path to the queue passes here first)."""
+        if self._lingering:
+            self._queue.put(self._lingering)
+            self._lingering = []
+            self._linger_scope.deadline = math.inf  # nothing left to wait for
+
+    async def _linger(self) -> None:
+        """Hand non-durable rows over at most LINGER_S after the first of them was appended
+        (`append` sets the deadline: cheaper than waking this task for every call)."""
+        while True:
+            with trio.CancelScope() as scope:
+                self._linger_scope = scope
+                if self._lingering:  # appended before this scope existed
+                    scope.deadline = trio.current_time() + LINGER_S
+                await trio.sleep_forever()
+            self._hand_over()
 
     async def flush(self) -> None:
         """Wait until every event appended so far is committed durably."""
@@ -195,12 +232,14 @@ class AsyncWriter:
         if self._failed is None or self._closed:
             return
         item = _Recover()
+        self._hand_over()
         self._queue.put(item)
         await item.outcome()
         self._failed = None
 
     async def _control(self, item: _Item) -> None:
         self._check_usable()
+        self._hand_over()
         self._queue.put(item)
         await item.outcome()
 
@@ -214,6 +253,7 @@ class AsyncWriter:
     def _stop(self) -> None:
         if not self._closed:
             self._closed = True
+            self._hand_over()
             self._queue.put(_STOP)
 
     # --- in the event loop, called from the worker through run_sync_soon ---
@@ -278,18 +318,19 @@ class AsyncWriter:
         drained: list[_Item | object] = []
         while True:
             try:
-                drained.append(self._queue.get_nowait())
+                _add(drained, self._queue.get_nowait())
             except queue.Empty:
                 return drained
 
     def _next_batch(self) -> list[_Item | object]:
+        batch: list[_Item | object] = []
         try:
-            batch = [self._queue.get(timeout=self._core.checkpoint_interval)]
+            _add(batch, self._queue.get(timeout=self._core.checkpoint_interval))
         except queue.Empty:
-            return []
+            return batch
         while len(batch) < self._max_batch:
             try:
-                batch.append(self._queue.get_nowait())
+                _add(batch, self._queue.get_nowait())
             except queue.Empty:
                 break
         return batch
@@ -348,6 +389,13 @@ class AsyncWriter:
         return None
 
 
+def _add(batch: list[_Item | object], got: object) -> None:
+    if isinstance(got, list):
+        batch.extend(got)
+    else:
+        batch.append(got)
+
+
 JournalWriter = AsyncWriter  # the name the bridge knows it by
 
 
@@ -399,17 +447,28 @@ async def open_writer(
     )
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)
     async with trio.open_nursery() as nursery:
-        # The worker thread lives as long as this task; the nursery waits for it, even when
-        # cancelled (the thread is not abandoned), so the shutdown below always completes.
-        nursery.start_soon(
-            partial(
-                trio.to_thread.run_sync,
-                writer._work,
-                thread_name="journal-writer",
-                limiter=trio.CapacityLimiter(1),
-            )
-        )
+
+        async def work(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            # Shielded, and started before the block runs: the thread must run even when the
+            # block is cancelled before its first checkpoint (appends need none), and it is
+            # never abandoned, so the shutdown below always completes.
+            with trio.CancelScope(shield=True):
+                task_status.started()
+                await trio.to_thread.run_sync(
+                    writer._work, thread_name="journal-writer", limiter=trio.CapacityLimiter(1)
+                )
+
+        lingering = trio.CancelScope()
+
+        async def linger(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with lingering:
+                task_status.started()
+                await writer._linger()
+
+        await nursery.start(work)
+        await nursery.start(linger)
         try:
             yield writer
         finally:
             writer._stop()
+            lingering.cancel()

@@ -26,6 +26,7 @@ A plain-``sqlite3`` recomputation, for a row read with ``row_factory = sqlite3.R
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import UTC, datetime
 from typing import Any, Final, TypeAlias
 
@@ -39,6 +40,7 @@ __all__ = [
     "encode_payload",
     "format_wall",
     "row_hash",
+    "wall_now",
 ]
 
 GENESIS_HASH: Final = "0" * 64
@@ -124,6 +126,20 @@ def canonical_bytes(row: Row) -> bytes:
 def row_hash(row: Row) -> str:
     """The chain hash of a row: hex SHA-256 of its canonical encoding."""
     return hashlib.sha256(canonical_bytes(row)).hexdigest()
+
+
+_wall_cache: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
+
+
+def wall_now() -> str:
+    """`format_wall(datetime.now(UTC))`, formatting the date and time once per second."""
+    global _wall_cache
+    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    cached_second, text = _wall_cache  # one tuple: a reader in another thread sees a whole pair
+    if cached_second != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _wall_cache = (second, text)
+    return f"{text}.{nanos // 1000:06d}Z"
 
 
 def format_wall(moment: datetime) -> str:

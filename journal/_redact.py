@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+import msgspec
+
 __all__ = ["REDACTED", "Redactor"]
 
 REDACTED: Final = "[REDACTED]"
@@ -110,14 +112,28 @@ def is_secret_name(key: str) -> bool:
     return folded in _SECRET_NAMES or folded.endswith(_SECRET_SUFFIXES)
 
 
+# The screen (`Redactor.screen`): every secret name with `_` removed, as it must appear in a
+# JSON text lower-cased with `_` and `-` removed when a key (or a `name`) of it is secret-named.
+_NAME_WORDS: Final = tuple(
+    sorted({name.replace("_", "") for name in (*_SECRET_NAMES, *(s[1:] for s in _SECRET_SUFFIXES))})
+)
+_NAME_SCREEN: Final = re.compile("|".join(_NAME_WORDS))
+_json_text: Final = msgspec.json.Encoder().encode
+
+
 class Redactor:
     """Removes credentials from JSON-typed values; knows the secrets it was told about."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._long: list[str] = []
         self._short: set[str] = set()
-        # Mapping keys repeat from event to event: remember what each became.
+        # The secrets as they appear in JSON text: inside a string (long), as a whole one (short).
+        self._long_json: list[str] = []
+        self._short_json: list[str] = []
+        # Mapping keys repeat from event to event, and so do a few whole payloads: remember what
+        # each became (forgotten when a secret is added).
         self._keys: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
         for value in secrets:
             self.add_secret(value)
 
@@ -126,12 +142,34 @@ class Redactor:
         if not value:
             return
         self._keys.clear()
+        self._texts.clear()
+        quoted = _json_text(value).decode()
         if len(value) >= MIN_SUBSTRING_SECRET:
             if value not in self._long:
                 self._long.append(value)
                 self._long.sort(key=len, reverse=True)
-        else:
+                self._long_json.append(quoted[1:-1])
+        elif value not in self._short:
             self._short.add(value)
+            self._short_json.append(quoted)
+
+    def screen(self, text: str) -> bool:
+        """Whether `redact` could change the value whose JSON encoding is `text` (msgspec's: only
+        `"`, `\\` and control characters escaped). False means the value is clean as it is.
+
+        Each rule's trace survives JSON encoding: a secret value as its escaped form, a shape by
+        the literal its cheap test looks for, a secret-named key (or `name`) by its letters once
+        case, `_` and `-` are folded away. The screen may say True for clean text (the full walk
+        then finds nothing), never False for text the walk would change.
+        """
+        if any(secret in text for secret in self._long_json):
+            return True
+        if any(secret in text for secret in self._short_json):
+            return True
+        lower = text.lower()
+        if "bearer" in lower or "eyJ" in text or "=" in text or ("@" in text and "://" in text):
+            return True
+        return _NAME_SCREEN.search(lower.replace("_", "").replace("-", "")) is not None
 
     def redact_text(self, text: str) -> str:
         """Apply the shape and value rules to one string."""
@@ -144,6 +182,20 @@ class Redactor:
             if may_match(text):
                 text = pattern.sub(replacement, text)
         return text
+
+    def redact_encoded(self, text: str, encode: Callable[[Any], str]) -> str:
+        """`encode(redact(value))` for the value whose `encode` is `text`, remembered: the payloads
+        that need the walk are mostly the same few texts (an injected-context record) again."""
+        redacted = self._texts.get(text)
+        if redacted is None:
+            if len(self._texts) >= 256:
+                self._texts.clear()
+            redacted = self._texts[text] = encode(self.redact(msgspec.json.decode(text)))
+        return redacted
+
+    def redact_id(self, text: str) -> str:
+        """`redact_text` of an identifier that repeats from event to event (remembered)."""
+        return self._redact_key(text)
 
     def redact(self, value: Any) -> Any:
         """A copy of a JSON-typed value with every rule applied at any depth."""

@@ -3,6 +3,9 @@
 Migrations are sqlite-utils ``Migrations`` and additive only: a migration may add a table, a
 nullable column, an index, a view, a kind (a row of ``event_kinds``); it never rewrites or drops
 data. ``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`; ``_sqlite_migrations`` lists what ran.
+Each migration's last statement sets ``user_version`` to its number, so a journal at
+:data:`SCHEMA_VERSION` has run them all: opening it needs neither sqlite-utils nor its import
+(a fifth of the bridge's own start-up), which only a new or older journal pays for.
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ import os
 import sqlite3
 import uuid
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
-
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
 
 from ._canonical import COLUMNS, GENESIS_HASH, format_wall
 from ._errors import (
@@ -27,19 +28,22 @@ from ._errors import (
 )
 from ._events import PAYLOAD_TYPES
 
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+    from sqlite_utils.migrations import Migrations
+
 __all__ = [
-    "MIGRATIONS",
     "SCHEMA_VERSION",
     "VIEWS",
     "connect_reader",
     "connect_writer",
     "create_private_file",
     "ensure_identity",
+    "migrations",
 ]
 
 SCHEMA_VERSION: Final = 1
 BUSY_TIMEOUT_S: Final = 5.0
-MIGRATIONS: Final = Migrations("agentteam_journal")
 
 _V1_KINDS: Final = (
     "session_started",
@@ -228,7 +232,16 @@ ORDER BY s.seq""",
 }
 
 
-@MIGRATIONS(name="0001_initial")
+@cache
+def migrations() -> Migrations:
+    """The journal's migrations, in order (imports sqlite-utils: call only to migrate)."""
+    from sqlite_utils.migrations import Migrations
+
+    registry = Migrations("agentteam_journal")
+    registry(name="0001_initial")(_initial)
+    return registry
+
+
 def _initial(db: Database) -> None:
     db.table("journal_meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
     db.table("event_kinds").create(
@@ -345,10 +358,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if tables and "_sqlite_migrations" not in tables:
         raise JournalFormatError("the file is an SQLite database but not a journal")
+    if tables and version == SCHEMA_VERSION:
+        return  # every migration ran (see the module docstring)
+    from sqlite_utils import Database
+
     db = Database(conn, execute_plugins=False)
     # The writer's file lock serialises writers, so pending() cannot race another migration.
-    if MIGRATIONS.pending(db):
-        MIGRATIONS.apply(db)
+    registry = migrations()
+    if registry.pending(db):
+        registry.apply(db)
 
 
 def ensure_identity(conn: sqlite3.Connection, journal_id: str | None) -> str:

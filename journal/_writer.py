@@ -21,7 +21,7 @@ from typing import Final
 
 import msgspec
 
-from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash
+from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash, wall_now
 from ._checkpoint import Checkpoint, export_checkpoint, load_key, sign_checkpoint
 from ._errors import EventEncodeError, JournalUnavailable, classify_sqlite_error
 from ._events import PAYLOAD_TYPES, Event, derived_columns
@@ -141,7 +141,9 @@ class _Core:
             raise EventEncodeError(f"not a journal payload: {type(payload).__name__}")
         redact = self.redactor
         try:
-            text = encode_payload(redact.redact(msgspec.to_builtins(payload)))
+            text = encode_payload(msgspec.to_builtins(payload))
+            if redact.screen(text):  # rarely: only then walk the tree
+                text = redact.redact_encoded(text, encode_payload)
         except (msgspec.EncodeError, TypeError, ValueError) as exc:
             raise EventEncodeError(f"{payload.kind} payload cannot be encoded: {exc}") from exc
         status, error_type, duration = derived_columns(payload)
@@ -149,15 +151,15 @@ class _Core:
         row: Row = (
             self.next_seq,
             self.journal_id,
-            redact.redact_text(event.session_id),
-            None if event.call_id is None else redact.redact_text(event.call_id),
+            redact.redact_id(event.session_id),
+            None if event.call_id is None else redact.redact_id(event.call_id),
             time.monotonic_ns(),
-            format_wall(datetime.now(UTC)),
+            wall_now(),
             payload.kind,
             payload.kind_version,
             event.mcp_method_name,
             event.gen_ai_tool_name,
-            None if request_id is None else redact.redact_text(str(request_id)),
+            None if request_id is None else redact.redact_id(str(request_id)),
             None if status is None else int(status),
             error_type,
             _duration(duration),

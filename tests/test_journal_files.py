@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +86,30 @@ def test_the_schema_version_and_migrations_are_recorded(tmp_path: Path) -> None:
     with journal.open_reader(path) as reader:
         assert reader.schema_version == journal.SCHEMA_VERSION
         assert reader.created_at is not None
+
+
+def test_every_migration_ends_at_its_version_so_a_current_journal_opens_without_sqlite_utils(
+    tmp_path: Path,
+) -> None:
+    import sqlite_utils
+
+    from journal._schema import migrations
+
+    empty = sqlite_utils.Database(memory=True)
+    assert journal.SCHEMA_VERSION == len(migrations().pending(empty))  # a version per migration
+    path = tmp_path / "j.db"
+    write_journal(path, [event("call_received")])
+    script = (
+        "import sys, journal\n"
+        "from tests.journal_helpers import KEY, event, write_journal\n"
+        f"write_journal({str(path)!r}, [event('call_result')])\n"
+        "assert 'sqlite_utils' not in sys.modules, 'reopening imported sqlite_utils'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=Path(__file__).parent.parent, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert journal.verify(path, key=KEY).ok
 
 
 async def test_the_writer_opens_and_closes_off_the_event_loop(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import journal
 from journal import REDACTED, Redactor
@@ -167,3 +170,75 @@ async def test_the_file_check_does_see_an_unredacted_value(tmp_path: Path) -> No
             journal.Event(session_id=SESSION, payload=journal.CallResult(result=f"is {CANARY}"))
         )
         assert any(CANARY.encode() in data for data in _file_bytes(path).values())
+
+
+# --- the screen: a quick look at the encoded text that lets clean payloads skip the full walk ---
+
+_PIECES = (
+    "token",
+    "Token",
+    "apiKey",
+    "x-api-key",
+    "PRIVATE_KEY",
+    "Bearer abcdefgh12",
+    "bearer\tabcdefghij",
+    "eyJhbGciOi.eyJzdWIiOi.sig",
+    "https://u:p@host/x",
+    "?access_token=1",
+    "name",
+    "value",
+    "authorization",
+    "set-cookie",
+    "passphrase",
+    "max_tokens",
+    "idempotency_key",
+    "\n",
+    '"',
+    "\\",
+    "\x00",
+    "é",
+    "scopeId",
+    CANARY,
+    CANARY[:10],
+    "short",
+    "ab",
+)
+_text = st.text(st.sampled_from('aZ_- 09\n"\\é:=@/.')) | st.sampled_from(_PIECES)
+_words = st.lists(_text, max_size=4).map("".join)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | _words,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_words, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_json, secrets=st.lists(st.sampled_from([CANARY, "short", "ab", 'z\n"q']), max_size=3))
+def test_the_screen_never_passes_a_value_the_full_walk_would_change(
+    value: Any, secrets: list[str]
+) -> None:
+    redactor = Redactor(secrets)
+    text = msgspec.json.encode(value, order="sorted").decode()
+    if not redactor.screen(text):
+        assert redactor.redact(value) == value, text
+
+
+def test_the_screen_passes_an_ordinary_task_and_stops_each_kind_of_secret() -> None:
+    redactor = Redactor([CANARY])
+    task = {
+        "task": {"channel": "general", "number": 7, "title": "Ship the release", "scopeId": "s1"},
+        "meta": {"next_cursor": None},
+    }
+
+    def screened(value: Any) -> bool:
+        return redactor.screen(msgspec.json.encode(value, order="sorted").decode())
+
+    assert not screened(task)
+    for dirty in (
+        {"title": f"x{CANARY}y"},
+        {"apiKey": "1"},
+        {"name": "Authorization", "value": "v"},
+        {"note": "Bearer abcdefghijkl"},
+        {"url": "https://u:p@h/"},
+    ):
+        assert screened(dirty), dirty

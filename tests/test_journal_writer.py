@@ -63,6 +63,33 @@ async def test_non_durable_appends_return_at_once_and_are_committed_with_the_nex
         assert reader.count() == 10
 
 
+async def test_a_calls_non_durable_events_travel_with_its_durable_one_in_one_commit(
+    tmp_path: Path,
+) -> None:
+    async with journal.open_writer(tmp_path / "j.db", key=KEY) as writer:
+        for call in range(20):
+            for i in range(4):
+                await writer.append(_call(call * 10 + i), durable=False)
+            await writer.append(_call(call * 10 + 9), durable=True)
+        stats = writer.stats
+    assert stats.committed == 100
+    assert stats.commits == 20  # one transaction (and one thread wake-up) per call, not five
+    assert stats.largest_batch == 5
+
+
+async def test_non_durable_events_alone_are_committed_within_the_linger(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with journal.open_writer(path, key=KEY) as writer:
+        await writer.append(_call(1), durable=False)
+        await writer.append(_call(2), durable=False)
+        with trio.fail_after(2):
+            while writer.head[0] < 2:  # noqa: ASYNC110 - polls what a reader would see
+                await trio.sleep(0.001)
+        assert writer.stats.commits == 1
+        with journal.open_reader(path) as reader:
+            assert reader.count() == 2  # visible to other readers without a flush
+
+
 async def test_a_bounded_queue_gives_back_pressure(tmp_path: Path) -> None:
     async with journal.open_writer(tmp_path / "j.db", key=KEY, queue_size=4) as writer:
         async with trio.open_nursery() as nursery:
