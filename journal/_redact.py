@@ -113,11 +113,15 @@ def is_secret_name(key: str) -> bool:
 
 
 # The screen (`Redactor.screen`): every secret name with `_` removed, as it must appear in a
-# JSON text lower-cased with `_` and `-` removed when a key (or a `name`) of it is secret-named.
+# JSON text lower-cased with `_` and `-` removed when a key (or a `name`) of it is secret-named;
+# a word containing another is left out (`accesstoken` holds `token`). Plain `in` tests: a regex
+# alternation of these costs six times as much on a typical payload.
 _NAME_WORDS: Final = tuple(
     sorted({name.replace("_", "") for name in (*_SECRET_NAMES, *(s[1:] for s in _SECRET_SUFFIXES))})
 )
-_NAME_SCREEN: Final = re.compile("|".join(_NAME_WORDS))
+_SCREEN_WORDS: Final = tuple(
+    word for word in _NAME_WORDS if not any(other in word for other in _NAME_WORDS if other != word)
+)
 _json_text: Final = msgspec.json.Encoder().encode
 
 
@@ -169,7 +173,8 @@ class Redactor:
         lower = text.lower()
         if "bearer" in lower or "eyJ" in text or "=" in text or ("@" in text and "://" in text):
             return True
-        return _NAME_SCREEN.search(lower.replace("_", "").replace("-", "")) is not None
+        folded = lower.replace("_", "").replace("-", "")
+        return any(word in folded for word in _SCREEN_WORDS)
 
     def redact_text(self, text: str) -> str:
         """Apply the shape and value rules to one string."""
