@@ -286,3 +286,21 @@ async def test_upstream_client_sends_the_prepared_request_and_keeps_only_listed_
     assert headers[b"authorization"] == b"Bearer tok-123"
     assert headers[b"accept"] == b"application/json"
     assert b"content-type" not in headers
+
+
+async def test_a_header_value_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    async with serving() as server:
+        client = pool(server.port)
+        for headers, target in (
+            ([(b"authorization", b"Bearer t\r\nx-admin: 1")], "/a"),
+            ([(b"authorization", b"Bearer t\n")], "/a"),
+            ([], "/a b"),
+            ([], "/a\r\nx: 1"),
+        ):
+            with pytest.raises(TransportFailure) as caught:
+                await client.request("GET", target, headers, None)
+            assert (caught.value.kind, caught.value.sent) == ("invalid_request", False)
+        status, _, _ = await client.request("GET", "/ok", [(b"authorization", b"Bearer t")], None)
+        await client.aclose()
+    assert status == 200
+    assert [request.target for request, _ in server.requests] == [b"/ok"]
