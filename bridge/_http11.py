@@ -76,13 +76,16 @@ class _Connection:
             raise _Malformed("the server closed the connection mid-response")
         self.buffer += data
 
-    async def _line_end(self, start: int, limit: int) -> int:
-        """Index of the next CRLF at or after start (receiving as needed, within limit)."""
-        while (end := self.buffer.find(b"\r\n", start)) < 0:
+    async def _find(self, separator: bytes, limit: int) -> int:
+        """Index of the first separator in the buffer, receiving as needed (within limit bytes)."""
+        start = 0
+        while (end := self.buffer.find(separator, start)) < 0:
             if len(self.buffer) > limit:
-                raise _Malformed("a line too long")
-            start = max(start, len(self.buffer) - 1)
+                raise _Malformed(f"no {separator!r} within {limit} bytes")
+            start = max(0, len(self.buffer) - len(separator) + 1)
             await self._receive()
+        if end > limit:
+            raise _Malformed(f"no {separator!r} within {limit} bytes")
         return end
 
     async def _take(self, size: int) -> bytes:
@@ -139,14 +142,7 @@ class _Connection:
         return status, headers, body, reusable and not self.buffer
 
     async def _read_head(self) -> tuple[int, int, list[tuple[bytes, bytes]]]:
-        start = 0
-        while (end := self.buffer.find(b"\r\n\r\n", start)) < 0:
-            if len(self.buffer) > MAX_HEAD_BYTES:
-                raise _Malformed("a response head too large")
-            start = max(0, len(self.buffer) - 3)
-            await self._receive()
-        if end > MAX_HEAD_BYTES:
-            raise _Malformed("a response head too large")
+        end = await self._find(b"\r\n\r\n", MAX_HEAD_BYTES)
         lines = bytes(self.buffer[:end]).split(b"\r\n")
         del self.buffer[: end + 4]
         matched = _STATUS_LINE.fullmatch(lines[0])
@@ -167,7 +163,7 @@ class _Connection:
         chunks: list[bytes] = []
         total = 0
         while True:
-            end = await self._line_end(0, MAX_HEAD_BYTES)
+            end = await self._find(b"\r\n", MAX_HEAD_BYTES)
             matched = _CHUNK_SIZE.fullmatch(self.buffer, 0, end)
             if matched is None:
                 raise _Malformed("a bad chunk size")
@@ -181,7 +177,7 @@ class _Connection:
             chunks.append(await self._take(size))
             if await self._take(2) != b"\r\n":
                 raise _Malformed("a chunk without its CRLF")
-        while (end := await self._line_end(0, MAX_HEAD_BYTES)) > 0:  # trailer fields, ignored
+        while (end := await self._find(b"\r\n", MAX_HEAD_BYTES)) > 0:  # trailer fields, ignored
             del self.buffer[: end + 2]
         del self.buffer[:2]
         return b"".join(chunks)

@@ -198,9 +198,14 @@ class AsyncWriter:
             await item.outcome()
         return int(item.row[0])
 
+    def _enqueue(self, item: object) -> None:
+        """Queue a control item for the worker, after the rows appended before it."""
+        self._hand_over()
+        self._queue.put(item)
+
     def _hand_over(self) -> None:
         """Queue the lingering rows for the worker, as one item (they stay in seq order: every
-        path to the queue passes here first)."""
+        other path to the queue, `_enqueue`, passes here first)."""
         if self._lingering:
             self._queue.put(self._lingering)
             self._lingering = []
@@ -232,15 +237,13 @@ class AsyncWriter:
         if self._failed is None or self._closed:
             return
         item = _Recover()
-        self._hand_over()
-        self._queue.put(item)
+        self._enqueue(item)
         await item.outcome()
         self._failed = None
 
     async def _control(self, item: _Item) -> None:
         self._check_usable()
-        self._hand_over()
-        self._queue.put(item)
+        self._enqueue(item)
         await item.outcome()
 
     def _check_usable(self) -> None:
@@ -253,8 +256,7 @@ class AsyncWriter:
     def _stop(self) -> None:
         if not self._closed:
             self._closed = True
-            self._hand_over()
-            self._queue.put(_STOP)
+            self._enqueue(_STOP)
 
     # --- in the event loop, called from the worker through run_sync_soon ---
 

@@ -170,10 +170,9 @@ class Redactor:
             return True
         if any(secret in text for secret in self._short_json):
             return True
-        lower = text.lower()
-        if "bearer" in lower or "eyJ" in text or "=" in text or ("@" in text and "://" in text):
+        if any(test(text) for test, _pattern, _replacement in _SHAPES):
             return True
-        folded = lower.replace("_", "").replace("-", "")
+        folded = text.lower().replace("_", "").replace("-", "")
         return any(word in folded for word in _SCREEN_WORDS)
 
     def redact_text(self, text: str) -> str:
