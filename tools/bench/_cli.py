@@ -73,7 +73,7 @@ def run_external(name: str, *, quick: bool) -> str | None:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench", description="Run the bridge's benchmarks; print one table."
     )
@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         "proposed change), beside this one in the latency, throughput and cold-start sections; "
         "repeatable",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(wanted) - {*SECTIONS, "journal", "replay"})

@@ -14,7 +14,6 @@ churn.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -32,11 +31,6 @@ from ._report import Row, ms
 
 SECTION = "direct HTTP under trio: who limits concurrency"
 LEVELS = (1, 8, 16, 32)
-
-
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager
@@ -143,13 +137,13 @@ async def _measure(
 
     if counters:
         counters[0][0] = counters[1][0] = 0
-    own, server = _own_cpu(), procs.cpu_seconds(runtime.process.pid)
+    own, server = procs.own_cpu_seconds(), procs.cpu_seconds(runtime.process.pid)
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for w in range(level):
             nursery.start_soon(worker, w)
     elapsed = time.perf_counter() - start
-    own_pct = 100 * (_own_cpu() - own) / elapsed
+    own_pct = 100 * (procs.own_cpu_seconds() - own) / elapsed
     server_pct = 100 * (procs.cpu_seconds(runtime.process.pid) - server) / elapsed
     compare = f"client CPU {own_pct:3.0f}%, runtime CPU {server_pct:3.0f}%"
     if counters:

@@ -2,13 +2,16 @@
 
 Durable journaling commits a batch per ready group (group commit), so throughput should scale
 with calls in flight; PRODUCT's target is >= 4x the sequential rate at 32. The same runtime
-requests sent directly with httpx at the same concurrency show the upstream's own ceiling.
+requests sent directly with httpx at the same concurrency show the upstream's own ceiling, and the
+one-tool floor server on the same SDK (echoing the same arguments) shows how far any server on
+this SDK, with its client in the same benchmark process, scales on this machine.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -22,8 +25,20 @@ LEVELS = (1, 8, 32)
 TARGET_SCALE = 4.0
 
 
-async def drive(call: Call, calls: int, in_flight: int) -> tuple[float, list[float]]:
-    """(calls per second, latencies) of `calls` calls with `in_flight` workers."""
+@dataclass(frozen=True)
+class Run:
+    rate: float  # calls per second
+    latencies: list[float]
+    cpu: dict[str, float]  # process -> share of one core over the run
+
+
+async def drive(call: Call, calls: int, in_flight: int, pids: dict[str, int] | None = None) -> Run:
+    """`calls` calls with `in_flight` workers, and the CPU share of this process ("client") and
+    of each process in `pids` over the run."""
+    pids = pids or {}
+    before = {"client": procs.own_cpu_seconds()} | {
+        name: procs.cpu_seconds(pid) for name, pid in pids.items()
+    }
     counter = iter(range(calls))
     latencies: list[float] = []
 
@@ -37,7 +52,12 @@ async def drive(call: Call, calls: int, in_flight: int) -> tuple[float, list[flo
     async with trio.open_nursery() as nursery:
         for _ in range(in_flight):
             nursery.start_soon(worker)
-    return calls / (time.perf_counter() - start), latencies
+    elapsed = time.perf_counter() - start
+    after = {"client": procs.own_cpu_seconds()} | {
+        name: procs.cpu_seconds(pid) for name, pid in pids.items()
+    }
+    cpu = {name: (after[name] - before[name]) / elapsed for name in before}
+    return Run(calls / elapsed, latencies, cpu)
 
 
 async def run(
@@ -61,40 +81,58 @@ async def run(
         )
         assert seed.structured_content is not None
         number = int(seed.structured_content["data"]["tasks"][0]["number"])
-        names = ["direct HTTP (httpx)", *(f"bridge, {label}" for label in targets)]
+        floor = await stack.enter_async_context(procs.open_mcp(procs.floor_command(), {}))
+        names = [
+            "direct HTTP (httpx)",
+            "stdio floor (SDK one-tool)",
+            *(f"bridge, {label}" for label in targets),
+        ]
         boards = {name: f"tp{i}" for i, name in enumerate(names)}
         for board in boards.values():
             await procs.add_board(runtime, board)
         for tool in ("task_get", "task_create"):
             calls: dict[str, Call] = {
                 names[0]: direct_call(client, runtime, tool, number, boards[names[0]]),
+                names[1]: mcp_call(floor, tool, number, echo=True),
                 **{
                     f"bridge, {k}": mcp_call(v, tool, number, channel=boards[f"bridge, {k}"])
                     for k, v in targets.items()
                 },
             }
+            # Whose CPU each target spends besides this process's (the client): one core each
+            # at most, two cores between all of them.
+            pids: dict[str, dict[str, int]] = {
+                names[0]: {"runtime": runtime.process.pid},
+                names[1]: {"server": floor.pid},
+                **{
+                    f"bridge, {k}": {"bridge": v.pid, "runtime": runtime.process.pid}
+                    for k, v in targets.items()
+                },
+            }
             for call in calls.values():
                 await drive(call, 100, 8)  # warm: connections open, caches hot
-            measured: dict[tuple[str, int], tuple[float, list[float]]] = {}
+            measured: dict[tuple[str, int], Run] = {}
             for n, level in enumerate(LEVELS):
                 order = names[n % len(names) :] + names[: n % len(names)]
                 for name in order:
                     count = per_level if tool == "task_get" else per_level_create
-                    measured[(name, level)] = await drive(calls[name], count, level)
+                    measured[(name, level)] = await drive(calls[name], count, level, pids[name])
             for name in names:
-                sequential = measured[(name, 1)][0]
+                sequential = measured[(name, 1)].rate
                 for level in LEVELS:
-                    rate, latencies = measured[(name, level)]
-                    scale = rate / sequential
+                    measure = measured[(name, level)]
+                    scale = measure.rate / sequential
                     checked = level == 32 and name == "bridge, durable journal"
+                    cpu = ", ".join(f"{who} {share:.0%}" for who, share in measure.cpu.items())
                     rows.append(
                         Row(
                             SECTION,
                             f"{tool}: {name}, {level} in flight",
-                            ms(latencies, 0.5),
-                            ms(latencies, 0.99),
-                            rate,
-                            compare=f"{scale:.2f}x sequential" if level > 1 else "",
+                            ms(measure.latencies, 0.5),
+                            ms(measure.latencies, 0.99),
+                            measure.rate,
+                            compare=(f"{scale:.2f}x sequential; " if level > 1 else "")
+                            + f"CPU {cpu}",
                             target=f">= {TARGET_SCALE:.0f}x sequential" if checked else "",
                             ok=scale >= TARGET_SCALE if checked else None,
                         )

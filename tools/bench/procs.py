@@ -176,6 +176,12 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def own_cpu_seconds() -> float:
+    """User plus system CPU time of this process so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
 def own_tree_seconds() -> float:
     """CPU seconds of this process and of its children that have exited."""
     own = resource.getrusage(resource.RUSAGE_SELF)

@@ -161,15 +161,22 @@ def render(result: Profile, top: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.profile_bridge",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--tool", choices=("task_get", "task_create", "task_list"))
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--in-flight", type=int, default=1)
     parser.add_argument("--no-durable", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--raw", type=Path, default=None, help="keep py-spy's collapsed stacks")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     result = trio.run(
         profile, args.tool or "task_get", args.calls, args.in_flight, not args.no_durable, args.raw
     )

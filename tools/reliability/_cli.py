@@ -221,13 +221,21 @@ def render(lines: list[Line]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.reliability", description=__doc__)
     parser.add_argument("--long", action="store_true", help="the long version of every check")
     parser.add_argument("--seed", type=int, default=20251202)
     parser.add_argument("--only", default=",".join(SECTIONS), help=", ".join(SECTIONS))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    wanted = [s for s in SECTIONS if s in args.only.split(",")]
+    asked = {name.strip() for name in args.only.split(",") if name.strip()}
+    if unknown := sorted(asked - set(SECTIONS)):
+        parser.error(f"unknown sections: {', '.join(unknown)}")
+    wanted = [s for s in SECTIONS if s in asked]
     long = args.long
     lines: list[Line] = []
     with tempfile.TemporaryDirectory(prefix="agentteam-reliability-") as tmp:
