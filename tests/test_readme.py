@@ -175,7 +175,12 @@ def test_the_compat_section_matches_the_migration_table() -> None:
 
 
 def test_files_the_docs_point_to_exist() -> None:
-    for path in ("docs/runtime.md", "docs/clients.md", "journal/datasette-metadata.json"):
+    for path in (
+        "docs/runtime.md",
+        "docs/clients.md",
+        "docs/performance.md",
+        "journal/datasette-metadata.json",
+    ):
         assert (ROOT / path).exists(), path
         assert path in README or path.split("/")[-1] in README
 

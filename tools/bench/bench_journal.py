@@ -142,12 +142,19 @@ def _timed(fn: Callable[[], journal.VerifyReport]) -> tuple[float, journal.Verif
     return time.perf_counter() - start, report
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.bench_journal",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--events", type=int, default=16_000, help="events for group commit")
     parser.add_argument("--single", type=int, default=1_500, help="events for single commits")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the files")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         base = Path(tmp)
         j_single = trio.run(_journal_single, base / "single.db", args.single)

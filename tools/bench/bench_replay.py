@@ -250,12 +250,19 @@ def _timed(fn: Callable[[], T]) -> tuple[float, T]:
     return time.perf_counter() - start, value
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.bench_replay",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--events", type=int, default=1_000_000, help="default 1,000,000")
     parser.add_argument("--quick", action="store_true", help="100,000 events")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     n = 100_000 if args.quick else args.events
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "journal.db"
