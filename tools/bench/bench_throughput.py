@@ -90,22 +90,22 @@ async def run(
         boards = {name: f"tp{i}" for i, name in enumerate(names)}
         for board in boards.values():
             await procs.add_board(runtime, board)
+        # Whose CPU each target spends besides this process's (the client): one core each at
+        # most, two cores between all of them.
+        pids: dict[str, dict[str, int]] = {
+            names[0]: {"runtime": runtime.process.pid},
+            names[1]: {"server": floor.pid},
+            **{
+                f"bridge, {k}": {"bridge": v.pid, "runtime": runtime.process.pid}
+                for k, v in targets.items()
+            },
+        }
         for tool in ("task_get", "task_create"):
             calls: dict[str, Call] = {
                 names[0]: direct_call(client, runtime, tool, number, boards[names[0]]),
                 names[1]: mcp_call(floor, tool, number, echo=True),
                 **{
                     f"bridge, {k}": mcp_call(v, tool, number, channel=boards[f"bridge, {k}"])
-                    for k, v in targets.items()
-                },
-            }
-            # Whose CPU each target spends besides this process's (the client): one core each
-            # at most, two cores between all of them.
-            pids: dict[str, dict[str, int]] = {
-                names[0]: {"runtime": runtime.process.pid},
-                names[1]: {"server": floor.pid},
-                **{
-                    f"bridge, {k}": {"bridge": v.pid, "runtime": runtime.process.pid}
                     for k, v in targets.items()
                 },
             }

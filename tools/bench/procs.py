@@ -184,9 +184,8 @@ def own_cpu_seconds() -> float:
 
 def own_tree_seconds() -> float:
     """CPU seconds of this process and of its children that have exited."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own_cpu_seconds() + children.ru_utime + children.ru_stime
 
 
 # --- MCP servers over the SDK's stdio client -----------------------------------------------
