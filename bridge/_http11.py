@@ -13,10 +13,11 @@ The codec is the client half of RFC 9112 a bridge needs, and strict about what i
 request is one ``bytes`` built from a header block fixed per origin (field values checked for
 CR, LF and NUL, so a token cannot inject a header); a response is a status line, header fields
 (no obs-fold, at most 64 KiB of head), then a body framed by ``Content-Length`` (repeats must
-agree), ``Transfer-Encoding: chunked`` (with trailers; never both, never another coding) or the
-connection's end; 1xx answers are skipped, HEAD, 204 and 304 have no body. Anything else is
-malformed, and the connection is dropped. h11 0.16, which the bridge used before, cost about
-0.2 ms of CPU per exchange more for the same work; it stays the oracle of the codec's tests.
+agree), ``Transfer-Encoding: chunked`` (never both, never another coding; trailer fields are
+checked like header fields, then dropped) or the connection's end; 1xx answers are skipped, HEAD,
+204 and 304 have no body. Anything else is malformed, and the connection is dropped. h11 0.16,
+which the bridge used before, cost about 0.2 ms of CPU per exchange more for the same work; it
+stays the oracle of the codec's tests.
 
 One deadline covers a whole exchange (pool wait, connect, send, receive). Every failure is a
 :class:`TransportFailure` whose ``sent`` says whether the request may have reached the server.
@@ -60,6 +61,17 @@ class _TooLarge(Exception):
 
 class _Malformed(Exception):
     """The answer is not HTTP/1.1 this client accepts, or the connection ended inside it."""
+
+
+def _field_line(line: bytes) -> tuple[bytes, bytes]:
+    """One `name: value` line of a head or a trailer, name lowercased; refuses what h11 does."""
+    name, colon, value = line.partition(b":")
+    if not colon or _FIELD_NAME.fullmatch(name) is None:  # obs-fold starts with SP/HTAB
+        raise _Malformed("a malformed header field")
+    value = value.strip(b" \t")
+    if _BAD_FIELD_VALUE.search(value):
+        raise _Malformed("a control character in a header field")
+    return name.lower(), value
 
 
 class _Connection:
@@ -148,16 +160,7 @@ class _Connection:
         matched = _STATUS_LINE.fullmatch(lines[0])
         if matched is None:
             raise _Malformed("not an HTTP/1.x status line")
-        headers: list[tuple[bytes, bytes]] = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or _FIELD_NAME.fullmatch(name) is None:  # obs-fold starts with SP/HTAB
-                raise _Malformed("a malformed header field")
-            value = value.strip(b" \t")
-            if _BAD_FIELD_VALUE.search(value):
-                raise _Malformed("a control character in a header field")
-            headers.append((name.lower(), value))
-        return int(matched[2]), int(matched[1]), headers
+        return int(matched[2]), int(matched[1]), [_field_line(line) for line in lines[1:]]
 
     async def _read_chunked(self, max_body: int) -> bytes:
         chunks: list[bytes] = []
@@ -177,7 +180,12 @@ class _Connection:
             chunks.append(await self._take(size))
             if await self._take(2) != b"\r\n":
                 raise _Malformed("a chunk without its CRLF")
-        while (end := await self._find(b"\r\n", MAX_HEAD_BYTES)) > 0:  # trailer fields, ignored
+        trailer = 0  # trailer fields are checked like header fields, then ignored
+        while (end := await self._find(b"\r\n", MAX_HEAD_BYTES)) > 0:
+            _field_line(bytes(self.buffer[:end]))
+            trailer += end + 2
+            if trailer > MAX_HEAD_BYTES:
+                raise _Malformed(f"trailer fields past {MAX_HEAD_BYTES} bytes")
             del self.buffer[: end + 2]
         del self.buffer[:2]
         return b"".join(chunks)

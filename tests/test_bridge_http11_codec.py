@@ -167,6 +167,15 @@ def test_damaged_answers_are_never_accepted_where_h11_refuses_them(
         assert expected.reusable or not got.reusable
 
 
+CHUNKED_ONE = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n"
+
+
+def test_trailer_fields_are_read_and_dropped() -> None:
+    answer = ours("GET", [CHUNKED_ONE + b"x-trailer: 1\r\nx-other: two\r\n\r\n"])
+    assert isinstance(answer, Answer) and answer.body == b"a" and answer.reusable
+    assert answer.headers == [], "trailers are not merged into the head"
+
+
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
@@ -181,6 +190,10 @@ def test_damaged_answers_are_never_accepted_where_h11_refuses_them(
         (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "cut short"),
         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "upgrade"),
         (b"HTTP/1.1 200 OK\r\nX: " + b"a" * (70 * 1024), "head too large"),
+        (CHUNKED_ONE + b"\x00-trailer: 1\r\n\r\n", "trailer name"),  # found by the fuzz above
+        (CHUNKED_ONE + b"x-trailer: \x01\r\n\r\n", "trailer value"),
+        (CHUNKED_ONE + b"x-trailer\r\n\r\n", "trailer colon"),
+        (CHUNKED_ONE + b"x-t: 1\r\n" * (9 * 1024) + b"\r\n", "trailer too large"),
     ],
 )
 def test_malformed_answers_are_refused(raw: bytes, why: str) -> None:
