@@ -154,6 +154,25 @@ async def test_an_idle_connection_the_server_closed_is_replaced_not_reported() -
     assert server.connections == 3
 
 
+async def test_bytes_that_arrive_after_an_answer_keep_the_connection_out_of_the_pool() -> None:
+    async def trailing_junk(
+        stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, body: bytes
+    ) -> bool:
+        await answer(stream, conn)
+        await trio.sleep(0.01)  # after the client has read the answer and pooled the connection
+        await stream.send_all(b"\x00HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nforged")
+        return False
+
+    async with serving(trailing_junk) as server:
+        client = pool(server.port)
+        for _ in range(3):
+            status, _, body = await client.request("GET", "/j", [], None)
+            assert (status, body) == (200, b'{"ok":true}')
+            await trio.sleep(0.05)  # let the junk arrive on the idle connection
+        await client.aclose()
+    assert server.connections == 3, "a spoiled idle connection is never reused"
+
+
 async def test_a_connection_closed_before_the_answer_is_dropped_and_may_have_been_sent() -> None:
     async def hang_up(
         stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, body: bytes
