@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, open_bridge
+
+# In CI a run checks a commit, so hypothesis draws the same examples every time there (a failure
+# is the commit's, and reproduces); elsewhere every run explores new ones, and keeps what failed
+# in .hypothesis/. `python -m tools.reliability --long` is the long exploration.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 _SUFFIX = {
     "list": "",
