@@ -17,7 +17,7 @@ from .bridge_harness import BridgeSession, open_bridge
 
 # In CI a run checks a commit, so hypothesis draws the same examples every time there (a failure
 # is the commit's, and reproduces); elsewhere every run explores new ones, and keeps what failed
-# in .hypothesis/. `python -m tools.reliability --long` is the long exploration.
+# in .hypothesis/.
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
