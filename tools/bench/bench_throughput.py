@@ -36,9 +36,13 @@ async def drive(call: Call, calls: int, in_flight: int, pids: dict[str, int] | N
     """`calls` calls with `in_flight` workers, and the CPU share of this process ("client") and
     of each process in `pids` over the run."""
     pids = pids or {}
-    before = {"client": procs.own_cpu_seconds()} | {
-        name: procs.cpu_seconds(pid) for name, pid in pids.items()
-    }
+
+    def cpu_seconds() -> dict[str, float]:
+        return {"client": procs.own_cpu_seconds()} | {
+            name: procs.cpu_seconds(pid) for name, pid in pids.items()
+        }
+
+    before = cpu_seconds()
     counter = iter(range(calls))
     latencies: list[float] = []
 
@@ -53,9 +57,7 @@ async def drive(call: Call, calls: int, in_flight: int, pids: dict[str, int] | N
         for _ in range(in_flight):
             nursery.start_soon(worker)
     elapsed = time.perf_counter() - start
-    after = {"client": procs.own_cpu_seconds()} | {
-        name: procs.cpu_seconds(pid) for name, pid in pids.items()
-    }
+    after = cpu_seconds()
     cpu = {name: (after[name] - before[name]) / elapsed for name in before}
     return Run(calls / elapsed, latencies, cpu)
 
