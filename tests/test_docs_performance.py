@@ -59,7 +59,7 @@ def test_every_command_shown_parses(module: str, arguments: list[str]) -> None:
 
 def test_the_sections_named_are_the_benchmarks() -> None:
     part = PAGE.split("Sections (`--only`")[1].split("\n\n")[1]
-    assert re.findall(r"^\| `(\w+)` \|", part, re.M) == [*bench_cli.SECTIONS, "journal", "replay"]
+    assert re.findall(r"^\| `(\w+)` \|", part, re.M) == [*bench_cli.SECTIONS, *bench_cli.EXTERNAL]
 
 
 def test_the_reliability_sections_named_are_the_suites() -> None:

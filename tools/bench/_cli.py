@@ -19,7 +19,7 @@ from . import bench_coldstart, bench_http, bench_latency, bench_memory, bench_th
 from ._report import Row, render
 
 SECTIONS = ("latency", "throughput", "http", "coldstart", "memory")
-EXTERNAL = ("bench_journal", "bench_replay")  # other owners' benchmarks, run when present
+EXTERNAL = ("journal", "replay")  # tools.bench.bench_<name>, run in their own process
 
 
 async def run_sections(
@@ -80,10 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="short runs (about two minutes)")
     parser.add_argument(
         "--only",
-        default=",".join((*SECTIONS, "journal", "replay")),
-        help="comma-separated sections (default: all): "
-        + ", ".join(SECTIONS)
-        + ", journal, replay",
+        default=",".join((*SECTIONS, *EXTERNAL)),
+        help="comma-separated sections (default: all): " + ", ".join((*SECTIONS, *EXTERNAL)),
     )
     parser.add_argument("--memory-calls", type=int, default=None, help="calls for the RSS run")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(wanted) - {*SECTIONS, "journal", "replay"})
+    unknown = sorted(set(wanted) - {*SECTIONS, *EXTERNAL})
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")
     checkouts: dict[str, Path] = {}
@@ -125,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     external = {
-        name: run_external(f"bench_{name}", quick=args.quick)
-        for name in ("journal", "replay")
-        if name in wanted
+        name: run_external(f"bench_{name}", quick=args.quick) for name in EXTERNAL if name in wanted
     }
     elapsed = time.perf_counter() - started
     foreign = (procs.machine_busy_seconds() - busy) - (procs.own_tree_seconds() - ours)
