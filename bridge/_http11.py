@@ -153,10 +153,15 @@ class _Connection:
         # A keep-alive answer leaves nothing behind; bytes after it mean the stream is spoiled.
         return status, headers, body, reusable and not self.buffer
 
-    async def _read_head(self) -> tuple[int, int, list[tuple[bytes, bytes]]]:
+    async def _read_lines(self) -> list[bytes]:
+        """The lines before the next empty line (at most MAX_HEAD_BYTES of them), consumed."""
         end = await self._find(b"\r\n\r\n", MAX_HEAD_BYTES)
         lines = bytes(self.buffer[:end]).split(b"\r\n")
         del self.buffer[: end + 4]
+        return lines
+
+    async def _read_head(self) -> tuple[int, int, list[tuple[bytes, bytes]]]:
+        lines = await self._read_lines()
         matched = _STATUS_LINE.fullmatch(lines[0])
         if matched is None:
             raise _Malformed("not an HTTP/1.x status line")
@@ -180,14 +185,11 @@ class _Connection:
             chunks.append(await self._take(size))
             if await self._take(2) != b"\r\n":
                 raise _Malformed("a chunk without its CRLF")
-        trailer = 0  # trailer fields are checked like header fields, then ignored
-        while (end := await self._find(b"\r\n", MAX_HEAD_BYTES)) > 0:
-            _field_line(bytes(self.buffer[:end]))
-            trailer += end + 2
-            if trailer > MAX_HEAD_BYTES:
-                raise _Malformed(f"trailer fields past {MAX_HEAD_BYTES} bytes")
-            del self.buffer[: end + 2]
-        del self.buffer[:2]
+        if await self._find(b"\r\n", MAX_HEAD_BYTES) == 0:
+            del self.buffer[:2]  # no trailer fields
+        else:  # trailer fields, bounded and checked like the head's, then dropped
+            for line in await self._read_lines():
+                _field_line(line)
         return b"".join(chunks)
 
     def _socket(self) -> trio.socket.SocketType:
