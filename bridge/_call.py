@@ -135,6 +135,8 @@ class Bridge:
                     message=error.message,
                     field_errors=error.field_errors or {},
                     suggested_action=error.suggested_action,
+                    retryable=error.retryable,
+                    candidates=error.candidates,
                 ),
                 durable=True,
             )
@@ -150,6 +152,8 @@ class Bridge:
                     duration_ms=_ms(started),
                     field_errors=error.field_errors or {},
                     suggested_action=error.suggested_action,
+                    candidates=error.candidates,
+                    retry_after_seconds=error.retry_after_seconds,
                 ),
                 durable=True,
             )

@@ -97,6 +97,9 @@ class CallRejected(_Payload, frozen=True, kw_only=True):
     message: str
     field_errors: dict[str, str] = {}
     suggested_action: dict[str, Any] | None = None
+    # The rest of the error the model saw (absent from journals written before they existed).
+    retryable: bool | None = None
+    candidates: list[dict[str, Any]] | None = None
 
 
 class InjectedField(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,6 +171,9 @@ class CallError(_Payload, frozen=True, kw_only=True):
     duration_ms: float | None = None
     field_errors: dict[str, str] = {}
     suggested_action: dict[str, Any] | None = None
+    # The rest of the error the model saw (absent from journals written before they existed).
+    candidates: list[dict[str, Any]] | None = None
+    retry_after_seconds: float | None = None
 
 
 class CallCancelled(_Payload, frozen=True, kw_only=True):

@@ -254,14 +254,21 @@ def _detail(story: CallStory) -> CallDetail:
 
 
 def _model_view(p: CallResult | CallError | CallRejected | CallCancelled) -> Any:
-    """What the model saw: the result envelope, or the error as the journal records it."""
+    """What the model saw: the result envelope, or the whole error envelope as the bridge
+    answered it (fields a journal older than them lacks are left out, never guessed)."""
     if isinstance(p, CallResult):
         return p.result
     if isinstance(p, CallCancelled):
         return {"cancelled": p.reason}
     error: dict[str, Any] = {"code": p.error_code, "message": p.message}
-    if isinstance(p, CallError):
+    if p.retryable is not None:
         error["retryable"] = p.retryable
-    elif p.field_errors:
+    if p.field_errors:
         error["field_errors"] = dict(p.field_errors)
+    if p.suggested_action:
+        error["suggested_action"] = p.suggested_action
+    if p.candidates:
+        error["candidates"] = p.candidates
+    if isinstance(p, CallError) and p.retry_after_seconds is not None:
+        error["retry_after_seconds"] = p.retry_after_seconds
     return {"error": error}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 import sys
@@ -396,10 +397,24 @@ def _default_key() -> bytes | None:
     return _key(default) if default.exists() else None
 
 
+# A pipe or a file gets whole lines: rich would otherwise wrap them at 80 columns, in the
+# middle of paths and JSON. Tables take their natural width there. JSON is never broken.
+_UNWRAPPED_WIDTH: Final = 1 << 14
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """Colour and the terminal's width on a terminal; elsewhere, lines that are never wrapped."""
+    console = Console(stderr=stderr, highlight=False)
+    if console.is_terminal:
+        return console
+    if os.environ.get("COLUMNS", "").isdigit():
+        return console  # a width asked for explicitly is honoured, prose wrapped to it
+    return Console(stderr=stderr, highlight=False, width=_UNWRAPPED_WIDTH, soft_wrap=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    out, err = _console(), _console(stderr=True)
     try:
         return _run(args, out, err)
     except ReplayInputError as exc:

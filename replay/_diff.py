@@ -4,8 +4,9 @@ Normalization replaces what legitimately differs between two runs against a live
 
 * **timestamps** — any RFC 3339 string (``2026-12-02T16:48:24.5Z``) becomes ``"<timestamp>"``;
 * **ids** — the value of a key named ``id``, ``scope_id``/``scopeId`` or ending in ``_id``/``Id``,
-  and any string shaped like a generated id (``tsk_…``, ``atk_…``, 12+ hex digits) becomes
-  ``"<id>"``;
+  and any string shaped like a generated id (``tsk_…``, ``atk_…`` with a digit or capital in the
+  random part, 12+ hex digits) becomes ``"<id>"``; a snake_case word such as the error code
+  ``task_not_found`` is a value, compared as it is;
 * **cursors** — the value of ``cursor``, ``next_cursor``/``nextCursor`` becomes ``"<cursor>"``.
 
 Task numbers, titles, statuses and every other value are compared as they are.
@@ -25,6 +26,7 @@ _TIMESTAMP: Final = re.compile(
     r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$"
 )
 _GENERATED_ID: Final = re.compile(r"^([a-z]{2,4}_[A-Za-z0-9_-]{8,}|[0-9a-f]{12,}|[0-9a-f-]{36})$")
+_WORDS: Final = re.compile(r"^[a-z]+(_[a-z]+)+$")  # error codes, statuses: never ids
 _CURSOR_KEYS: Final = frozenset({"cursor", "next_cursor", "nextCursor"})
 
 
@@ -53,9 +55,14 @@ def normalize(value: Any, key: str | None = None) -> Any:
             return "<id>"
         if _TIMESTAMP.match(value):
             return "<timestamp>"
-        if _GENERATED_ID.match(value):
+        if _is_generated_id(value):
             return "<id>"
     return value
+
+
+def _is_generated_id(value: str) -> bool:
+    """`tsk_3f9a…`, `atk_Xy-…`, a uuid or a long hex run; never a lower-case snake_case word."""
+    return bool(_GENERATED_ID.match(value)) and not _WORDS.match(value)
 
 
 def diff(

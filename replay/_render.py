@@ -1,4 +1,4 @@
-"""Human rendering of every replay result with rich: tables that fit 80 columns, colour on a TTY.
+"""Human rendering of every replay result with rich: tables that fit the terminal, colour on a TTY.
 
 Rendering only: every function takes a result of :mod:`replay` and a console, and prints.
 """
@@ -6,6 +6,7 @@ Rendering only: every function takes a result of :mod:`replay` and a console, an
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -100,9 +101,10 @@ def _time(ts: str | None) -> str:
     return "-" if not ts else ts[11:23]
 
 
-def _json(value: Any, width: int = 200) -> str:
-    text = _encode(value).decode()
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _whole(console: Console, value: Any, indent: str = "  ") -> None:
+    """A JSON value in full, one member a line (what the model saw is never cut)."""
+    for line in json.dumps(value, indent=2, ensure_ascii=False).splitlines():
+        console.print(Text(indent + line), soft_wrap=True)
 
 
 def _findings(console: Console, findings: Sequence[Finding], omitted: int = 0) -> None:
@@ -205,7 +207,7 @@ def render_show(console: Console, d: CallDetail) -> None:
         f" seq {s.first_seq}-{s.last_seq}"
     )
     console.print("\n[bold]The model sent[/]")
-    console.print(f"  arguments {_json(d.arguments, 600)}")
+    console.print(Text(f"  arguments {_encode(d.arguments).decode()}"), soft_wrap=True)
     console.print(f"  _meta keys {', '.join(d.meta_keys) or '-'}; request id {s.request_id}")
     for use in d.deprecated:
         console.print(
@@ -220,21 +222,22 @@ def render_show(console: Console, d: CallDetail) -> None:
     for x in d.exchanges:
         console.print(f"\n[bold]Upstream, attempt {x.attempt}[/] at +{_ms(x.sent_ms)} ms")
         console.print(f"  {x.method} {x.route}")
-        console.print(f"  body {_json(x.body, 600)}")
+        console.print(Text(f"  body {_encode(x.body).decode()}"), soft_wrap=True)
         if x.status is None:
             console.print("  [red]no response recorded[/]")
         else:
             console.print(
                 f"  -> {x.status} in {_ms(x.duration_ms)} ms (at +{_ms(x.answered_ms)} ms)"
             )
-            console.print(f"  {_json(x.response_body, 600)}")
+            console.print(Text(f"  {_encode(x.response_body).decode()}"), soft_wrap=True)
     for r in d.token_refreshes:
         console.print(f"  token refreshed from {r['source']}: {r['reason']}")
     console.print("\n[bold]The model saw[/]")
     if d.outcome_kind is None:
         console.print("  [red]nothing recorded[/] (the bridge stopped before an outcome)")
     else:
-        console.print(f"  {d.outcome_kind}: {_json(d.outcome, 1200)}")
+        console.print(f"  {d.outcome_kind}:")
+        _whole(console, d.outcome, "    ")
     table = _table("seq:>8", "+ms:>10", "kind:20", title="\nTimeline")
     for e in d.events:
         table.add_row(str(e.seq), _ms(e.offset_ms), e.kind)
@@ -425,18 +428,17 @@ def render_rerun(console: Console, r: RerunResult) -> None:
     console.print(f"Re-ran recorded calls through today's bridge, {where}")
     differing = [c for c in r.calls if c.verdict == "differs"]
     if differing:
-        table = _table(
-            "call:16", "tool:12", "path:24", "recorded:11", "today:11", title="Differences"
-        )
+        # Whole values, folded across lines where they are long: a cut value hides the cause.
+        table = _table("call:17", "path", "recorded", "today", title="Differences")
         for c in differing:
-            for i, d in enumerate(c.differences):
-                table.add_row(
-                    c.call_id if i == 0 else "",
-                    (c.tool or "-") if i == 0 else "",
-                    d.path,
-                    _json(d.recorded),
-                    _json(d.today),
-                )
+            table.add_row(
+                f"{c.call_id}\n{c.tool or '-'}",
+                Text("outcome", style="bold"),
+                Text(c.recorded or "-"),
+                Text(c.today or "-", style="" if c.recorded == c.today else "bold"),
+            )
+            for d in c.differences:
+                table.add_row("", d.path, _encode(d.recorded).decode(), _encode(d.today).decode())
         console.print(table)
     skipped = [c for c in r.calls if c.verdict == "skipped"]
     if skipped:

@@ -107,6 +107,9 @@ def test_show_tells_what_the_model_saw_of_an_error_and_a_rejection(
             "code": "task_not_found",
             "message": missing.outcome["error"]["message"],
             "retryable": False,
+            "field_errors": {"$.number": "unknown task number"},
+            "suggested_action": {"tool": "task_list", "arguments": {"channel": "general"}},
+            "candidates": [{"channel": "general", "number": 1, "title": "first"}],
         }
     }
     assert missing.exchanges[0].status == 404

@@ -141,13 +141,26 @@ def test_export(everyday_journal: Built, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_tables_fit_80_columns_without_colour(everyday_journal: Built, command: str) -> None:
+def test_tables_fit_the_columns_asked_and_pipes_are_not_wrapped(
+    everyday_journal: Built, command: str
+) -> None:
     done = replay_cli(
         command, everyday_journal.path, *(["-o", "/dev/null"] * (command == "export"))
     )
     assert done.returncode in (0, 1), done.stderr
     assert done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
     assert "\x1b[" not in done.stdout
+    # Piped with no $COLUMNS, nothing is wrapped: the journal's path stands whole on a line.
+    done = replay_cli(
+        command,
+        everyday_journal.path,
+        *(["-o", "/dev/null"] * (command == "export")),
+        env={"COLUMNS": ""},
+    )
+    assert done.returncode in (0, 1), done.stderr
+    if command == "verify":
+        assert f"{everyday_journal.path}\n" in done.stdout
+    assert "\x1b[" not in done.stdout and "…" not in done.stdout.split("\n", 1)[0]
 
 
 @pytest.mark.parametrize("command", (*COMMANDS, "show"))
@@ -170,3 +183,70 @@ def test_errors_a_person_hits_are_one_line_without_traceback(tmp_path: Path) -> 
         assert "Traceback" not in done.stderr
     done = replay_cli("verify", tmp_path / "missing.db", "--key", tmp_path / "no.key")
     assert done.returncode == 2 and "no key file" in done.stderr
+
+
+def test_show_prints_the_whole_answer_the_model_saw(everyday_journal: Built) -> None:
+    _, listed = cli_json("calls", everyday_journal.path, "--status", "rejected")
+    rejected = {c["error_code"]: c["call_id"] for c in listed["calls"]}
+    code, out = cli_json("show", everyday_journal.path, rejected["deprecated_tool"])
+    error = out["outcome"]["error"]
+    assert code == 0 and error["retryable"] is False
+    assert error["suggested_action"] == {
+        "tool": "task_list",
+        "arguments": {"channel": "general"},
+    }
+    # Piped with no $COLUMNS: nothing is cut or wrapped, the answer is all there.
+    text = replay_cli(
+        "show", everyday_journal.path, rejected["deprecated_tool"], env={"COLUMNS": ""}
+    )
+    saw = text.stdout.split("The model saw", 1)[1].split("Timeline", 1)[0]
+    assert '"suggested_action": {' in saw and '"retryable": false' in saw
+    assert '"tool": "task_list"' in saw and "…" not in text.stdout
+    _, errors = cli_json("calls", everyday_journal.path, "--error-code", "idempotency_conflict")
+    code, out = cli_json("show", everyday_journal.path, errors["calls"][0]["call_id"])
+    assert out["outcome"]["error"]["retryable"] is False
+    received = out["arguments"]
+    shown = replay_cli(
+        "show", everyday_journal.path, errors["calls"][0]["call_id"], env={"COLUMNS": ""}
+    )
+    line = next(ln for ln in shown.stdout.splitlines() if ln.startswith("  arguments "))
+    assert json.loads(line.removeprefix("  arguments ")) == received
+
+
+def test_rerun_differences_show_whole_values_and_outcomes() -> None:
+    import io
+
+    from rich.console import Console
+
+    from replay import RerunResult
+    from replay._diff import Difference
+    from replay._render import render_rerun
+    from replay._rerun import RerunCall
+
+    long_title = "A title long enough to be cut in a narrow column, 漢字 and 🎉 included"
+    call = RerunCall(
+        journal_id="j",
+        call_id="s1.4",
+        session_id="s1",
+        tool="task_get",
+        seq=4,
+        verdict="differs",
+        recorded="task_not_found",
+        today="result",
+        differences=[
+            Difference(
+                path="$.outcome.result.data.task.title", recorded="<absent>", today=long_title
+            )
+        ],
+    )
+    result = RerunResult(mode="recorded", against=None, same=0, differs=1, skipped=0, calls=[call])
+    for width in (80, 1 << 14):
+        buffer = io.StringIO()
+        render_rerun(Console(file=buffer, width=width, soft_wrap=width > 80), result)
+        text = buffer.getvalue()
+        assert "…" not in text and "task_not_found" in text and "result" in text
+        if width > 80:
+            assert long_title in text
+        else:
+            assert max(len(line) for line in text.splitlines()) <= 80
+            assert all(word.strip(",") in text for word in long_title.split())  # folded, not cut

@@ -117,3 +117,12 @@ async def test_against_a_live_runtime_mutations_need_a_flag(
 def test_live_mode_needs_a_credential(everyday_journal: Built) -> None:
     with pytest.raises(replay.ReplayInputError, match="credential"):
         replay.rerun([everyday_journal.path], against="http://127.0.0.1:9", env={})
+
+
+def test_normalization_keeps_error_codes_and_statuses_as_values() -> None:
+    from replay._diff import normalize
+
+    for word in ("task_not_found", "task_deleted", "in_progress", "stale_update"):
+        assert normalize(word) == word
+    for generated in ("tsk_3f9a00bb12cd34ef", "atk_Xy-Z9_abcdefgh", "0123456789abcdef"):
+        assert normalize(generated) == "<id>"
