@@ -250,3 +250,30 @@ def test_rerun_differences_show_whole_values_and_outcomes() -> None:
         else:
             assert max(len(line) for line in text.splitlines()) <= 80
             assert all(word.strip(",") in text for word in long_title.split())  # folded, not cut
+
+
+def test_published_json_schemas_are_current_and_every_json_output_follows_them(
+    everyday_journal: Built, tmp_path: Path
+) -> None:
+    from jsonschema import Draft202012Validator
+
+    from tools.replay_schemas import RESULTS, render
+
+    for path, text in render().items():
+        assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
+    call_id = cli_json("calls", everyday_journal.path)[1]["calls"][0]["call_id"]
+    extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
+    for command in RESULTS:
+        _, out = cli_json(command, everyday_journal.path, *extra.get(command, []))
+        schema = json.loads(render_path(command).read_text())
+        Draft202012Validator.check_schema(schema)
+        errors = list(Draft202012Validator(schema).iter_errors(out))
+        assert not errors, (command, [e.message for e in errors[:3]])
+        wrong = {**out, next(iter(schema["required"])): {"not": "this shape"}}
+        assert not Draft202012Validator(schema).is_valid(wrong), command
+
+
+def render_path(command: str) -> Path:
+    from tools.replay_schemas import DIRECTORY
+
+    return DIRECTORY / f"{command}.schema.json"
