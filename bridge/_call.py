@@ -45,6 +45,7 @@ from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, Lau
 from ._errors import ToolError, classify_upstream_error, snake_keys, suggest
 from ._registry import TOOLS, ToolSpec
 from ._render import render
+from ._telemetry import Tracing, client_trace, passthrough_headers
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
 from ._upstream import transport_error as classify_transport
 from ._validate import canonical_arguments, validate
@@ -87,8 +88,10 @@ class Bridge:
         journal: JournalPort,
         session: Session,
         compat: Policy = "hint",
+        tracing: Tracing | None = None,
     ) -> None:
         self.compat = compat
+        self.tracing = tracing
         self.launch = launch
         self.credentials = credentials
         self.upstream = upstream
@@ -111,6 +114,11 @@ class Bridge:
         meta = meta or {}
         args: dict[str, Any] = {}
         notices: list[dict[str, str]] = []
+        if self.tracing is not None:
+            trace = self.tracing.annotate_call(self.session.session_id)
+        else:
+            trace = client_trace(meta)
+            call.trace_headers = passthrough_headers(meta) if trace else []
         try:
             await call.record(
                 CallReceived(
@@ -118,6 +126,8 @@ class Bridge:
                     arguments=_jsonable(arguments if arguments is not None else {}),
                     meta_keys=sorted(meta),
                     jsonrpc_request_id=request_id,
+                    trace_id=trace[0] if trace else None,
+                    span_id=trace[1] if trace else None,
                 )
             )
             spec, arguments = await self._resolve(call, name, arguments, notices)
@@ -346,7 +356,7 @@ class Bridge:
             if not await call.record(request, durable=spec.mutation) and spec.mutation:
                 raise ToolError("journal_unavailable")
             try:
-                reply = await self.upstream.exchange(prepared, token)
+                reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
                 raise classify_transport(failure, mutation=spec.mutation, has_key=has_key) from None
             await call.record(
@@ -373,6 +383,20 @@ class Bridge:
             )
             token = fresh
         raise AssertionError("unreachable")
+
+    async def _send(self, call: _Call, spec: ToolSpec, prepared: Prepared, token: str) -> Reply:
+        """One upstream request, in a CLIENT span with trace context when tracing is live."""
+        if self.tracing is None:
+            return await self.upstream.exchange(prepared, token, call.trace_headers)
+        template = spec.upstream.route()
+        with self.tracing.upstream(prepared.method, prepared.target(), template) as span:
+            try:
+                reply = await self.upstream.exchange(prepared, token, span.headers)
+            except TransportFailure as failure:
+                span.failed(failure.kind)
+                raise
+            span.answered(reply.status)
+            return reply
 
     async def _record_deprecated_route(self, call: _Call, spec: ToolSpec, reply: Reply) -> None:
         """RFC 9745 `Deprecation` / RFC 8594 `Sunset` on an upstream answer."""
@@ -430,6 +454,7 @@ class _Call:
         self.call_id = call_id
         self.tool = tool
         self.request_id = request_id
+        self.trace_headers: list[tuple[bytes, bytes]] = []  # the client's, when tracing is off
 
     async def record(self, payload: Payload, *, durable: bool = False) -> bool:
         event = Event(

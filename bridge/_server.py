@@ -25,7 +25,7 @@ from mcp.server.lowlevel import Server
 
 from journal import Event, SessionEnded, SessionStarted
 
-from . import __version__
+from . import __version__, _telemetry
 from ._call import Bridge, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context
@@ -37,6 +37,7 @@ from ._upstream import UpstreamClient
 log = logging.getLogger("agentteam.bridge")
 SERVER_NAME = "agentteam-tasks"
 _PROBE_SECONDS = 5.0
+_TRACE_FLUSH_SECONDS = 10.0
 _LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
 
 
@@ -92,6 +93,8 @@ class _SessionLog:
 
 
 def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
+    """The SDK server over the call flow; its OpenTelemetry middleware only when tracing is live."""
+
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -117,8 +120,9 @@ def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
     server.add_notification_handler(
         "notifications/initialized", types.NotificationParams, on_initialized
     )
-    # The SDK's default OpenTelemetry middleware costs a span per message with no exporter.
-    server.middleware.clear()
+    if bridge.tracing is None:
+        # The SDK's OpenTelemetry middleware costs a span per message even with no exporter.
+        server.middleware.clear()
     return server
 
 
@@ -170,7 +174,10 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
         stack.push_async_callback(upstream.aclose)
-        bridge = Bridge(launch, credentials, upstream, journal, session, config.compat)
+        tracing = _telemetry.start(env, launch.api_url, __version__)
+        if tracing is not None:
+            stack.push_async_callback(_shutdown_tracing, tracing)
+        bridge = Bridge(launch, credentials, upstream, journal, session, config.compat, tracing)
         session_log = _SessionLog(journal, session, launch, config.compat)
         server = build_server(bridge, session_log)
         reason = "stdin closed"
@@ -197,3 +204,9 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                 ),
                 durable=True,
             )
+
+
+async def _shutdown_tracing(tracing: _telemetry.Tracing) -> None:
+    """Export what is batched before the process ends (the exporter blocks: off the loop)."""
+    with trio.CancelScope(shield=True), trio.move_on_after(_TRACE_FLUSH_SECONDS):
+        await trio.to_thread.run_sync(tracing.shutdown, abandon_on_cancel=True)

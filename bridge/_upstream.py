@@ -51,6 +51,12 @@ class Prepared:
     # What the journal records as the upstream body (the DTO as sent; no header, no token).
     journal_body: Any
 
+    def target(self) -> str:
+        """The request target: the route, and the query of a GET."""
+        if not self.params:
+            return self.route
+        return self.route + "?" + urlencode(self.params, quote_via=quote)
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -141,28 +147,33 @@ class UpstreamClient:
         if self._client is not None:
             await self._client.aclose()
 
-    async def exchange(self, prepared: Prepared, token: str) -> Reply:
+    async def exchange(
+        self, prepared: Prepared, token: str, trace: list[tuple[bytes, bytes]] | None = None
+    ) -> Reply:
+        """One request; `trace` is the W3C trace context headers to send with it, if any."""
         started = time.perf_counter()
         if self._pool is None:
-            status, body, kept = await self._via_httpx(prepared, token)
+            status, body, kept = await self._via_httpx(prepared, token, trace)
         else:
             headers = [(b"authorization", b"Bearer " + token.encode())]
             if prepared.body is not None:
                 headers.append(_JSON_CONTENT)
-            target = prepared.route
-            if prepared.params:
-                target += "?" + urlencode(prepared.params, quote_via=quote)
+            if trace:
+                headers += trace
             status, raw_headers, body = await self._pool.request(
-                prepared.method, target, headers, prepared.body
+                prepared.method, prepared.target(), headers, prepared.body
             )
             kept = _kept_headers(raw_headers)
         return Reply(status, body, kept, (time.perf_counter() - started) * 1000)
 
-    async def _via_httpx(self, prepared: Prepared, token: str) -> tuple[int, bytes, dict[str, str]]:
+    async def _via_httpx(
+        self, prepared: Prepared, token: str, trace: list[tuple[bytes, bytes]] | None
+    ) -> tuple[int, bytes, dict[str, str]]:
         import httpx
 
         assert self._client is not None
         headers = {"authorization": f"Bearer {token}"}
+        headers.update((k.decode(), v.decode()) for k, v in trace or ())
         if prepared.body is not None:
             headers["content-type"] = "application/json"
         request = self._client.build_request(

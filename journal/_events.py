@@ -88,6 +88,9 @@ class CallReceived(_Payload, frozen=True, kw_only=True):
     arguments: dict[str, Any] = {}
     meta_keys: list[str] = []
     jsonrpc_request_id: str | int | None = None
+    # W3C trace context of the call (hex): the live SERVER span's, or the client's traceparent.
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 class CallRejected(_Payload, frozen=True, kw_only=True):

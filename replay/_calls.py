@@ -164,6 +164,9 @@ class CallDetail(msgspec.Struct, frozen=True, kw_only=True):
     outcome_kind: str | None
     outcome: Any
     events: list[StoryEvent]
+    # The call's W3C trace (hex): the bridge's live span, or the client's traceparent.
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 def show_call(paths: Sequence[str | Path], call_id: str) -> CallDetail:
@@ -240,6 +243,8 @@ def _detail(story: CallStory) -> CallDetail:
         deprecated=deprecated,
         outcome_kind=outcome_kind,
         outcome=outcome,
+        trace_id=received.trace_id if isinstance(received, CallReceived) else None,
+        span_id=received.span_id if isinstance(received, CallReceived) else None,
         events=[
             StoryEvent(
                 seq=r.seq,

@@ -206,6 +206,8 @@ def render_show(console: Console, d: CallDetail) -> None:
         f"started {s.started_at}; bridge {_ms(s.bridge_ms)} ms, upstream {_ms(s.upstream_ms)} ms,"
         f" seq {s.first_seq}-{s.last_seq}"
     )
+    if d.trace_id:
+        console.print(f"trace {d.trace_id}, span {d.span_id or '-'}")
     console.print("\n[bold]The model sent[/]")
     console.print(Text(f"  arguments {_encode(d.arguments).decode()}"), soft_wrap=True)
     console.print(f"  _meta keys {', '.join(d.meta_keys) or '-'}; request id {s.request_id}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar, get_args
 from urllib.parse import parse_qsl, urlsplit
@@ -67,6 +68,9 @@ class App:
     def __init__(self, store: Store, faults: Faults, admin_token: str | None) -> None:
         self.store = store
         self.faults = faults
+        # The W3C `traceparent` of the latest operation requests (None where absent), so a test
+        # or an operator can see that callers propagate trace context.
+        self.traceparents: deque[str | None] = deque(maxlen=1000)
         self._admin_token = admin_token
         self._decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
         self._ops: dict[str, Callable[[Principal, Request], dict[str, Any]]] = {
@@ -98,6 +102,7 @@ class App:
             return _json(500, Internal("internal_error", "The runtime failed unexpectedly.").body())
 
     async def _operation(self, request: Request, path: str) -> Response:
+        self.traceparents.append(request.headers.get("traceparent"))
         match = _ROUTE.match(path)
         if match is None:
             raise NotFound("route_not_found", f"No route {path}.")

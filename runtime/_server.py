@@ -6,6 +6,7 @@ import os
 import secrets
 import shlex
 import sys
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class Runtime:
     faults: Faults
     admin_token: str | None
     db_path: str
+    traceparents: deque[str | None] = field(default_factory=deque)
     workspace_id: str = WORKSPACE_ID
     agent_id: str = AGENT_ID
 
@@ -89,7 +91,12 @@ async def open_runtime(config: RuntimeConfig | None = None) -> AsyncIterator[Run
             await nursery.start(trio.serve_listeners, handler, listeners)
             host, port = listeners[0].socket.getsockname()[:2]
             yield Runtime(
-                f"http://{host}:{port}", store, faults, config.admin_token, config.db_path
+                f"http://{host}:{port}",
+                store,
+                faults,
+                config.admin_token,
+                config.db_path,
+                app.traceparents,
             )
             nursery.cancel_scope.cancel()
     finally:

@@ -1,0 +1,187 @@
+"""Live OpenTelemetry from the running bridge, free when off.
+
+On only when both hold: the ``[otel]`` extra is installed (the OpenTelemetry SDK and its OTLP
+exporter) and the standard environment asks for traces (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set, or ``OTEL_TRACES_EXPORTER`` other than ``none``;
+``OTEL_SDK_DISABLED=true`` wins). Then:
+
+* the SDK's own ``OpenTelemetryMiddleware`` makes a SERVER span per MCP message, continuing the
+  client's ``traceparent``/``tracestate`` from ``params._meta`` (the MCP semantic conventions);
+  the bridge adds ``mcp.session.id`` and ``network.transport = pipe`` to a call's span;
+* every upstream request gets a CLIENT span (the HTTP client conventions: ``http.request.method``,
+  ``url.full`` with credentials redacted, ``url.template``, ``server.address``, ``server.port``,
+  ``http.response.status_code``, ``error.type``) and carries W3C trace context to the Agent
+  Runtime API;
+* each call's trace and span ids are journaled with the request (``call_received``).
+
+Off, nothing of the OpenTelemetry SDK is imported and no span is made (the MCP SDK itself imports
+the small OpenTelemetry *API* package; its middleware is removed). A client's ``traceparent`` is
+still forwarded upstream unchanged and its trace id journaled, so the runtime and the journal can
+join the client's trace at the cost of a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger("agentteam.bridge.telemetry")
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+_INVALID_TRACE = "0" * 32
+SCOPE = "agentteam-task-bridge"
+
+
+def wanted(env: Mapping[str, str]) -> bool:
+    """Whether the standard OpenTelemetry environment asks for traces."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    return bool(endpoint or exporter)
+
+
+def client_trace(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a valid W3C ``traceparent`` in a request's ``_meta``."""
+    value = meta.get("traceparent")
+    if not isinstance(value, str):
+        return None
+    found = _TRACEPARENT.match(value.strip())
+    if found is None or found.group(1) == _INVALID_TRACE or found.group(2) == "0" * 16:
+        return None
+    return found.group(1), found.group(2)
+
+
+def passthrough_headers(meta: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+    """With telemetry off: the client's valid trace context, forwarded upstream unchanged."""
+    if client_trace(meta) is None:
+        return []
+    headers = [(b"traceparent", str(meta["traceparent"]).strip().encode("ascii"))]
+    state = meta.get("tracestate")
+    if isinstance(state, str) and state.isascii() and len(state) <= 512 and "\n" not in state:
+        headers.append((b"tracestate", state.strip().encode("ascii")))
+    return headers
+
+
+@dataclass
+class UpstreamSpan:
+    """What the call flow tells the CLIENT span of one upstream request, and the headers to send."""
+
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    _span: Any = None
+
+    def answered(self, status: int) -> None:
+        if self._span is None:
+            return
+        self._span.set_attribute("http.response.status_code", status)
+        if status >= 400:
+            from opentelemetry.trace import StatusCode
+
+            self._span.set_attribute("error.type", str(status))
+            self._span.set_status(StatusCode.ERROR)
+
+    def failed(self, kind: str) -> None:
+        if self._span is None:
+            return
+        from opentelemetry.trace import StatusCode
+
+        self._span.set_attribute("error.type", kind)
+        self._span.set_status(StatusCode.ERROR)
+
+
+class Tracing:
+    """The live tracer provider, its exporter, and the spans the call flow makes."""
+
+    def __init__(self, provider: Any, api_url: str) -> None:
+        from opentelemetry import trace
+
+        self._provider = provider
+        self._tracer = trace.get_tracer(SCOPE)
+        parts = urlsplit(api_url)
+        self._origin = f"{parts.scheme}://{_host(parts)}"
+        self._address = parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+
+    def annotate_call(self, session_id: str) -> tuple[str, str] | None:
+        """Add the session to the current (SERVER) span; its (trace id, span id) for the journal."""
+        from opentelemetry import trace
+
+        span = trace.get_current_span()
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        span.set_attribute("mcp.session.id", session_id)
+        span.set_attribute("network.transport", "pipe")
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+    @contextmanager
+    def upstream(self, method: str, target: str, template: str) -> Iterator[UpstreamSpan]:
+        """A CLIENT span around one upstream request; W3C trace context in its headers."""
+        from opentelemetry.propagate import inject
+        from opentelemetry.trace import SpanKind
+
+        attributes: dict[str, str | int] = {
+            "http.request.method": method,
+            "url.full": self._origin + target,
+            "url.template": template,
+            "server.address": self._address,
+            "server.port": self._port,
+        }
+        with self._tracer.start_as_current_span(
+            f"{method} {template}", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            carrier: dict[str, str] = {}
+            inject(carrier)
+            headers = [(k.encode("ascii"), v.encode("ascii")) for k, v in carrier.items()]
+            yield UpstreamSpan(headers, span)
+
+    def shutdown(self) -> None:
+        """Flush what is batched and stop the exporter (blocking: run it in a thread)."""
+        try:
+            self._provider.shutdown()
+        except Exception:  # telemetry must never fail a session's end
+            log.warning("OpenTelemetry shutdown failed", exc_info=True)
+
+
+def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
+    """Live tracing when the environment asks for it and the extra is installed, else None."""
+    if not wanted(env):
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        log.warning(
+            "OTEL_* asks for traces but the [otel] extra is not installed "
+            "(pip install 'agentteam-task-bridge[otel]'); telemetry stays off"
+        )
+        return None
+    attributes = {"service.version": version}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attributes["service.name"] = SCOPE  # the operator's name, when given, wins
+    provider = TracerProvider(resource=Resource.create(attributes))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return Tracing(provider, api_url)
+
+
+def _host(parts: Any) -> str:
+    """host[:port] without userinfo, IPv6 literals bracketed."""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parts.port}" if parts.port else host
