@@ -25,7 +25,7 @@ from ._audit import AuditReport, BoardMutations, ErrorCount, Latency, SessionRow
 from ._calls import CallDetail, CallFilter, CallList, Exchange, StoryEvent, list_calls, show_call
 from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Gate, deprecations
 from ._diff import Difference, normalize
-from ._export import ExportResult, export_jsonl, export_otlp
+from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
 from ._grammar import Grammar
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
@@ -60,6 +60,7 @@ __all__ = [
     "Journals",
     "KeyGroup",
     "Latency",
+    "PushError",
     "ReplayInputError",
     "RerunCall",
     "RerunResult",
@@ -77,6 +78,7 @@ __all__ = [
     "list_calls",
     "normalize",
     "open_journals",
+    "push_otlp",
     "rerun",
     "rerun_async",
     "show_call",

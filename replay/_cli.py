@@ -98,6 +98,7 @@ AGENTTEAM_TOKEN; ids, timestamps and cursors are normalized before comparing.
 examples:
   agentteam-replay export journal.db --output spans.json            # OTLP JSON
   agentteam-replay export fleet/*.db --format jsonl --output events.jsonl
+  agentteam-replay export journal.db --otlp-endpoint http://127.0.0.1:4318
   agentteam-replay export journal.db | curl -H 'content-type: application/json' \\
       --data-binary @- http://localhost:4318/v1/traces
 """,
@@ -260,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", "-o", default="-", metavar="FILE", help="where to write (default stdout)"
     )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="push the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318) in "
+        "batches of 512, retrying 429/502/503/504, instead of writing a file",
+    )
     return parser
 
 
@@ -300,7 +307,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         written = render.write_audit_csv(result, args.csv)
         err.print(f"wrote {len(written)} CSV files to {args.csv}")
     # An export may be on stdout itself: its summary then goes to stderr.
-    target = err if args.command == "export" and args.output == "-" else out
+    on_stdout = args.command == "export" and args.output == "-" and not args.otlp_endpoint
+    target = err if on_stdout else out
     if args.json:
         print(render.to_json(result), file=target.file)
     else:
@@ -365,6 +373,14 @@ def _execute(
         )
         return rerun, render.render_rerun, EXIT_OK if rerun.ok else EXIT_FAILED
     if args.command == "export":
+        if args.otlp_endpoint:
+            if args.format != "otlp" or args.output != "-":
+                raise ReplayInputError("--otlp-endpoint pushes OTLP spans: no --format or --output")
+            try:
+                pushed = replay.push_otlp(paths, args.otlp_endpoint, progress=progress)
+            except replay.PushError as exc:
+                raise ReplayInputError(str(exc)) from None
+            return pushed, render.render_export, EXIT_OK
         exporter = replay.export_otlp if args.format == "otlp" else replay.export_jsonl
         with _output(args.output) as file:
             exported = exporter(paths, file, progress=progress)

@@ -1,30 +1,37 @@
-"""``export``: OpenTelemetry spans (OTLP JSON) and raw events (JSONL), streamed to a file.
+"""``export``: OpenTelemetry spans (OTLP JSON, to a file or pushed to a collector) and raw
+events (JSONL).
 
-Spans follow the OpenTelemetry MCP semantic conventions: one SERVER span per call, named
-``tools/call {gen_ai.tool.name}``, with ``mcp.method.name``, ``mcp.session.id``,
-``gen_ai.operation.name = execute_tool``, ``gen_ai.tool.name``, ``jsonrpc.request.id``,
-``network.transport = pipe`` and ``error.type`` (the error code) on failure; one CLIENT child span
-per upstream request, named after its HTTP method, with ``http.request.method``, ``url.path``,
+Spans follow the OpenTelemetry MCP and HTTP semantic conventions, as the live spans of ``serve``
+do: one SERVER span per call, named ``tools/call {gen_ai.tool.name}``, with ``mcp.method.name``,
+``mcp.protocol.version``, ``mcp.session.id``, ``gen_ai.operation.name = execute_tool``,
+``gen_ai.tool.name``, ``jsonrpc.request.id``, ``network.transport = pipe`` and, on a tool error,
+``error.type = tool_error`` (the bridge's code in ``agentteam.error.code``); one CLIENT child span
+per upstream request, named ``{method} {url.template}``, with ``http.request.method``,
+``url.full``, ``url.template``, ``server.address``, ``server.port``,
 ``http.response.status_code`` and ``error.type`` (the status, 400 and above). Trace and span ids
-are derived from the journal and call ids, so an export is reproducible. The OTLP file is one
-``ExportTraceServiceRequest`` in the protobuf JSON mapping, written span by span.
+are derived from the journal and call ids, so an export is reproducible; a call the live bridge
+traced carries a span link to its live span. The OTLP file is one ``ExportTraceServiceRequest``
+in the protobuf JSON mapping, written span by span; ``push_otlp`` sends the same spans to an
+OTLP/HTTP endpoint in bounded batches, retrying what a collector asks to be retried.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
 
-from journal import Record, UpstreamRequest, UpstreamResponse
+from journal import CallReceived, Record, UpstreamRequest, UpstreamResponse
 
 from ._source import Progress, open_journals
 from ._story import CallStory, iter_stories, parse_wall
 
-__all__ = ["ExportResult", "export_jsonl", "export_otlp"]
+__all__ = ["ExportResult", "export_jsonl", "export_otlp", "push_otlp"]
 
 SCOPE_NAME: Final = "agentteam-replay"
 SERVICE_NAME: Final = "agentteam-task-bridge"
@@ -32,6 +39,11 @@ _SPAN_KIND_SERVER: Final = 2
 _SPAN_KIND_CLIENT: Final = 3
 _STATUS_OK: Final = 1
 _STATUS_ERROR: Final = 2
+_ROUTE_TEMPLATE: Final = "/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks"
+BATCH_SPANS: Final = 512
+BATCH_BYTES: Final = 4 << 20
+RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
+MAX_ATTEMPTS: Final = 5
 _encode = msgspec.json.Encoder().encode
 
 
@@ -41,6 +53,12 @@ class ExportResult(msgspec.Struct, frozen=True, kw_only=True):
     events: int = 0
     spans: int = 0
     calls: int = 0
+    requests: int = 0  # OTLP/HTTP requests sent by a push
+    retries: int = 0
+
+
+class PushError(Exception):
+    """A collector refused a batch, or stayed unreachable through every retry."""
 
 
 def export_jsonl(
@@ -63,18 +81,114 @@ def export_otlp(
 ) -> ExportResult:
     """One span per call (and a child per upstream request), as an OTLP JSON trace request."""
     spans = calls = 0
+    opening, closing = _request_frame()
+    out.write(opening)
+    for count, span in _spans(paths, progress):
+        out.write(("," if spans else "") + "\n" + span.decode())
+        spans, calls = spans + 1, count
+    out.write("\n" + closing + "\n")
+    return ExportResult(format="otlp", output=getattr(out, "name", "-"), spans=spans, calls=calls)
+
+
+def push_otlp(
+    paths: Sequence[str | Path],
+    endpoint: str,
+    *,
+    progress: Progress | None = None,
+    batch_spans: int = BATCH_SPANS,
+    batch_bytes: int = BATCH_BYTES,
+    timeout_seconds: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ExportResult:
+    """The spans of ``export_otlp``, POSTed to an OTLP/HTTP endpoint (``.../v1/traces``; the
+    path is added to a bare collector URL) as JSON requests of at most ``batch_spans`` spans and
+    about ``batch_bytes`` bytes. 429, 502, 503, 504 and connection failures are retried with
+    exponential backoff (honouring ``Retry-After``), up to MAX_ATTEMPTS a batch; any other
+    refusal stops the push with :class:`PushError`. Memory stays bounded by one batch."""
+    import httpx
+
+    url = endpoint if urlsplit(endpoint).path.rstrip("/") else endpoint.rstrip("/") + "/v1/traces"
+    opening, closing = _request_frame()
+    requests = retries = spans = calls = 0
+    batch: list[bytes] = []
+    size = 0
+    with httpx.Client(timeout=timeout_seconds, trust_env=True) as client:
+
+        def send() -> None:
+            nonlocal requests, retries, batch, size
+            body = (opening + ",".join(b.decode() for b in batch) + closing).encode()
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                try:
+                    answer = client.post(
+                        url, content=body, headers={"content-type": "application/json"}
+                    )
+                except httpx.TransportError as exc:
+                    failure = f"{type(exc).__name__}"
+                    delay = 0.5 * 2.0 ** (attempt - 1)
+                else:
+                    if answer.status_code < 300:
+                        requests += 1
+                        batch, size = [], 0
+                        return
+                    failure = f"HTTP {answer.status_code}"
+                    if answer.status_code not in RETRY_STATUSES:
+                        raise PushError(f"{_safe(url)} refused a batch: {failure}")
+                    delay = _retry_after(answer.headers.get("retry-after"), attempt)
+                if attempt == MAX_ATTEMPTS:
+                    raise PushError(f"{_safe(url)}: {failure} after {attempt} attempts")
+                retries += 1
+                sleep(delay)
+
+        for count, span in _spans(paths, progress):
+            if batch and (len(batch) >= batch_spans or size + len(span) > batch_bytes):
+                send()
+            batch.append(span)
+            size += len(span)
+            spans, calls = spans + 1, count
+        if batch:
+            send()
+    return ExportResult(
+        format="otlp",
+        output=_safe(url),
+        spans=spans,
+        calls=calls,
+        requests=requests,
+        retries=retries,
+    )
+
+
+def _request_frame() -> tuple[str, str]:
+    """The ExportTraceServiceRequest around the spans: (text before them, text after them)."""
     resource = {"attributes": [_attr("service.name", SERVICE_NAME)]}
     head = {"resource": resource, "scopeSpans": [{"scope": {"name": SCOPE_NAME}, "spans": []}]}
     opening, _, closing = _encode({"resourceSpans": [head]}).decode().rpartition('"spans":[]')
-    out.write(opening + '"spans":[')
+    return opening + '"spans":[', "]" + closing
+
+
+def _spans(paths: Sequence[str | Path], progress: Progress | None) -> Iterator[tuple[int, bytes]]:
+    """(calls so far, one encoded span) for every span of every call, streamed."""
+    calls = 0
     with open_journals(paths) as journals:
         for story in iter_stories(journals.records(progress)):
             calls += 1
             for span in call_spans(story):
-                out.write(("," if spans else "") + "\n" + _encode(span).decode())
-                spans += 1
-    out.write("\n]" + closing + "\n")
-    return ExportResult(format="otlp", output=getattr(out, "name", "-"), spans=spans, calls=calls)
+                yield calls, _encode(span)
+
+
+def _retry_after(value: str | None, attempt: int) -> float:
+    try:
+        return min(60.0, max(0.0, float(value))) if value else 0.5 * 2.0 ** (attempt - 1)
+    except ValueError:
+        return 0.5 * 2.0 ** (attempt - 1)
+
+
+def _safe(url: str) -> str:
+    """A URL as printed: any userinfo replaced."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc="[REDACTED]@" + host).geturl()
 
 
 def call_spans(story: CallStory) -> list[dict[str, Any]]:
@@ -95,26 +209,33 @@ def call_spans(story: CallStory) -> list[dict[str, Any]]:
     ]
     if first.jsonrpc_request_id is not None:
         attributes.append(_attr("jsonrpc.request.id", first.jsonrpc_request_id))
+    session = story.session
+    if session is not None and session.protocol_version:
+        attributes.append(_attr("mcp.protocol.version", session.protocol_version))
     code = story.error_code
     status: dict[str, Any] = {"code": _STATUS_OK}
     if code is not None:
-        attributes.append(_attr("error.type", code))
+        # A tool error is `tool_error` in the MCP conventions; the bridge's code is kept beside.
+        attributes.append(_attr("error.type", "tool_error"))
+        attributes.append(_attr("agentteam.error.code", code))
         status = {"code": _STATUS_ERROR, "message": code}
     elif story.status in ("in_doubt", "incomplete", "cancelled"):
         attributes.append(_attr("error.type", story.status))
         status = {"code": _STATUS_ERROR, "message": story.in_doubt or story.status}
-    spans = [
-        {
-            "traceId": trace_id,
-            "spanId": span_id,
-            "name": f"{first.mcp_method_name or 'tools/call'} {tool}",
-            "kind": _SPAN_KIND_SERVER,
-            "startTimeUnixNano": str(_ns(first)),
-            "endTimeUnixNano": str(_ns(last)),
-            "attributes": attributes,
-            "status": status,
-        }
-    ]
+    server: dict[str, Any] = {
+        "traceId": trace_id,
+        "spanId": span_id,
+        "name": f"{first.mcp_method_name or 'tools/call'} {tool}",
+        "kind": _SPAN_KIND_SERVER,
+        "startTimeUnixNano": str(_ns(first)),
+        "endTimeUnixNano": str(_ns(last)),
+        "attributes": attributes,
+        "status": status,
+    }
+    received = first.payload
+    if isinstance(received, CallReceived) and received.trace_id and received.span_id:
+        server["links"] = [{"traceId": received.trace_id, "spanId": received.span_id}]
+    spans = [server]
     pending: tuple[Record, UpstreamRequest] | None = None
     for record in story.records:
         p = record.payload
@@ -139,11 +260,22 @@ def _client_span(
 ) -> dict[str, Any]:
     record, req = sent
     start = _ns(record)
+    template = _ROUTE_TEMPLATE + req.route.partition("/runtime/tasks")[2]
     attributes = [
         _attr("http.request.method", req.method),
         _attr("url.path", req.route),
+        _attr("url.template", template),
         _attr("agentteam.upstream.attempt", req.attempt),
     ]
+    api = urlsplit(story.session.api_url) if story.session and story.session.api_url else None
+    if api is not None and api.hostname:
+        host = f"[{api.hostname}]" if ":" in api.hostname else api.hostname
+        port = api.port or (443 if api.scheme == "https" else 80)
+        attributes += [
+            _attr("url.full", f"{api.scheme}://{host}:{port}{req.route}"),
+            _attr("server.address", api.hostname),
+            _attr("server.port", port),
+        ]
     status: dict[str, Any] = {"code": _STATUS_OK}
     end = _ns(story.records[-1])
     if answer is None:
@@ -162,7 +294,7 @@ def _client_span(
         "traceId": trace_id,
         "spanId": _hex(f"{story.journal_id}/{story.call_id}/{record.seq}", 16),
         "parentSpanId": parent,
-        "name": req.method,
+        "name": f"{req.method} {template}",
         "kind": _SPAN_KIND_CLIENT,
         "startTimeUnixNano": str(start),
         "endTimeUnixNano": str(end),

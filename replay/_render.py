@@ -454,4 +454,8 @@ def render_rerun(console: Console, r: RerunResult) -> None:
 
 def render_export(console: Console, r: ExportResult) -> None:
     what = f"{r.spans} spans of {r.calls} calls" if r.format == "otlp" else f"{r.events} events"
+    if r.requests:
+        retried = f", {r.retries} retries" if r.retries else ""
+        console.print(f"pushed {what} to {r.output} in {r.requests} requests{retried}")
+        return
     console.print(f"exported {what} to {r.output} ({r.format})")
