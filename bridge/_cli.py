@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -37,6 +38,100 @@ def _runtime(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+_EPILOG_LOCAL = """\
+examples:
+  agentteam-bridge runtime board add ops --name Operations
+  agentteam-bridge runtime board list
+  agentteam-bridge runtime callback open run_1 cb_1     # prints the _meta a client passes
+  agentteam-bridge runtime callback complete run_1 cb_1
+They act on the runtime database (default: the one `serve --embedded` uses), also while a bridge
+is running; the local agent is a member of every board added here.
+"""
+
+
+def _local(args: argparse.Namespace) -> int:
+    import json
+
+    from runtime import _local as local
+
+    db = str(args.db)
+    try:
+        if args.what == "board" and args.action == "add":
+            board = local.add_board(db, args.slug, args.name)
+            print(
+                f"board {board.slug} ({board.name}): {board.members} members, {board.tasks} tasks"
+            )
+        elif args.what == "board":
+            for board in local.list_boards(db):
+                print(f"{board.slug}\t{board.name}\t{board.members} members\t{board.tasks} tasks")
+        elif args.action == "open":
+            local.open_callback(db, args.run_id, args.callback_id, args.agent)
+            meta = {
+                "agentteam/workflow_run_id": args.run_id,
+                "agentteam/callback_effect_id": args.callback_id,
+            }
+            print(json.dumps({"_meta": meta}))
+        elif args.action == "complete":
+            local.complete_callback(db, args.run_id, args.callback_id)
+            print(f"callback {args.run_id}/{args.callback_id} completed")
+        else:
+            for cb in local.list_callbacks(db):
+                print(f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}")
+    except local.LocalError as exc:
+        print(f"agentteam-bridge runtime {args.what}: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, sqlite3.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"agentteam-bridge runtime {args.what}: cannot use {db}: {reason}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _local_commands(rt: argparse.ArgumentParser) -> None:
+    """`runtime board ...` and `runtime callback ...`: organise the local workspace."""
+    sub = rt.add_subparsers(dest="what", metavar="{board,callback}")
+
+    def command(name: str, action: str, help: str) -> argparse.ArgumentParser:
+        p = groups[name].add_parser(
+            action,
+            help=help,
+            epilog=_EPILOG_LOCAL,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument(
+            "--db",
+            default=default_runtime_db(),
+            help=f"the runtime database (default {default_runtime_db()})",
+        )
+        p.set_defaults(run=_local, action=action)
+        return p
+
+    groups = {}
+    for name, help in (
+        ("board", "add or list boards of the local workspace"),
+        ("callback", "open, complete or list workflow callbacks"),
+    ):
+        group = sub.add_parser(
+            name,
+            help=help,
+            epilog=_EPILOG_LOCAL,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        groups[name] = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = command("board", "add", "add a board (every local member on it)")
+    add.add_argument("slug", help="the board's slug: a-z, 0-9 and '-'")
+    add.add_argument("--name", help="display name (default: the slug)")
+    command("board", "list", "list the boards, their members and tasks")
+    opened = command("callback", "open", "open an active callback; print the _meta to pass")
+    opened.add_argument("run_id")
+    opened.add_argument("callback_id")
+    opened.add_argument("--agent", default="agt_local", help="the responder (default agt_local)")
+    done = command("callback", "complete", "complete a callback (receipts still replay)")
+    done.add_argument("run_id")
+    done.add_argument("callback_id")
+    command("callback", "list", "list callbacks and their state")
 
 
 _EPILOG_SERVE = """\
@@ -118,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lifetime of minted bearer tokens in seconds (default 900)",
     )
     rt.set_defaults(run=_runtime)
+    _local_commands(rt)
 
     sv = sub.add_parser(
         "serve",

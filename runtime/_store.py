@@ -79,6 +79,10 @@ class Store:
     def close(self) -> None:
         self._conn.close()
 
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a read-only query, as tuples (the local board and callback listings)."""
+        return [tuple(row) for row in self._conn.execute(sql, params).fetchall()]
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self._conn.execute("BEGIN IMMEDIATE")
