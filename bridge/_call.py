@@ -33,6 +33,7 @@ from journal import (
     Event,
     InjectedField,
     Payload,
+    Redactor,
     TokenRefreshed,
     UpstreamRequest,
     UpstreamResponse,
@@ -42,7 +43,15 @@ from . import _inputs as inp
 from ._budget import decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
-from ._errors import ToolError, classify_upstream_error, snake_keys, suggest
+from ._errors import (
+    CODES,
+    OperationKind,
+    ToolError,
+    classify_upstream_error,
+    failure_error,
+    snake_keys,
+    suggest,
+)
 from ._registry import TOOLS, ToolSpec
 from ._render import render
 from ._telemetry import Tracing, client_trace, passthrough_headers
@@ -100,6 +109,10 @@ class Bridge:
         self._route = base_route(launch.workspace_id, launch.agent_id)
         self._ids = itertools.count(1)
         self._keys_in_flight: set[tuple[str, ...]] = set()
+        # Every token this bridge has sent: an upstream that echoes one back in an error body
+        # must not hand it to the model (the journal redacts its own copy).
+        self._secrets = Redactor()
+        self._secret_values: set[str] = set()
 
     async def call(
         self,
@@ -245,6 +258,7 @@ class Bridge:
             )
         if spec.mutation and not self.journal.healthy:
             raise ToolError("journal_unavailable")
+        kind = spec.operation_kind(keyed=key_scope is not None)
         list_state = None
         upstream_args = args
         if spec.name == "task_list":
@@ -253,19 +267,22 @@ class Bridge:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
             prepared = prepare(spec, self._route, upstream_args, injected)
-            reply = await self._exchange(call, spec, prepared, bool(key_scope))
+            reply = await self._exchange(call, spec, prepared, kind)
         finally:
             if key_scope is not None:
                 self._keys_in_flight.discard(key_scope)
-        body = self._parse(spec, reply)
+        body = self._parse(reply, kind)
         if not 200 <= reply.status < 300:
-            raise classify_upstream_error(
-                reply.status,
-                body,
-                mutation=spec.mutation,
-                retry_after=reply.headers.get("retry-after"),
+            raise self._without_secrets(
+                classify_upstream_error(
+                    reply.status,
+                    body,
+                    kind=kind,
+                    retry_after=reply.headers.get("retry-after"),
+                    refreshable=self.credentials.source.refreshable,
+                )
             )
-        data, result_meta = self._normalize(spec, body, list_state)
+        data, result_meta = self._normalize(spec, kind, body, list_state)
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
@@ -338,13 +355,14 @@ class Bridge:
         )
 
     async def _exchange(
-        self, call: _Call, spec: ToolSpec, prepared: Prepared, has_key: bool
+        self, call: _Call, spec: ToolSpec, prepared: Prepared, kind: OperationKind
     ) -> Reply:
         """The one upstream operation, replayed once after a 401 with a refreshed token."""
         try:
             token = await self.credentials.current()
         except CredentialError as exc:
             raise ToolError("credential_unavailable", f"No bearer token: {exc}.") from None
+        self._remember_secret(token)
         for attempt in (1, 2):
             request = UpstreamRequest(
                 method=prepared.method,
@@ -358,7 +376,7 @@ class Bridge:
             try:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
-                raise classify_transport(failure, mutation=spec.mutation, has_key=has_key) from None
+                raise classify_transport(failure, kind) from None
             await call.record(
                 UpstreamResponse(
                     status=reply.status,
@@ -382,6 +400,7 @@ class Bridge:
                 TokenRefreshed(source=self.credentials.source.kind, reason="upstream answered 401")
             )
             token = fresh
+            self._remember_secret(token)
         raise AssertionError("unreachable")
 
     async def _send(self, call: _Call, spec: ToolSpec, prepared: Prepared, token: str) -> Reply:
@@ -398,6 +417,27 @@ class Bridge:
             span.answered(reply.status)
             return reply
 
+    def _remember_secret(self, token: str) -> None:
+        if token not in self._secret_values:
+            self._secret_values.add(token)
+            self._secrets.add_secret(token)
+
+    def _without_secrets(self, error: ToolError) -> ToolError:
+        """An upstream error with every secret the bridge knows removed from what the upstream
+        wrote (message, field_errors, candidates): a token echoed back never reaches the model.
+        A secret too short to replace inside text safely costs the upstream's wording instead."""
+        error.message = self._secrets.redact_text(error.message)
+        if error.field_errors:
+            error.field_errors = self._secrets.redact(error.field_errors)
+        if error.candidates:
+            error.candidates = self._secrets.redact(error.candidates)
+        text = _plain(error.envelope()).decode()
+        if any(secret in text for secret in self._secret_values):
+            error.message = CODES[error.code][1]
+            error.field_errors = None
+            error.candidates = None
+        return error
+
     async def _record_deprecated_route(self, call: _Call, spec: ToolSpec, reply: Reply) -> None:
         """RFC 9745 `Deprecation` / RFC 8594 `Sunset` on an upstream answer."""
         successor = reply.headers.get("link")
@@ -412,27 +452,26 @@ class Bridge:
             )
         )
 
-    def _parse(self, spec: ToolSpec, reply: Reply) -> Any:
+    def _parse(self, reply: Reply, kind: OperationKind) -> Any:
+        """The JSON body; a 2xx that is not JSON is an unusable answer, an error status without
+        one is classified by its status alone."""
         try:
             return _decode(reply.body) if reply.body else None
         except msgspec.DecodeError:
             if 200 <= reply.status < 300:
-                raise ToolError(
-                    "outcome_unknown" if spec.mutation else "upstream_malformed",
-                    "The Task service answered with a body that is not JSON.",
-                    retryable=not spec.mutation,
-                ) from None
+                raise _malformed(kind) from None
             return None
 
     def _normalize(
         self,
         spec: ToolSpec,
+        kind: OperationKind,
         body: Any,
         list_state: tuple[str | None, int, str] | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         meta: dict[str, Any] = {}
         if not isinstance(body, dict):
-            raise _malformed(spec)
+            raise _malformed(kind)
         snake_body = snake_keys(body)
         next_cursor = snake_body.pop("next_cursor", None)
         if list_state is not None and list_state[1]:
@@ -440,7 +479,7 @@ class Bridge:
         try:
             data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
         except msgspec.ValidationError:
-            raise _malformed(spec) from None
+            raise _malformed(kind) from None
         if isinstance(next_cursor, str):
             meta["next_cursor"] = next_cursor
         return data, meta
@@ -497,14 +536,10 @@ def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | No
     return upstream_args, (upstream_cursor, skip, digest)
 
 
-def _malformed(spec: ToolSpec) -> ToolError:
-    if spec.mutation:
-        return ToolError(
-            "outcome_unknown",
-            "The Task service answered with an unexpected body; the change may "
-            "have been applied. Check before retrying.",
-        )
-    return ToolError("upstream_malformed")
+def _malformed(kind: OperationKind) -> ToolError:
+    """A 2xx the bridge cannot use: for a mutation it committed, so it is in doubt, never a
+    retryable failure that would apply it twice."""
+    return failure_error("unusable_answer", kind)
 
 
 def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 This module is the only place that knows the codes. A failure becomes a `ToolError`, which the
 call flow turns into a tool result with `isError: true` and the envelope
-``{"error": {code, message, retryable, field_errors?, suggested_action?, candidates?}}``.
+``{"error": {code, message, retryable, field_errors?, suggested_action?, candidates?,
+retry_after_seconds?}}``.
 
     local, before any upstream request
         invalid_arguments          the model's arguments break the tool's schema or rules
@@ -14,32 +15,42 @@ call flow turns into a tool result with `isError: true` and the envelope
         idempotency_key_requires_callback   a key outside a workflow callback
         idempotency_in_progress    the same key is in flight in this bridge       (retryable)
         journal_unavailable        the journal cannot be written; mutations refused (retryable)
-    upstream answered
-        <product codes>            the runtime's own stable codes, passed through (see CODES)
-        unauthorized               401 again after the one refresh-and-replay
+    upstream answered, or did not: see RETRY_TABLE
+        <product codes>            the runtime's own stable codes, passed through (PRODUCT_CODES)
+        unauthorized               the credential was refused (after one refresh, when it can be)
         credential_mismatch        the token belongs to another workspace or agent
         rate_limited               429, with `retry_after_seconds`                 (retryable)
-        upstream_unavailable       503/502/504: not processed                      (retryable)
-        upstream_failure           another 5xx on a read                           (retryable)
-        upstream_rejected          a 4xx the bridge does not know
-        upstream_malformed         a body that is not the documented shape (reads) (retryable)
-    upstream did not answer
-        upstream_unreachable       connection refused or DNS: nothing was sent     (retryable)
-        upstream_timeout           a read timed out                                (retryable)
-        outcome_unknown            a mutation was sent and its outcome is unknown: retry only
-                                   with the same idempotency key        (retryable iff a key)
+        upstream_unavailable       not processed, or a read that met a gateway error (retryable)
+        upstream_failure           a read that met a 5xx or a dropped connection   (retryable)
+        upstream_rejected          a redirect, or a 4xx code the bridge does not know
+        upstream_malformed         a read answered with a body it cannot use      (retryable)
+        upstream_unreachable       nothing was sent: refused, no such host, closed (retryable)
+        upstream_timeout           no answer in time; for a mutation only before sending (retryable)
+        outcome_unknown            a mutation was sent and its outcome is unknown: in doubt;
+                                   retryable only where repeating it is safe
     the bridge itself
         internal_error             a bug; the journal has the details, the model does not
+
+Whether an upstream failure is retryable depends on what the call was (its `OperationKind`, from
+the registry) and on how far the request got (its `Failure`): `RETRY_TABLE` is the one place
+that decides, and docs/errors.md is generated from it (``python -m tools.errors_doc``).
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final, Literal
 
-# code -> (retryable, safe default message)
-CODES: dict[str, tuple[bool, str]] = {
+import msgspec
+
+from . import _inputs, _outputs
+
+BRIDGE_CODES: dict[str, tuple[bool, str]] = {
     "invalid_arguments": (False, "The arguments do not match the tool's schema."),
     "hidden_context_field": (
         False,
@@ -58,7 +69,7 @@ CODES: dict[str, tuple[bool, str]] = {
     ),
     "idempotency_in_progress": (True, "A request with this idempotency key is still in flight."),
     "journal_unavailable": (True, "The audit journal cannot be written; mutations are refused."),
-    "unauthorized": (False, "The agent's credential was refused after one refresh."),
+    "unauthorized": (False, "The Task service refused the agent's credential."),
     "credential_mismatch": (
         False,
         "The configured credential belongs to another workspace or agent.",
@@ -72,7 +83,11 @@ CODES: dict[str, tuple[bool, str]] = {
     "upstream_timeout": (True, "The Task service did not answer in time."),
     "outcome_unknown": (False, "The request was sent but its outcome is unknown."),
     "internal_error": (False, "The bridge failed unexpectedly."),
-    # Product codes of the Agent Runtime API (contract section 13), passed through.
+}
+
+# Product codes of the Agent Runtime API (contract section 13): the only upstream codes passed
+# through to the model. Any other code (one of the bridge's own above included) is not trusted.
+PRODUCT_CODES: dict[str, tuple[bool, str]] = {
     "channel_not_found": (False, "No such board."),
     "task_not_found": (False, "No such task on this board."),
     "task_deleted": (False, "The task was deleted."),
@@ -98,14 +113,185 @@ CODES: dict[str, tuple[bool, str]] = {
     "payload_too_large": (False, "The request is too large."),
 }
 
-_QUOTED_CAMEL = re.compile(r"`([a-z]+(?:[A-Z][a-z0-9]*)+)`")
+# code -> (retryable when nothing else decides, safe default message)
+CODES: dict[str, tuple[bool, str]] = {**BRIDGE_CODES, **PRODUCT_CODES}
 
-# Upstream codes that mean "the credential is wrong" rather than a product refusal.
-_UPSTREAM_ALIASES = {
+# Upstream codes the bridge knows under another name; also passed through (as that name).
+_UPSTREAM_ALIASES: Final = {
     "validation_failed": "invalid_arguments",
     "token_scope_mismatch": "credential_mismatch",
-    "token_expired": "unauthorized",
+    "idempotency_key_requires_callback": "idempotency_key_requires_callback",
 }
+# The runtime's documented 503 code: refused before any processing (docs/runtime.md).
+_NOT_PROCESSED_503 = "service_unavailable"
+_MAX_RETRY_AFTER_SECONDS = 86_400
+
+_QUOTED_CAMEL = re.compile(r"`([a-z]+(?:[A-Z][a-z0-9]*)+)`")
+_CAMEL_WORD = re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
+_PLAIN_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+# ---------------------------------------------------------------------------------------------
+# The retryability table
+# ---------------------------------------------------------------------------------------------
+
+OperationKind = Literal["read", "setter", "keyed_create", "mutation"]
+OPERATION_KINDS: Final[tuple[OperationKind, ...]] = ("read", "setter", "keyed_create", "mutation")
+# What repeating a call of each kind does (docs/errors.md).
+OPERATION_KIND_NOTES: Final[dict[OperationKind, str]] = {
+    "read": "changes nothing: always safe to repeat",
+    "setter": "sets a desired state: repeating it is safe (the same state again)",
+    "keyed_create": (
+        "a create carrying an `idempotency_key`: repeating it with the same key is safe "
+        "(a committed create answers with its receipt, `reused: true`)"
+    ),
+    "mutation": "every other change (an unkeyed create, update, checkpoint, delete): "
+    "repeating one after an unknown outcome may apply it twice or clobber a later change",
+}
+
+Failure = Literal[
+    "connect_refused",
+    "timeout_before_send",
+    "dropped_before_send",
+    "timeout_after_send",
+    "dropped_after_send",
+    "unusable_answer",
+    "http_3xx",
+    "http_401_refreshed",
+    "http_401_static",
+    "http_4xx_product",
+    "http_4xx_other",
+    "http_408",
+    "http_429",
+    "http_500",
+    "http_502",
+    "http_503_not_processed",
+    "http_503",
+    "http_504",
+]
+
+# What happened, as the model is told it (and docs/errors.md lists it).
+FAILURES: Final[dict[Failure, str]] = {
+    "connect_refused": "The Task service could not be reached (connection refused, or no such "
+    "host); nothing was sent.",
+    "timeout_before_send": "No connection to the Task service was ready in time; nothing was sent.",
+    "dropped_before_send": "The connection to the Task service closed before the request was "
+    "sent; nothing was sent.",
+    "timeout_after_send": "The request was sent but the Task service did not answer in time.",
+    "dropped_after_send": "The request was sent but the connection dropped before the answer "
+    "was complete.",
+    "unusable_answer": "The Task service answered with a body the bridge cannot use (not JSON, "
+    "not the documented shape, or over 32 MiB).",
+    "http_3xx": "The Task service answered with a redirect, which the bridge does not follow; "
+    "nothing was done.",
+    "http_401_refreshed": "The Task service refused the agent's credential, again after one "
+    "refresh; nothing was done.",
+    "http_401_static": "The Task service refused the agent's credential; it is a fixed token the "
+    "bridge cannot refresh, so it was not retried; nothing was done.",
+    "http_4xx_product": "The Task service refused the request with one of its documented codes; "
+    "nothing was done.",
+    "http_4xx_other": "The Task service refused the request; nothing was done.",
+    "http_408": "The Task service timed out waiting for the request and did not process it.",
+    "http_429": "The Task service is rate limiting and did not process the request.",
+    "http_500": "The Task service failed while handling the request.",
+    "http_502": "A gateway in front of the Task service got no valid answer from it.",
+    "http_503_not_processed": "The Task service is temporarily unavailable and did not process "
+    "the request.",
+    "http_503": "The Task service answered 503 without saying whether it processed the request.",
+    "http_504": "A gateway in front of the Task service timed out waiting for it.",
+}
+
+# How each failure shows in docs/errors.md: the upstream statuses or transport events it covers.
+FAILURE_CASES: Final[dict[Failure, str]] = {
+    "connect_refused": "connection refused, DNS failure",
+    "timeout_before_send": "connect timeout, no pooled connection free in time",
+    "dropped_before_send": "connection closed before the request was written",
+    "timeout_after_send": "no complete answer within `--upstream-timeout`",
+    "dropped_after_send": "connection reset or closed mid-exchange, broken HTTP framing",
+    "unusable_answer": "a 2xx with a non-JSON, cut or wrongly shaped body; an answer over 32 MiB",
+    "http_3xx": "301, 302, 307, 308...",
+    "http_401_refreshed": "401 from a refreshable token source (command, file), after the replay",
+    "http_401_static": "401 with `AGENTTEAM_TOKEN` (no refresh, no replay)",
+    "http_4xx_product": "400, 403, 404, 409, 413, 422 with a code in `PRODUCT_CODES` "
+    "(or `validation_failed`, `token_scope_mismatch`)",
+    "http_4xx_other": "any 4xx with another code (`upstream_failure`, `internal_error`, "
+    "`route_not_found`...), no code, or a body that is not JSON",
+    "http_408": "408",
+    "http_429": "429 (Retry-After, in seconds or as a date, becomes `retry_after_seconds`)",
+    "http_500": "500, 501, 505 and any other 5xx not below, whatever the body",
+    "http_502": "502",
+    "http_503_not_processed": "503 with `Retry-After`, or with the runtime's "
+    "`service_unavailable` code",
+    "http_503": "503 with neither",
+    "http_504": "504",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One cell of the table: the code the model sees and whether it may simply retry."""
+
+    code: str  # PASS_THROUGH: the upstream's own product code
+    retryable: bool
+
+    @property
+    def in_doubt(self) -> bool:
+        """The request may have taken effect and nobody knows: exactly the calls answered
+        `outcome_unknown`, which `agentteam-replay verify` lists as in doubt."""
+        return self.code == "outcome_unknown"
+
+
+PASS_THROUGH: Final = "<product code>"
+
+
+def _same_for_all(code: str, retryable: bool) -> dict[OperationKind, Answer]:
+    """Nothing reached the service, or it refused: what the call was does not matter."""
+    return {kind: Answer(code, retryable) for kind in OPERATION_KINDS}
+
+
+def _maybe_applied(read_code: str) -> dict[OperationKind, Answer]:
+    """The request may have taken effect: a read just retries; a mutation is in doubt, and
+    retryable only where repeating it is safe."""
+    return {
+        "read": Answer(read_code, True),
+        "setter": Answer("outcome_unknown", True),
+        "keyed_create": Answer("outcome_unknown", True),
+        "mutation": Answer("outcome_unknown", False),
+    }
+
+
+RETRY_TABLE: Final[dict[Failure, dict[OperationKind, Answer]]] = {
+    "connect_refused": _same_for_all("upstream_unreachable", True),
+    "timeout_before_send": _same_for_all("upstream_timeout", True),
+    "dropped_before_send": _same_for_all("upstream_unreachable", True),
+    "timeout_after_send": _maybe_applied("upstream_timeout"),
+    "dropped_after_send": _maybe_applied("upstream_failure"),
+    "unusable_answer": _maybe_applied("upstream_malformed"),
+    "http_3xx": _same_for_all("upstream_rejected", False),
+    "http_401_refreshed": _same_for_all("unauthorized", False),
+    "http_401_static": _same_for_all("unauthorized", False),
+    "http_4xx_product": _same_for_all(PASS_THROUGH, False),
+    "http_4xx_other": _same_for_all("upstream_rejected", False),
+    "http_408": _same_for_all("upstream_timeout", True),
+    "http_429": _same_for_all("rate_limited", True),
+    "http_500": _maybe_applied("upstream_failure"),
+    "http_502": _maybe_applied("upstream_unavailable"),
+    "http_503_not_processed": _same_for_all("upstream_unavailable", True),
+    "http_503": _maybe_applied("upstream_unavailable"),
+    "http_504": _maybe_applied("upstream_timeout"),
+}
+
+# What the model may do next, said after an in-doubt failure.
+_IN_DOUBT_ADVICE: Final[dict[OperationKind, str]] = {
+    "read": "",
+    "setter": " It may have taken effect; repeating the call is safe (it sets the same state).",
+    "keyed_create": " It may have taken effect; retrying with the same `idempotency_key` is safe "
+    "(a committed create answers with its receipt, `reused: true`).",
+    "mutation": " It may have taken effect; check with task_get or task_list before retrying.",
+}
+
+
+def answer(failure: Failure, kind: OperationKind) -> Answer:
+    return RETRY_TABLE[failure][kind]
 
 
 class ToolError(Exception):
@@ -120,7 +306,7 @@ class ToolError(Exception):
         field_errors: dict[str, str] | None = None,
         suggested_action: dict[str, Any] | None = None,
         candidates: list[dict[str, Any]] | None = None,
-        retry_after_seconds: float | None = None,
+        retry_after_seconds: int | None = None,
     ) -> None:
         default_retryable, default_message = CODES[code]
         super().__init__(message or default_message)
@@ -149,48 +335,164 @@ class ToolError(Exception):
         return {"error": error}
 
 
-def classify_upstream_error(
-    status: int, body: Any, *, mutation: bool, retry_after: str | None
+def failure_error(
+    failure: Failure,
+    kind: OperationKind,
+    *,
+    detail: str = "",
+    retry_after_seconds: int | None = None,
 ) -> ToolError:
-    """Map a non-2xx upstream answer to a contract error; product codes pass through."""
-    upstream = body.get("error") if isinstance(body, dict) else None
-    raw_code = upstream.get("code") if isinstance(upstream, dict) else None
-    message = upstream.get("message") if isinstance(upstream, dict) else None
-    code = _UPSTREAM_ALIASES.get(raw_code, raw_code) if isinstance(raw_code, str) else None
-    if status == 429:
-        return ToolError("rate_limited", retry_after_seconds=_seconds(retry_after))
-    if status in (502, 503, 504):
-        return ToolError("upstream_unavailable", retry_after_seconds=_seconds(retry_after))
-    if status >= 500:
-        return ToolError("outcome_unknown" if mutation else "upstream_failure")
-    if status == 401:
-        return ToolError("unauthorized")
-    if code not in CODES or code in ("internal_error",):
-        return ToolError("upstream_rejected", f"The Task service refused the request ({status}).")
+    """The error for a failure whose answer has no product code: code and retryable from the
+    table, a message saying what happened and, when in doubt, what is safe to do next."""
+    cell = answer(failure, kind)
+    assert cell.code != PASS_THROUGH
+    message = FAILURES[failure] + detail
+    if cell.in_doubt:
+        message += _IN_DOUBT_ADVICE[kind]
+    elif cell.retryable:
+        message += " Retrying is safe."
     return ToolError(
-        code,
-        _model_message(message) if isinstance(message, str) and len(message) <= 500 else None,
-        field_errors=_snake_paths(upstream.get("fieldErrors")) if upstream else None,
-        candidates=_candidates(upstream.get("candidates")) if upstream else None,
+        cell.code, message, retryable=cell.retryable, retry_after_seconds=retry_after_seconds
     )
 
 
-def _model_message(message: str) -> str:
-    """Upstream text names DTO fields in camelCase; the model knows them in snake_case."""
-    return _QUOTED_CAMEL.sub(lambda m: f"`{snake(m.group(1))}`", message)
+def http_failure(status: int, code: str | None, *, retry_after: bool, refreshable: bool) -> Failure:
+    """Which failure an upstream answer with a non-2xx status is (see FAILURE_CASES)."""
+    if 300 <= status < 400:
+        return "http_3xx"
+    if status == 401:
+        return "http_401_refreshed" if refreshable else "http_401_static"
+    if status == 408:
+        return "http_408"
+    if status == 429:
+        return "http_429"
+    if 400 <= status < 500:
+        return "http_4xx_product" if _product_code(code) else "http_4xx_other"
+    if status == 502:
+        return "http_502"
+    if status == 503:
+        not_processed = retry_after or code == _NOT_PROCESSED_503
+        return "http_503_not_processed" if not_processed else "http_503"
+    if status == 504:
+        return "http_504"
+    if 500 <= status < 600:
+        return "http_500"
+    return "unusable_answer"  # 1xx as a final answer, 6xx...: nothing the bridge can read
 
 
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+def _product_code(code: str | None) -> str | None:
+    """The code to pass through for an upstream code, or None when it is not one to trust."""
+    if code is None:
         return None
+    return code if code in PRODUCT_CODES else _UPSTREAM_ALIASES.get(code)
+
+
+def classify_upstream_error(
+    status: int,
+    body: Any,
+    *,
+    kind: OperationKind,
+    retry_after: str | None,
+    refreshable: bool = True,
+) -> ToolError:
+    """Map a non-2xx upstream answer to a contract error; product codes pass through."""
+    upstream = body.get("error") if isinstance(body, dict) else None
+    upstream = upstream if isinstance(upstream, dict) else {}
+    raw_code = upstream.get("code")
+    raw_code = raw_code if isinstance(raw_code, str) else None
+    failure = http_failure(
+        status, raw_code, retry_after=retry_after is not None, refreshable=refreshable
+    )
+    if failure == "http_4xx_product":
+        code = _product_code(raw_code)
+        assert code is not None
+        message = upstream.get("message")
+        return ToolError(
+            code,
+            _model_text(message) if isinstance(message, str) and len(message) <= 500 else None,
+            retryable=False,
+            field_errors=_snake_paths(upstream.get("fieldErrors")),
+            candidates=_candidates(upstream.get("candidates")),
+        )
+    seconds = None
+    if failure in ("http_429", "http_503_not_processed"):
+        seconds = parse_retry_after(retry_after)
+        if seconds is None:
+            details = upstream.get("details")
+            if isinstance(details, dict):
+                seconds = parse_retry_after(details.get("retryAfterSeconds"))
+    return failure_error(
+        failure,
+        kind,
+        detail=_status_detail(status, raw_code, seconds),
+        retry_after_seconds=seconds,
+    )
+
+
+def _status_detail(status: int, code: str | None, seconds: int | None) -> str:
+    said = f" It answered HTTP {status}"
+    if code is not None and _PLAIN_CODE.fullmatch(code):
+        said += f" with code `{code}`"
+    said += "."
+    if seconds is not None:
+        said += f" Retry after {seconds} s."
+    return said
+
+
+def parse_retry_after(value: object) -> int | None:
+    """`Retry-After` (delta seconds or an HTTP date) as whole seconds, rounded up (contract 4.6),
+    at least 0 and at most a day; None when absent or unreadable."""
+    seconds: float | None = None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                seconds = parsedate_to_datetime(text).timestamp() - time.time()
+            except (TypeError, ValueError, IndexError):
+                return None
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(_MAX_RETRY_AFTER_SECONDS, max(0, math.ceil(min(seconds, 1e9))))
+
+
+def _model_text(text: str) -> str:
+    """Upstream text names DTO fields in camelCase; the model knows them in snake_case."""
+    text = _QUOTED_CAMEL.sub(lambda m: f"`{snake(m.group(1))}`", text)
+    names = _upstream_names()
+    return _CAMEL_WORD.sub(lambda m: snake(m[0]) if m[0] in names else m[0], text)
+
+
+@lru_cache(maxsize=1)
+def _upstream_names() -> frozenset[str]:
+    """Every camelCase name of the upstream DTOs (the tools' input and output types, renamed),
+    and of the hidden context and error envelope the runtime speaks."""
+    names = {"workspaceId", "agentId", "workflowRunId", "callbackEffectId", "fieldErrors"}
+    names |= {"retryAfterSeconds", "currentUpdatedAt", "nextCursor", "scopeId", "updatedAt"}
+    for module in (_inputs, _outputs):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, msgspec.Struct):
+                names |= {_camel(f) for f in value.__struct_fields__ if "_" in f}
+    return frozenset(names)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _snake_paths(errors: Any) -> dict[str, str] | None:
     if not isinstance(errors, dict):
         return None
-    return {snake_path(str(path)): str(reason)[:300] for path, reason in list(errors.items())[:20]}
+    return {
+        snake_path(str(path)): _model_text(str(reason)[:300])
+        for path, reason in list(errors.items())[:20]
+    }
 
 
 def _candidates(items: Any) -> list[dict[str, Any]] | None:

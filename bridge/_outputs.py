@@ -138,7 +138,7 @@ class ErrorBody(_Out, frozen=True):
     field_errors: dict[str, str] | UnsetType = UNSET
     suggested_action: SuggestedAction | UnsetType = UNSET
     candidates: list[dict[str, Any]] | UnsetType = UNSET
-    retry_after_seconds: float | UnsetType = UNSET
+    retry_after_seconds: int | UnsetType = UNSET
 
 
 class Meta(_Out, frozen=True):

@@ -16,6 +16,7 @@ import msgspec
 from . import _inputs as inp
 from . import _outputs as out
 from ._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS
+from ._errors import OperationKind
 from ._schema import input_schema, output_schema
 
 PermissionClass = Literal["read_only", "agent_mutation", "destructive_mutation"]
@@ -53,6 +54,8 @@ class ToolSpec:
     idempotency: str
     concurrency: str
     budget: BudgetClass
+    # The row of the retryability table (bridge/_errors.py) the tool's calls are on.
+    operation: OperationKind = "mutation"
     hidden_context: tuple[str, ...] = BASE_CONTEXT
     idempotent_hint: bool = False
     owner: str = "task"
@@ -72,6 +75,10 @@ class ToolSpec:
     @property
     def mutation(self) -> bool:
         return not self.read_only
+
+    def operation_kind(self, keyed: bool) -> OperationKind:
+        """The table row of one call: a create is a keyed create only when it carries a key."""
+        return "mutation" if self.operation == "keyed_create" and not keyed else self.operation
 
     @property
     def agent_tool_id(self) -> str:
@@ -124,6 +131,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         idempotency="natural: reads change nothing",
         concurrency="none: reads",
         budget="collection",
+        operation="read",
         idempotent_hint=True,
     ),
     ToolSpec(
@@ -141,6 +149,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         idempotency="natural: reads change nothing",
         concurrency="none: reads",
         budget="detail",
+        operation="read",
         idempotent_hint=True,
     ),
     ToolSpec(
@@ -159,6 +168,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         idempotency="key: idempotency_key inside an active workflow callback replays the receipt",
         concurrency="none: creation allocates new numbers",
         budget="receipt",
+        operation="keyed_create",
         hidden_context=BASE_CONTEXT + WORKFLOW_CONTEXT,
     ),
     ToolSpec(
@@ -193,6 +203,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         idempotency="desired_state: claimed is the target state",
         concurrency="first claim wins; per-task failures",
         budget="receipt",
+        operation="setter",
         idempotent_hint=True,
     ),
     ToolSpec(

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
-from ._errors import ToolError
+from ._errors import Failure, OperationKind, ToolError, failure_error
 from ._http11 import Http11Pool, TransportFailure
 from ._registry import ToolSpec
 
@@ -211,18 +211,26 @@ def _kept_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     return kept
 
 
-def transport_error(failure: TransportFailure, *, mutation: bool, has_key: bool) -> ToolError:
-    if not failure.sent:
-        return ToolError("upstream_unreachable")
-    if mutation:
-        hint = (
-            " Retrying with the same idempotency_key is safe."
-            if has_key
-            else " Check with task_get or task_list before retrying."
-        )
+# How far a request got when no HTTP answer came back (TransportFailure.kind -> table row).
+_NOT_SENT: dict[str, Failure] = {
+    "connect_failed": "connect_refused",
+    "connect_timeout": "timeout_before_send",
+    "pool_timeout": "timeout_before_send",
+}
+_SENT: dict[str, Failure] = {
+    "timeout": "timeout_after_send",
+    "response_too_large": "unusable_answer",
+}
+
+
+def transport_error(failure: TransportFailure, kind: OperationKind) -> ToolError:
+    """The answer to an exchange that produced no usable HTTP response (see RETRY_TABLE)."""
+    if failure.kind == "invalid_request":
+        # The bridge builds every request part but the token: a token with CR, LF or NUL.
         return ToolError(
-            "outcome_unknown",
-            "The request was sent but no answer came back; it may have taken effect." + hint,
-            retryable=has_key,
+            "credential_unavailable",
+            "The bearer token cannot be sent: it contains a line break or NUL character.",
         )
-    return ToolError("upstream_timeout" if failure.kind == "timeout" else "upstream_failure")
+    if failure.sent:
+        return failure_error(_SENT.get(failure.kind, "dropped_after_send"), kind)
+    return failure_error(_NOT_SENT.get(failure.kind, "dropped_before_send"), kind)

@@ -253,7 +253,7 @@ def test_upstream_messages_name_fields_as_the_model_knows_them() -> None:
     error = classify_upstream_error(
         409,
         {"error": {"code": "stale_update", "message": "Changed since `expectedUpdatedAt`."}},
-        mutation=True,
+        kind="mutation",
         retry_after=None,
     )
     assert error.message == "Changed since `expected_updated_at`."
