@@ -129,6 +129,8 @@ class App:
                 )
             elif fault.kind == "status":
                 return _fault_status(fault)
+            elif fault.kind == "echo_credentials":
+                return _echo_credentials(request.headers.get("authorization", ""))
         principal = self.store.authenticate(
             request.headers.get("authorization"), match["ws"], match["agent"]
         )
@@ -294,6 +296,20 @@ def _fault_status(fault: dto.FaultSpec) -> Response:
         return _json(429, err.body(), {"retry-after": str(retry)})
     code = "service_unavailable" if fault.status == 503 else "upstream_failure"
     return _json(fault.status, {"error": {"code": code, "message": "Injected failure."}})
+
+
+def _echo_credentials(authorization: str) -> Response:
+    """A misbehaving upstream: a 403 whose error body repeats the caller's credential."""
+    token = authorization.removeprefix("Bearer ")
+    body = {
+        "error": {
+            "code": "not_a_member",
+            "message": f"The agent holding {token} is not a member ({authorization}).",
+            "fieldErrors": {"$.authorization": authorization, "$.channel": f"not for {token}"},
+            "candidates": [{"channel": "general", "note": token}],
+        }
+    }
+    return _json(403, body)
 
 
 def too_large() -> Response:

@@ -180,7 +180,14 @@ class Callback(_Dto, frozen=True):
 
 
 FaultKind = Literal[
-    "latency", "status", "drop", "drop_after_commit", "malformed", "unauthorized", "deprecated"
+    "latency",
+    "status",
+    "drop",
+    "drop_after_commit",
+    "malformed",
+    "unauthorized",
+    "deprecated",
+    "echo_credentials",
 ]
 
 
