@@ -544,6 +544,9 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
         return {"tool": "task_get", "arguments": locator}
     if error.code in ("cursor_mismatch", "cursor_invalid"):
         return {"tool": tool, "arguments": {k: v for k, v in args.items() if k != "cursor"}}
+    if error.code == "outcome_unknown" and error.retryable:
+        # Repeating is safe (a setter, or a keyed create with its key): the same call settles it.
+        return {"tool": tool, "arguments": args}
     if error.code == "outcome_unknown" and tool == "task_create" and channel:
         titles = [t.get("title") for t in args.get("tasks", [])]
         return (

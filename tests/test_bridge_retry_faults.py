@@ -55,6 +55,7 @@ async def test_faults_answer_their_cells_and_in_doubt_calls_are_listed(
         rt.faults.arm(FaultSpec(kind="drop_after_commit", op="set-claim"))
         error = await _error(bridge, "task_set_claim", claim)
         assert (error["code"], error["retryable"]) == ("outcome_unknown", True)
+        assert error["suggested_action"] == {"tool": "task_set_claim", "arguments": claim}
         await bridge.ok("task_set_claim", claim)
 
         # A keyed create after a 500: in doubt, and retrying with the same key is safe.
@@ -62,6 +63,7 @@ async def test_faults_answer_their_cells_and_in_doubt_calls_are_listed(
         rt.faults.arm(FaultSpec(kind="status", status=500, op="create"))
         error = await _error(bridge, "task_create", keyed, meta=META)
         assert (error["code"], error["retryable"]) == ("outcome_unknown", True)
+        assert error["suggested_action"] == {"tool": "task_create", "arguments": keyed}
         await bridge.ok("task_create", keyed, meta=META)
 
         # A 429: whole seconds.
