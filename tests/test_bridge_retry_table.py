@@ -32,6 +32,7 @@ from bridge._errors import (
 )
 from bridge._http11 import TransportFailure
 from bridge._registry import TOOLS
+from bridge._upstream import transport_error
 from journal import CallError
 from tools.errors_doc import ERRORS, render
 
@@ -450,3 +451,30 @@ def test_the_error_reference_is_generated_from_the_table() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("transport_kind", "sent", "row"),
+    [
+        ("connect_failed", False, "connect_refused"),
+        ("connect_timeout", False, "timeout_before_send"),
+        ("pool_timeout", False, "timeout_before_send"),
+        ("closed", False, "dropped_before_send"),
+        ("timeout", True, "timeout_after_send"),
+        ("connection_dropped", True, "dropped_after_send"),
+        ("response_too_large", True, "unusable_answer"),
+    ],
+)
+@pytest.mark.parametrize("kind", OPERATION_KINDS)
+def test_every_failure_of_the_http11_pool_has_its_row(
+    transport_kind: str, sent: bool, row: Failure, kind: OperationKind
+) -> None:
+    error = transport_error(TransportFailure(transport_kind, sent=sent), kind)
+    cell = RETRY_TABLE[row][kind]
+    assert (error.code, error.retryable) == (cell.code, cell.retryable)
+    assert error.message.startswith(FAILURES[row])
+
+
+def test_a_token_no_header_can_carry_is_a_credential_problem_not_a_transport_one() -> None:
+    error = transport_error(TransportFailure("invalid_request", sent=False), "mutation")
+    assert (error.code, error.retryable) == ("credential_unavailable", True)
