@@ -282,7 +282,10 @@ class Bridge:
                     refreshable=self.credentials.source.refreshable,
                 )
             )
-        data, result_meta = self._normalize(spec, kind, body, list_state)
+        try:
+            data, result_meta = self._normalize(spec, body, list_state)
+        except _Unusable:
+            raise _malformed(kind) from None
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
@@ -465,13 +468,12 @@ class Bridge:
     def _normalize(
         self,
         spec: ToolSpec,
-        kind: OperationKind,
         body: Any,
         list_state: tuple[str | None, int, str] | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         meta: dict[str, Any] = {}
         if not isinstance(body, dict):
-            raise _malformed(kind)
+            raise _Unusable
         snake_body = snake_keys(body)
         next_cursor = snake_body.pop("next_cursor", None)
         if list_state is not None and list_state[1]:
@@ -479,7 +481,7 @@ class Bridge:
         try:
             data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
         except msgspec.ValidationError:
-            raise _malformed(kind) from None
+            raise _Unusable from None
         if isinstance(next_cursor, str):
             meta["next_cursor"] = next_cursor
         return data, meta
@@ -510,6 +512,10 @@ class _Call:
             log.error("journal write failed (%s): %s", payload.kind, exc)
             return False
         return True
+
+
+class _Unusable(Exception):
+    """A 2xx body that is not the tool's documented shape (answered by `_malformed`)."""
 
 
 class _Rejected(Exception):
