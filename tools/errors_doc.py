@@ -71,6 +71,9 @@ Decisions where HTTP leaves room:
   documented `service_unavailable` code (refused before any processing). A bare 503 can come
   from a proxy that lost the connection after forwarding, so on a mutation it is in doubt.
 - **408** and **429** are answered before any processing: retryable for every kind.
+- An error status is classified by its status: its body matters only for the code of a 4xx and
+  of a 503, so an unreadable body on an error status (an HTML error page) is answered as that
+  status, never as an unusable answer.
 - A **4xx** passes its code through only when it is one of the runtime's product codes below;
   any other code, including the bridge's own (`upstream_failure`, `internal_error`), is
   `upstream_rejected` and not retryable, so an upstream cannot make the model retry by naming
