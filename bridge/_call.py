@@ -6,11 +6,15 @@
 
 Every stage is a journal event. A mutation's upstream request is durable before it is sent and
 every outcome is durable before the model sees it; when the journal cannot be written, mutations
-fail closed and reads go on saying so in `meta.journal`.
+fail closed, and an answer whose outcome could not be recorded says so in `meta.journal`
+(``{"recorded": false, "reason": ...}``, with ``"in_doubt": true`` for a mutation that was sent).
+Whatever happens inside a call ends in one journaled outcome: a result, an error (any unexpected
+exception becomes `internal_error`, with a fixed message), a rejection or a cancellation.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import time
@@ -63,6 +67,15 @@ log = logging.getLogger("agentteam.bridge")
 _plain = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
 _MAX_JOURNALED_BODY = 256 * 1024
+# Arguments journaled in full up to this size; a larger request the bridge refuses is journaled
+# as a prefix and the sha256 of the whole (three 15 MB frames made a 47 MB journal).
+_MAX_JOURNALED_ARGUMENTS = 256 * 1024
+_CAPPED_PREFIX = 4096
+# An upstream body nested deeper than this is malformed (the documented shapes nest ~5 deep);
+# checked before any recursive walk of it (snake_keys, conversion, the journal's encoder).
+_MAX_BODY_DEPTH = 32
+_BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
+_OUTCOMES = frozenset({"call_result", "call_error", "call_rejected", "call_cancelled"})
 
 
 class JournalPort(Protocol):
@@ -75,7 +88,11 @@ class JournalPort(Protocol):
 
 
 class JournalFailed(Exception):
-    """Raised by a JournalPort whose write did not land."""
+    """Raised by a JournalPort whose write did not land; `reason` says why (disk_full, ...)."""
+
+    def __init__(self, message: str, reason: str = "io_error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -133,16 +150,15 @@ class Bridge:
             trace = client_trace(meta)
             call.trace_headers = passthrough_headers(meta) if trace else []
         try:
-            await call.record(
-                CallReceived(
-                    # MCP treats absent and null arguments as none: journal them as `{}`.
-                    arguments=_jsonable(arguments if arguments is not None else {}),
-                    meta_keys=sorted(meta),
-                    jsonrpc_request_id=request_id,
-                    trace_id=trace[0] if trace else None,
-                    span_id=trace[1] if trace else None,
-                )
+            # MCP treats absent and null arguments as none: journal them as `{}`.
+            call.received = CallReceived(
+                arguments=await self._journaled_arguments(name, arguments),
+                meta_keys=[key[:128] for key in sorted(meta)[:64]],
+                jsonrpc_request_id=request_id,
+                trace_id=trace[0] if trace else None,
+                span_id=trace[1] if trace else None,
             )
+            await call.record(call.received)
             spec, arguments = await self._resolve(call, name, arguments, notices)
             try:
                 value = validate(spec.input_type, arguments)
@@ -163,31 +179,72 @@ class Bridge:
                 ),
                 durable=True,
             )
-            return _error_result(error, notices)
+            return _error_result(error, notices, call.journal_note())
         except ToolError as error:
             if error.suggested_action is None:
                 error.suggested_action = suggest(error, name, args)
-            await call.record(
-                CallError(
-                    error_code=error.code,
-                    retryable=error.retryable,
-                    message=error.message,
-                    duration_ms=_ms(started),
-                    field_errors=error.field_errors or {},
-                    suggested_action=error.suggested_action,
-                    candidates=error.candidates,
-                    retry_after_seconds=error.retry_after_seconds,
-                ),
-                durable=True,
-            )
-            return _error_result(error, notices)
+            return await self._fail(call, error, started, notices)
         except trio.Cancelled:
-            with trio.CancelScope(shield=True):
-                await call.record(CallCancelled(reason="cancelled by the client or shutdown"))
+            await call.cancelled()
             raise
+        except BaseExceptionGroup as group:
+            # trio.run_process (the token command) and other nurseries wrap a cancellation.
+            if group.subgroup(trio.Cancelled) is not None:
+                await call.cancelled()
+                raise
+            if group.subgroup(Exception) is not group:  # KeyboardInterrupt, SystemExit: not ours
+                raise
+            return await self._fail(call, _internal_error(call, group), started, notices)
+        except Exception as exc:  # the one catch-all: a bug must not cost the outcome
+            return await self._fail(call, _internal_error(call, exc), started, notices)
+
+    async def _fail(
+        self, call: _Call, error: ToolError, started: float, notices: list[dict[str, str]]
+    ) -> types.CallToolResult:
+        """Journal an error outcome durably and answer it (saying so if it was not recorded)."""
+        if not call.received_recorded and call.received is None:
+            call.received = CallReceived(arguments={}, jsonrpc_request_id=call.request_id)
+        await call.record(
+            CallError(
+                error_code=error.code,
+                retryable=error.retryable,
+                message=error.message,
+                duration_ms=_ms(started),
+                field_errors=error.field_errors or {},
+                suggested_action=error.suggested_action,
+                candidates=error.candidates,
+                retry_after_seconds=error.retry_after_seconds,
+            ),
+            durable=True,
+        )
+        return _error_result(error, notices, call.journal_note())
+
+    async def _journaled_arguments(self, name: str, arguments: Any) -> dict[str, Any]:
+        """The arguments as journaled: in full, unless too big and refused anyway (then a
+        prefix and the digest of the whole)."""
+        encoded = _encoded_arguments(arguments)
+        if len(encoded) <= _MAX_JOURNALED_ARGUMENTS or await self._would_accept(name, arguments):
+            value = _decode(encoded)
+            return value if isinstance(value, dict) else {"arguments": value}
+        return {
+            "capped": {
+                "bytes": len(encoded),
+                "sha256": hashlib.sha256(encoded).hexdigest(),
+                "prefix": encoded[:_CAPPED_PREFIX].decode("utf-8", errors="ignore"),
+            }
+        }
+
+    async def _would_accept(self, name: str, arguments: Any) -> bool:
+        """Whether resolution and validation would take these arguments (journals nothing)."""
+        try:
+            spec, resolved = await self._resolve(_Unjournaled(), name, arguments, [])
+            validate(spec.input_type, resolved)
+        except (_Rejected, ToolError):
+            return False
+        return True
 
     async def _resolve(
-        self, call: _Call, name: str, arguments: Any, notices: list[dict[str, str]]
+        self, call: _Recorder, name: str, arguments: Any, notices: list[dict[str, str]]
     ) -> tuple[ToolSpec, Any]:
         """The canonical tool and argument spellings, applying the compatibility policy."""
         spec = TOOLS.get(name)
@@ -234,7 +291,7 @@ class Bridge:
             translated = migration.map_arguments(translated)
             if self.compat != "forward":
                 raise _Rejected(tool_refusal(self.compat, migration, translated))
-            call.tool = spec.name
+            call.rename(spec.name)
         if argument_uses and self.compat == "strict":
             raise _Rejected(strict_refusal(argument_uses))
         notices += [use.notice() for use in uses]
@@ -259,6 +316,7 @@ class Bridge:
         if spec.mutation and not self.journal.healthy:
             raise ToolError("journal_unavailable")
         kind = spec.operation_kind(keyed=key_scope is not None)
+        call.mutation = spec.mutation
         list_state = None
         upstream_args = args
         if spec.name == "task_list":
@@ -267,11 +325,10 @@ class Bridge:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
             prepared = prepare(spec, self._route, upstream_args, injected)
-            reply = await self._exchange(call, spec, prepared, kind)
+            reply, body = await self._exchange(call, spec, prepared, kind)
         finally:
             if key_scope is not None:
                 self._keys_in_flight.discard(key_scope)
-        body = self._parse(reply, kind)
         if not 200 <= reply.status < 300:
             raise self._without_secrets(
                 classify_upstream_error(
@@ -289,16 +346,21 @@ class Bridge:
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
-        if not self.journal.healthy:
-            result_meta["journal"] = "unavailable"
         truncated = fit(
             spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
         )
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
         )
+        text = render(spec.name, data, result_meta)
+        note = call.journal_note()
+        if note is not None:
+            # The effect happened, so the answer is the result; but never a plain success.
+            result_meta["journal"] = note
+            fit(spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
+            text = render(spec.name, data, result_meta) + "\n" + _unrecorded_line(note)
         return types.CallToolResult(
-            content=[types.TextContent(text=render(spec.name, data, result_meta))],
+            content=[types.TextContent(text=text)],
             structured_content=envelope,
             is_error=False,
             _meta=_routing_meta(spec, data),
@@ -359,8 +421,9 @@ class Bridge:
 
     async def _exchange(
         self, call: _Call, spec: ToolSpec, prepared: Prepared, kind: OperationKind
-    ) -> Reply:
-        """The one upstream operation, replayed once after a 401 with a refreshed token."""
+    ) -> tuple[Reply, Any]:
+        """The one upstream operation, replayed once after a 401 with a refreshed token;
+        the reply and its parsed body."""
         try:
             token = await self.credentials.current()
         except CredentialError as exc:
@@ -380,10 +443,11 @@ class Bridge:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
                 raise classify_transport(failure, kind) from None
+            body, problem = _decode_body(reply.body)
             await call.record(
                 UpstreamResponse(
                     status=reply.status,
-                    body=_journal_body(reply),
+                    body=_journal_body(reply, body, problem),
                     headers=reply.headers,
                     duration_ms=round(reply.duration_ms, 3),
                     attempt=attempt,
@@ -392,13 +456,13 @@ class Bridge:
             if "deprecation" in reply.headers or "sunset" in reply.headers:
                 await self._record_deprecated_route(call, spec, reply)
             if reply.status != 401 or attempt == 2:
-                return reply
+                return reply, self._parse(reply, kind, body, problem)
             try:
                 fresh = await self.credentials.refresh(token)
             except CredentialError as exc:
                 raise ToolError("credential_unavailable", f"No fresh token: {exc}.") from None
             if fresh is None:  # a static token cannot be refreshed: no replay
-                return reply
+                return reply, self._parse(reply, kind, body, problem)
             await call.record(
                 TokenRefreshed(source=self.credentials.source.kind, reason="upstream answered 401")
             )
@@ -455,15 +519,15 @@ class Bridge:
             )
         )
 
-    def _parse(self, reply: Reply, kind: OperationKind) -> Any:
-        """The JSON body; a 2xx that is not JSON is an unusable answer, an error status without
-        one is classified by its status alone."""
-        try:
-            return _decode(reply.body) if reply.body else None
-        except msgspec.DecodeError:
-            if 200 <= reply.status < 300:
-                raise _malformed(kind) from None
-            return None
+    def _parse(self, reply: Reply, kind: OperationKind, body: Any, problem: str | None) -> Any:
+        """The JSON body (parsed within the depth limit); a 2xx that is not JSON, or nested too
+        deeply, is an unusable answer, an error status without one is classified by its status
+        alone."""
+        if problem is None:
+            return body
+        if 200 <= reply.status < 300:
+            raise _malformed(kind)
+        return None
 
     def _normalize(
         self,
@@ -477,7 +541,10 @@ class Bridge:
         snake_body = snake_keys(body)
         next_cursor = snake_body.pop("next_cursor", None)
         if list_state is not None and list_state[1]:
-            snake_body["items"] = snake_body.get("items", [])[list_state[1] :]
+            items = snake_body.get("items", [])
+            if not isinstance(items, list):  # the bridge cursor slices a list, nothing else
+                raise _Unusable
+            snake_body["items"] = items[list_state[1] :]
         try:
             data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
         except msgspec.ValidationError:
@@ -487,8 +554,28 @@ class Bridge:
         return data, meta
 
 
+class _Recorder(Protocol):
+    async def record(self, payload: Payload, *, durable: bool = False) -> bool: ...
+
+    def rename(self, tool: str) -> None: ...
+
+
+class _Unjournaled:
+    """A recorder that records nothing (a dry run of resolution)."""
+
+    async def record(self, payload: Payload, *, durable: bool = False) -> bool:
+        return True
+
+    def rename(self, tool: str) -> None:
+        pass
+
+
 class _Call:
-    """One call's journal identity; `record` never raises, it reports whether the event landed."""
+    """One call's journal identity; `record` never raises, it reports whether the event landed.
+
+    Once one of its events is lost, the call records nothing more (the journal refuses the rest
+    of a call that lost an event, so its story stays a clean prefix) and `journal_note` says so.
+    """
 
     def __init__(self, bridge: Bridge, call_id: str, tool: str, request_id: str | int | None):
         self._bridge = bridge
@@ -496,8 +583,37 @@ class _Call:
         self.tool = tool
         self.request_id = request_id
         self.trace_headers: list[tuple[bytes, bytes]] = []  # the client's, when tracing is off
+        self.received: CallReceived | None = None
+        self.received_recorded = False
+        self.mutation = False
+        self.sent = False  # a mutation's request is durable: its effect may happen
+        self.outcome_appended = False
+        self.lost: str | None = None  # why an event of this call could not be recorded
+
+    def rename(self, tool: str) -> None:
+        self.tool = tool
 
     async def record(self, payload: Payload, *, durable: bool = False) -> bool:
+        if self.lost is not None:
+            return False
+        kind = payload.kind
+        if kind in _OUTCOMES:
+            if self.outcome_appended:
+                return False
+            self.outcome_appended = True  # before the await: a cancellation must not add one
+            if not self.received_recorded and self.received is not None:
+                # Refused before its first event landed (cancelled in the queue's wait): the
+                # call still opens with the request as received.
+                if not await self._append(self.received, durable=False):
+                    return False
+        ok = await self._append(payload, durable=durable)
+        if ok and kind == "call_received":
+            self.received_recorded = True
+        elif ok and kind == "upstream_request" and self.mutation:
+            self.sent = True
+        return ok
+
+    async def _append(self, payload: Payload, *, durable: bool) -> bool:
         event = Event(
             session_id=self._bridge.session.session_id,
             call_id=self.call_id,
@@ -509,9 +625,28 @@ class _Call:
         try:
             await self._bridge.journal.append(event, durable=durable)
         except JournalFailed as exc:
-            log.error("journal write failed (%s): %s", payload.kind, exc)
+            log.error("journal write failed (%s): %s", payload.kind, exc.reason)
+            self.lost = exc.reason
+            return False
+        except Exception as exc:  # an event the journal cannot take (a bug): never the text
+            log.error("journal write failed (%s): %s", payload.kind, type(exc).__name__)
+            self.lost = "io_error"
             return False
         return True
+
+    async def cancelled(self) -> None:
+        """Journal the cancellation (shielded: the call's scope is already cancelled)."""
+        with trio.CancelScope(shield=True):
+            await self.record(CallCancelled(reason="cancelled by the client or shutdown"))
+
+    def journal_note(self) -> dict[str, Any] | None:
+        """`meta.journal` for an answer whose outcome the journal lacks, else None."""
+        if self.lost is None:
+            return None
+        note: dict[str, Any] = {"recorded": False, "reason": self.lost}
+        if self.sent:
+            note["in_doubt"] = True
+        return note
 
 
 class _Unusable(Exception):
@@ -564,10 +699,14 @@ def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None
     }
 
 
-def _error_result(error: ToolError, notices: list[dict[str, str]]) -> types.CallToolResult:
+def _error_result(
+    error: ToolError, notices: list[dict[str, str]], note: dict[str, Any] | None = None
+) -> types.CallToolResult:
     envelope = error.envelope()
     if notices:
         envelope["meta"] = {"deprecation": {"uses": notices}}
+    if note is not None:
+        envelope.setdefault("meta", {})["journal"] = note
     return types.CallToolResult(
         content=[types.TextContent(text=_plain(envelope).decode())],
         structured_content=envelope,
@@ -575,23 +714,88 @@ def _error_result(error: ToolError, notices: list[dict[str, str]]) -> types.Call
     )
 
 
-def _journal_body(reply: Reply) -> Any:
+def _decode_body(raw: bytes) -> tuple[Any, str | None]:
+    """An upstream body parsed within the depth limit: (value, None), or (None, the problem:
+    ``not_json`` for bad JSON or UTF-8, ``too_deep`` past _MAX_BODY_DEPTH)."""
+    if not raw:
+        return None, None
+    try:
+        value = _decode(raw)
+    except msgspec.DecodeError:
+        return None, "not_json"
+    except RecursionError:
+        return None, "too_deep"
+    if not _shallow(raw) and not _depth_within(value, _MAX_BODY_DEPTH):
+        return None, "too_deep"
+    return value, None
+
+
+def _shallow(raw: bytes) -> bool:
+    """A fast sufficient test that a JSON text nests at most _MAX_BODY_DEPTH deep: its brackets
+    alone (quoted ones too) pair up within that many rounds. Bodies it cannot clear are walked."""
+    brackets = raw.translate(None, _BRACKETS_ONLY)
+    for _ in range(_MAX_BODY_DEPTH):
+        if not brackets:
+            return True
+        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+    return not brackets
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    if not isinstance(value, dict | list):
+        return True
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return False
+                stack.append((child, depth + 1))
+    return True
+
+
+def _journal_body(reply: Reply, body: Any, problem: str | None) -> Any:
     if len(reply.body) > _MAX_JOURNALED_BODY:
         return {
             "truncated_bytes": len(reply.body),
             "head": reply.body[:4096].decode(errors="replace"),
         }
-    try:
-        return _decode(reply.body) if reply.body else None
-    except msgspec.DecodeError:
-        return {"unparsed": reply.body.decode(errors="replace")}
+    if problem is not None:
+        return {"unparsed": reply.body[:_CAPPED_PREFIX].decode(errors="replace"), "problem": problem}
+    return body
 
 
-def _jsonable(value: Any) -> Any:
+def _encoded_arguments(value: Any) -> bytes:
     try:
-        return _decode(_plain(value))
-    except (TypeError, msgspec.EncodeError):
-        return repr(value)[:1000]
+        return _plain(value if value is not None else {})
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
+        return _plain({"unencodable": repr(type(value).__name__)})
+
+
+def _internal_error(call: _Call, exc: BaseException) -> ToolError:
+    """A bug, answered with a fixed message: never the exception's text, which may hold data."""
+    where = exc.__traceback__
+    while where is not None and where.tb_next is not None:
+        where = where.tb_next
+    site = f"{where.tb_frame.f_code.co_filename}:{where.tb_lineno}" if where else "?"
+    log.error("internal error in call %s: %s at %s", call.call_id, type(exc).__name__, site)
+    if call.sent:
+        return ToolError(
+            "internal_error",
+            "The bridge failed unexpectedly after sending the change; it may have been applied."
+            " Check with task_get or task_list before retrying.",
+        )
+    return ToolError("internal_error")
+
+
+def _unrecorded_line(note: dict[str, Any]) -> str:
+    return (
+        f"[journal: this outcome could not be recorded ({note['reason']}); "
+        "the change was applied, the audit journal holds it as in doubt]"
+        if note.get("in_doubt")
+        else f"[journal: this call could not be recorded ({note['reason']})]"
+    )
 
 
 def _ms(started: float) -> float:

@@ -33,7 +33,7 @@ class JournalAdapter:
         try:
             await self._writer.append(event, durable=durable)
         except journal.JournalUnavailable as exc:
-            raise JournalFailed(str(exc)) from None
+            raise JournalFailed(str(exc), exc.reason) from None
 
 
 @asynccontextmanager

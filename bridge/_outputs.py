@@ -141,10 +141,19 @@ class ErrorBody(_Out, frozen=True):
     retry_after_seconds: int | UnsetType = UNSET
 
 
+class JournalNote(_Out, frozen=True):
+    """`meta.journal`: the journal could not record this call's outcome (the answer is still
+    the true outcome). `in_doubt`: a change was sent; the journal holds it as in doubt."""
+
+    recorded: bool
+    reason: str
+    in_doubt: bool | UnsetType = UNSET
+
+
 class Meta(_Out, frozen=True):
     next_cursor: str | UnsetType = UNSET
     truncated: bool | UnsetType = UNSET
     truncated_fields: list[str] | UnsetType = UNSET
     continuation: SuggestedAction | UnsetType = UNSET
     deprecation: dict[str, Any] | UnsetType = UNSET
-    journal: str | UnsetType = UNSET
+    journal: JournalNote | UnsetType = UNSET

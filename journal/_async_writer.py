@@ -13,8 +13,13 @@ commit, and it needs no timer. A semaphore of ``queue_size`` slots gives back-pr
 waits for room before it takes a seq.
 
 A failed commit makes the writer *failed* (``writer.failed``): every queued and later append
-raises JournalUnavailable with the failure's reason until ``await writer.recover()`` succeeds.
-Failure is sticky because appends made with ``durable=False`` had already returned.
+raises JournalUnavailable with the failure's reason until the writer recovers. Failure is sticky
+because appends made with ``durable=False`` had already returned. The writer recovers by itself:
+a task of its nursery re-probes (reopens the connection) with a bounded backoff (``PROBE_MIN_S``
+doubling to ``PROBE_MAX_S``), and ``await writer.recover()`` probes at once. The first row after
+a recovery is a ``journal_gap`` event: what failed, since when, for how long, and the calls that
+lost an event. Those calls are closed in this journal: their later events are refused, so each
+one's story stays a clean prefix (a reader closes it at the gap).
 
 On exit, even when cancelled, the worker commits what is queued, signs a final checkpoint and
 closes the connection before the ``async with`` block ends.
@@ -37,7 +42,8 @@ import trio
 from ._canonical import Row
 from ._checkpoint import Checkpoint
 from ._errors import JournalUnavailable
-from ._events import Event
+from ._canonical import wall_now
+from ._events import Event, JournalGap
 from ._schema import BUSY_TIMEOUT_S
 from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, _Core, open_core
 
@@ -46,6 +52,10 @@ __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 QUEUE_SIZE: Final = 1024
 MAX_BATCH: Final = 512
 LINGER_S: Final = 0.005  # longest a non-durable row waits in the event loop for company
+PROBE_MIN_S: Final = 0.05  # first re-probe of a failed journal; doubles up to PROBE_MAX_S
+PROBE_MAX_S: Final = 2.0
+MAX_GAP_CALLS: Final = 1000  # call ids listed in one journal_gap event (the rest are counted)
+_MAX_CLOSED_CALLS: Final = 10_000  # calls remembered as closed by a gap (oldest forgotten)
 
 
 class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +113,66 @@ class _Recover(_Item):
         super().__init__(wait=True)
 
 
+class _GapAppend(_Append):
+    """The journal_gap row written first after a recovery."""
+
+    __slots__ = ("gap",)
+
+    def __init__(self, row: Row, gap: _Gap) -> None:
+        super().__init__(row, durable=True)
+        self.gap = gap
+
+
+class _Gap:
+    """What a failed journal lost, gathered in the event loop until it is written down."""
+
+    __slots__ = (
+        "calls",
+        "calls_omitted",
+        "detail",
+        "lost",
+        "probes",
+        "reason",
+        "refused",
+        "session_id",
+        "since_mono",
+        "since_wall",
+    )
+
+    def __init__(self, failure: JournalUnavailable) -> None:
+        self.reason: str = failure.reason
+        self.detail = failure.detail[:200]
+        self.since_wall = wall_now()
+        self.since_mono = trio.current_time()
+        self.lost = self.refused = self.probes = self.calls_omitted = 0
+        self.calls: dict[str, None] = {}  # insertion-ordered set
+        self.session_id: str | None = None
+
+    def add_call(self, call_id: str | None) -> None:
+        if call_id is None or call_id in self.calls:
+            return
+        if len(self.calls) < MAX_GAP_CALLS:
+            self.calls[call_id] = None
+        else:
+            self.calls_omitted += 1
+
+    def event(self) -> Event:
+        return Event(
+            session_id=self.session_id or "journal",
+            payload=JournalGap(
+                reason=self.reason,
+                detail=self.detail,
+                since=self.since_wall,
+                seconds=round(trio.current_time() - self.since_mono, 3),
+                probes=self.probes,
+                events_lost=self.lost,
+                events_refused=self.refused,
+                calls=list(self.calls),
+                calls_omitted=self.calls_omitted,
+            ),
+        )
+
+
 _STOP: Final = object()
 
 
@@ -119,6 +189,10 @@ class AsyncWriter:
         self._max_batch = max_batch
         self._token = trio.lowlevel.current_trio_token()
         self._failed: JournalUnavailable | None = None
+        self._gap: _Gap | None = None  # open from a failure until its journal_gap row commits
+        self._failure_seen = trio.Event()  # wakes the re-probe task
+        # Calls that lost an event (redacted id -> the failure's reason): later events refused.
+        self._closed_calls: dict[str, JournalUnavailable] = {}
         self._closed = False
         self._appended = self._committed = self._commits = self._durable_commits = 0
         self._checkpoints = self._largest_batch = 0
@@ -175,7 +249,7 @@ class AsyncWriter:
         EventEncodeError for an event that cannot be encoded.
         Cancelled while waiting, the event is still committed.
         """
-        self._check_usable()
+        self._check_accepts(event)
         try:
             # No scheduling point when there is room (the common case): a call appends five
             # events, and a trio checkpoint each would cost more than building them.
@@ -183,7 +257,7 @@ class AsyncWriter:
         except trio.WouldBlock:
             await self._slots.acquire()
         try:
-            self._check_usable()
+            self._check_accepts(event)
             item = _Append(self._core.build(event), durable)
         except BaseException:
             self._slots.release()
@@ -233,13 +307,48 @@ class AsyncWriter:
         return self._core.last_checkpoint
 
     async def recover(self) -> None:
-        """Reopen the connection after a failure and accept appends again (raises if it cannot)."""
+        """Reopen the connection after a failure, write the gap, accept appends again.
+
+        Raises JournalUnavailable when the journal still cannot be written (the writer stays
+        failed; its own re-probe goes on).
+        """
         if self._failed is None or self._closed:
             return
+        gap = self._gap
+        if gap is not None:
+            gap.probes += 1
         item = _Recover()
         self._enqueue(item)
         await item.outcome()
+        if self._failed is None or self._closed:  # another recover() got there first
+            return
+        await self._slots.acquire()
+        if gap is None:  # a failure with nothing lost cannot happen; write nothing then
+            self._failed = None
+            self._slots.release()
+            return
+        # The gap is the first row after the reopened head: appends build after it, and if
+        # its commit fails they fail with it and the gap stays open (merged, not lost).
+        gap_item = _GapAppend(self._core.build(gap.event()), gap)
         self._failed = None
+        self._appended += 1
+        self._lingering.append(gap_item)
+        self._hand_over()
+        await gap_item.outcome()
+
+    async def _reprobe(self) -> None:
+        """Re-probe a failed journal with a bounded backoff until it takes writes again."""
+        while True:
+            await self._failure_seen.wait()
+            delay = PROBE_MIN_S
+            while self._failed is not None and not self._closed:
+                await trio.sleep(delay)
+                delay = min(delay * 2, PROBE_MAX_S)
+                try:
+                    await self.recover()
+                except JournalUnavailable:
+                    continue
+            self._failure_seen = trio.Event()
 
     async def _control(self, item: _Item) -> None:
         self._check_usable()
@@ -252,6 +361,35 @@ class AsyncWriter:
         if self._failed is not None:
             failure = self._failed
             raise JournalUnavailable(failure.reason, f"an earlier write failed: {failure.detail}")
+
+    def _check_accepts(self, event: Event) -> None:
+        """Refuse an event while failed (and note its call in the gap), or of a closed call."""
+        if self._failed is not None and not self._closed:
+            gap = self._gap
+            if gap is not None:
+                call_id = self._redacted_call(event)
+                gap.refused += 1
+                gap.add_call(call_id)
+                gap.session_id = gap.session_id or event.session_id
+                self._close_call(call_id, self._failed)
+        self._check_usable()
+        if self._closed_calls and event.call_id is not None:
+            closing = self._closed_calls.get(self._core.redactor.redact_id(event.call_id))
+            if closing is not None:
+                raise JournalUnavailable(
+                    closing.reason, "an earlier event of this call was lost in a journal gap"
+                )
+
+    def _redacted_call(self, event: Event) -> str | None:
+        return None if event.call_id is None else self._core.redactor.redact_id(event.call_id)
+
+    def _close_call(self, call_id: str | None, failure: JournalUnavailable) -> None:
+        if call_id is None:
+            return
+        closed = self._closed_calls
+        closed[call_id] = failure
+        if len(closed) > _MAX_CLOSED_CALLS:
+            del closed[next(iter(closed))]
 
     def _stop(self) -> None:
         if not self._closed:
@@ -268,6 +406,8 @@ class AsyncWriter:
                 item.done.set()
             if isinstance(item, _Append):
                 self._slots.release()
+                if failure is None and isinstance(item, _GapAppend) and self._gap is item.gap:
+                    self._gap = None  # written down
 
     def _on_committed(self, items: list[_Item], rows: int, durable: bool, signed: bool) -> None:
         if rows or signed:
@@ -279,7 +419,18 @@ class AsyncWriter:
         self._settle(items, None)
 
     def _on_failed(self, items: list[_Item], failure: JournalUnavailable) -> None:
+        if self._gap is None:
+            self._gap = _Gap(failure)
+        gap = self._gap
+        for item in items:
+            if isinstance(item, _Append) and not isinstance(item, _GapAppend):
+                call_id = item.row[3]
+                gap.lost += 1
+                gap.add_call(call_id)
+                gap.session_id = gap.session_id or str(item.row[2])
+                self._close_call(call_id, failure)
         self._failed = failure
+        self._failure_seen.set()
         self._settle(items, failure)
 
     # --- in the worker thread ---
@@ -467,10 +618,19 @@ async def open_writer(
                 task_status.started()
                 await writer._linger()
 
+        reprobing = trio.CancelScope()
+
+        async def reprobe(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with reprobing:
+                task_status.started()
+                await writer._reprobe()
+
         await nursery.start(work)
         await nursery.start(linger)
+        await nursery.start(reprobe)
         try:
             yield writer
         finally:
+            reprobing.cancel()
             writer._stop()
             lingering.cancel()

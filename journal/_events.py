@@ -28,6 +28,7 @@ __all__ = [
     "DeprecatedUsage",
     "Event",
     "InjectedField",
+    "JournalGap",
     "Kind",
     "Payload",
     "Record",
@@ -38,7 +39,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 1
+KIND_SET_VERSION: Final = 2
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -53,6 +54,7 @@ Kind: TypeAlias = Literal[
     "call_result",
     "call_error",
     "call_cancelled",
+    "journal_gap",
 ]
 
 
@@ -185,6 +187,28 @@ class CallCancelled(_Payload, frozen=True, kw_only=True):
     reason: str
 
 
+class JournalGap(_Payload, frozen=True, kw_only=True):
+    """Written first once a failed journal takes writes again (kind set 2).
+
+    Canonical form, like every payload: sorted-key compact JSON of the fields below.
+    ``calls`` are the ids of calls with an event lost or refused during the gap (at most
+    ``MAX_GAP_CALLS``; ``calls_omitted`` counts the rest): the journal holds a prefix of their
+    story and nothing after it, so a reader closes them here (a mutation sent is in doubt).
+    """
+
+    kind: ClassVar[Kind] = "journal_gap"
+    description: ClassVar[str] = "the journal could not be written for a while; what was lost"
+    reason: str  # a JournalUnavailableReason: disk_full, read_only, locked, io_error, ...
+    detail: str = ""
+    since: str  # ts_wall of the first failure (RFC 3339, UTC)
+    seconds: float  # how long appends were refused
+    probes: int = 0  # reconnection attempts, the last one successful
+    events_lost: int = 0  # appended (non-durable, or durable and refused) in a failed commit
+    events_refused: int = 0  # refused at append while the journal was failed
+    calls: list[str] = []
+    calls_omitted: int = 0
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -198,6 +222,7 @@ Payload: TypeAlias = (
     | CallResult
     | CallError
     | CallCancelled
+    | JournalGap
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -215,6 +240,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         CallResult,
         CallError,
         CallCancelled,
+        JournalGap,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

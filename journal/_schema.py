@@ -42,7 +42,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 BUSY_TIMEOUT_S: Final = 5.0
 
 _V1_KINDS: Final = (
@@ -239,6 +239,7 @@ def migrations() -> Migrations:
 
     registry = Migrations("agentteam_journal")
     registry(name="0001_initial")(_initial)
+    registry(name="0002_journal_gap")(_journal_gap)
     return registry
 
 
@@ -292,7 +293,20 @@ def _initial(db: Database) -> None:
         db.execute(statement)
     for name, sql in VIEWS.items():
         db.create_view(name, sql.strip())
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("PRAGMA user_version = 1")
+
+
+def _journal_gap(db: Database) -> None:
+    """Kind set 2: ``journal_gap`` (what a failed journal lost, written once it recovers)."""
+    db.table("event_kinds").insert(
+        {
+            "kind": "journal_gap",
+            "kind_version": PAYLOAD_TYPES["journal_gap"].kind_version,
+            "kind_set_version": 2,
+            "description": PAYLOAD_TYPES["journal_gap"].description,
+        }
+    )
+    db.execute("PRAGMA user_version = 2")
 
 
 def create_private_file(path: Path) -> int:

@@ -2,6 +2,7 @@
 
     call_received deprecated_usage*
       ( call_rejected
+      | call_cancelled
       | context_injected
         [ upstream_request [ upstream_response [deprecated_usage]
                              [ token_refreshed upstream_request
@@ -28,6 +29,7 @@ _TRANSITIONS: Final[dict[str, dict[str, str]]] = {
     "received": {
         "deprecated_usage": "received",
         "call_rejected": "done",
+        "call_cancelled": "done",  # cancelled before its context was injected
         "context_injected": "injected",
     },
     "injected": {"upstream_request": "sent", **dict.fromkeys(_ENDINGS, "done")},

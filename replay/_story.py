@@ -230,7 +230,8 @@ class CallStory:
 
         ``no_outcome``: sent, and the journal ends without an outcome (the bridge died);
         ``cancelled_in_flight``: cancelled after sending, before an answer;
-        ``outcome_unknown``: the bridge told the model the outcome is unknown.
+        ``outcome_unknown``: the bridge told the model the outcome is unknown;
+        ``internal_error``: the bridge failed after the request was durable.
         """
         if not self.mutation:
             return None
@@ -239,8 +240,8 @@ class CallStory:
             return "no_outcome"
         if o.kind == "call_cancelled" and self._last_sent_unanswered():
             return "cancelled_in_flight"
-        if self.error_code == "outcome_unknown":
-            return "outcome_unknown"
+        if self.error_code in ("outcome_unknown", "internal_error"):
+            return self.error_code
         return None
 
     def _last_sent_unanswered(self) -> bool:

@@ -479,7 +479,13 @@ class _FileCheck:
             )
 
     def _session_event(self, seq: int, session_id: str, kind: str, payload: Any) -> None:
-        if kind == "session_started" and isinstance(payload, SessionStarted):
+        if kind == "journal_gap" and isinstance(payload, journal.JournalGap):
+            # The writer lost an event of these calls and wrote none of theirs after it.
+            for call_id in payload.calls:
+                call = self._open.get(call_id)
+                if call is not None:
+                    self._close(call, gap=True)
+        elif kind == "session_started" and isinstance(payload, SessionStarted):
             self._sessions[session_id] = (payload.workspace_id, payload.agent_id)
         elif kind == "session_ended":
             for call in [c for c in self._open.values() if c.session_id == session_id]:
@@ -576,20 +582,23 @@ class _FileCheck:
                     call.call_id,
                 )
 
-    def _close(self, call: _Call, outcome: tuple[str, Any] | None = None) -> None:
+    def _close(
+        self, call: _Call, outcome: tuple[str, Any] | None = None, *, gap: bool = False
+    ) -> None:
         self._open.pop(call.call_id, None)
         self.calls += 1
         if call.last_request is None or not is_mutation(call.last_request[2]):
             return
         reason = None
         if outcome is None:
-            reason = "no_outcome"
+            reason = "journal_gap" if gap else "no_outcome"
         elif outcome[0] == "call_cancelled" and call.sent_unanswered:
             reason = "cancelled_in_flight"
-        elif outcome[0] == "call_error" and getattr(outcome[1], "error_code", None) == (
-            "outcome_unknown"
+        elif outcome[0] == "call_error" and getattr(outcome[1], "error_code", None) in (
+            "outcome_unknown",
+            "internal_error",  # the bridge failed after the request was durable
         ):
-            reason = "outcome_unknown"
+            reason = outcome[1].error_code
         if reason is None:
             return
         seq, at, req = call.last_request

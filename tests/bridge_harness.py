@@ -26,6 +26,7 @@ CLIENT = types.Implementation(name="agentteam-tests", version="9.9.9")
 CALL_GRAMMAR = re.compile(
     r"call_received (deprecated_usage )*"
     r"(call_rejected"
+    r"|call_cancelled"
     r"|context_injected "
     r"(upstream_request (upstream_response (deprecated_usage )?"
     r"(token_refreshed upstream_request (upstream_response (deprecated_usage )?)?)?)?)?"

@@ -42,7 +42,7 @@ class ListJournal:
 
     async def append(self, event: Event, *, durable: bool = False) -> None:
         if self.broken:
-            raise JournalFailed("disk full")
+            raise JournalFailed("disk full", "disk_full")
         self.events.append((event, durable))
 
     def kinds(self) -> list[str]:
@@ -171,9 +171,11 @@ async def test_a_broken_journal_refuses_mutations_before_sending() -> None:
     )
     error = result.structured_content["error"]  # type: ignore[index]
     assert (error["code"], error["retryable"]) == ("journal_unavailable", True)
+    unrecorded = {"recorded": False, "reason": "disk_full"}
+    assert result.structured_content["meta"]["journal"] == unrecorded  # type: ignore[index]
     assert sent == []
     read = await bridge.call("task_list", {"channel": "general"}, {}, 2)
-    assert not read.is_error and read.structured_content["meta"]["journal"] == "unavailable"  # type: ignore[index]
+    assert not read.is_error and read.structured_content["meta"]["journal"] == unrecorded  # type: ignore[index]
 
 
 async def test_the_same_key_in_flight_answers_idempotency_in_progress() -> None:

@@ -315,4 +315,4 @@ async def test_a_full_journal_fails_mutations_closed_and_lets_reads_say_so(
         assert again.structured_content["error"]["code"] == "journal_unavailable"  # type: ignore[index]
         assert file_runtime.store.stats()["tasks"] == created  # nothing sent without a record
         read = await bridge.ok("task_list", {"channel": "general", "limit": 1})
-        assert read["meta"]["journal"] == "unavailable"
+        assert read["meta"]["journal"] == {"recorded": False, "reason": "disk_full"}

@@ -76,14 +76,40 @@ async def test_a_lock_held_by_another_tool_fails_then_the_writer_recovers(tmp_pa
         with pytest.raises(journal.JournalUnavailable) as caught:
             await writer.append(event("call_result"))
         assert caught.value.reason == "locked"
+        with pytest.raises(journal.JournalUnavailable, match="locked"):  # failed stays failed
+            await writer.append(event("call_result", call_id="call-2"))
         other.execute("ROLLBACK")
         other.close()
-        with pytest.raises(journal.JournalUnavailable, match="locked"):  # failed stays failed
-            await writer.append(event("call_result"))
-        await writer.recover()
+        await writer.recover()  # the writer's own re-probe would get there too
         assert writer.failed is None
-        assert await writer.append(event("call_result")) == 2
-    assert journal.verify(path, key=KEY).ok
+        # The call that lost an event is closed: its story stays a clean prefix.
+        with pytest.raises(journal.JournalUnavailable, match="lost in a journal gap"):
+            await writer.append(event("call_result"))
+        assert await writer.append(event("call_received", call_id="call-3")) == 3
+    with journal.open_reader(path) as reader:
+        gap = next(iter(reader.events(kind="journal_gap")))
+        assert journal.verify(reader, key=KEY).ok
+    assert gap.seq == 2 and isinstance(gap.payload, journal.JournalGap)
+    assert (gap.payload.reason, gap.payload.calls) == ("locked", ["call-1", "call-2"])
+    assert (gap.payload.events_lost, gap.payload.events_refused) == (1, 1)
+
+
+async def test_the_writer_recovers_by_itself_once_the_lock_is_released(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with journal.open_writer(path, key=KEY, busy_timeout=0.05) as writer:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(journal.JournalUnavailable, match="locked"):
+            await writer.append(event("call_received"))
+        other.execute("ROLLBACK")
+        other.close()
+        with trio.fail_after(60):  # bounds a hang; the backoff tops out at a few seconds
+            while writer.failed is not None:  # noqa: ASYNC110 - the state a caller would see
+                await trio.sleep(0.01)
+        assert await writer.append(event("call_received", call_id="call-2")) == 2
+    with journal.open_reader(path) as reader:
+        assert [r.kind for r in reader.events()] == ["journal_gap", "call_received"]
+        assert journal.verify(reader, key=KEY).ok
 
 
 def test_the_sync_writer_raises_and_stores_nothing_of_the_failed_call(tmp_path: Path) -> None:

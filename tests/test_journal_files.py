@@ -77,7 +77,10 @@ def test_the_schema_version_and_migrations_are_recorded(tmp_path: Path) -> None:
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == journal.SCHEMA_VERSION
         applied = conn.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()
-        assert applied == [("agentteam_journal", "0001_initial")]
+        assert applied == [
+            ("agentteam_journal", "0001_initial"),
+            ("agentteam_journal", "0002_journal_gap"),
+        ]
         kinds = set(conn.execute("SELECT kind, kind_version FROM event_kinds").fetchall())
         assert kinds == {(k, t.kind_version) for k, t in journal.PAYLOAD_TYPES.items()}
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -16,6 +16,7 @@ from journal import (
     DeprecatedUsage,
     Event,
     InjectedField,
+    JournalGap,
     Payload,
     SessionEnded,
     SessionStarted,
@@ -82,13 +83,23 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         error_code="task_conflict", retryable=False, message="stale", duration_ms=4.0
     ),
     "call_cancelled": CallCancelled(reason="client cancelled"),
+    "journal_gap": JournalGap(
+        reason="disk_full",
+        detail="SQLITE_FULL",
+        since="2026-12-03T17:00:00.000000Z",
+        seconds=1.5,
+        probes=3,
+        events_lost=2,
+        events_refused=1,
+        calls=["s1.4"],
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
 
 def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task_create") -> Event:
     """The sample event of a kind, in one call of one session."""
-    session_level = kind in ("session_started", "session_ended")
+    session_level = kind in ("session_started", "session_ended", "journal_gap")
     return Event(
         session_id=SESSION,
         call_id=None if session_level else call_id,
