@@ -357,7 +357,9 @@ class Bridge:
         if note is not None:
             # The effect happened, so the answer is the result; but never a plain success.
             result_meta["journal"] = note
-            fit(spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
+            fit(
+                spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+            )
             text = render(spec.name, data, result_meta) + "\n" + _unrecorded_line(note)
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
@@ -762,7 +764,10 @@ def _journal_body(reply: Reply, body: Any, problem: str | None) -> Any:
             "head": reply.body[:4096].decode(errors="replace"),
         }
     if problem is not None:
-        return {"unparsed": reply.body[:_CAPPED_PREFIX].decode(errors="replace"), "problem": problem}
+        return {
+            "unparsed": reply.body[:_CAPPED_PREFIX].decode(errors="replace"),
+            "problem": problem,
+        }
     return body
 
 

@@ -39,10 +39,9 @@ from typing import Final
 import msgspec
 import trio
 
-from ._canonical import Row
+from ._canonical import Row, wall_now
 from ._checkpoint import Checkpoint
 from ._errors import JournalUnavailable
-from ._canonical import wall_now
 from ._events import Event, JournalGap
 from ._schema import BUSY_TIMEOUT_S
 from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, _Core, open_core
