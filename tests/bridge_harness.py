@@ -6,7 +6,7 @@ import re
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +88,28 @@ class BridgeSession:
         error: dict[str, Any] = result.structured_content["error"]
         assert error["code"] == code, error
         return error
+
+    async def cancel_in_flight(
+        self, name: str, arguments: dict[str, Any], *, reached: Callable[[], bool] | None = None
+    ) -> None:
+        """Call, and cancel the call once `reached()` (default: the runtime has taken a fault
+        the caller armed, so it holds the request); never a race against a clock."""
+        runtime = self.runtime
+        fired = runtime.faults.fired if runtime is not None else 0
+
+        def upstream_holds() -> bool:
+            assert runtime is not None
+            return runtime.faults.fired > fired
+
+        ready = reached or upstream_holds
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.call, name, arguments)
+                with trio.fail_after(60):  # bounds a hang only
+                    while not ready():  # noqa: ASYNC110 - state of another process
+                        await trio.sleep(0.01)
+                scope.cancel()
+        assert scope.cancelled_caught
 
     def stderr(self) -> str:
         self.errlog.flush()

@@ -38,22 +38,25 @@ class StaticTokens:
 @asynccontextmanager
 async def inprocess_bridge(
     path: Path,
-    transport: httpx.AsyncBaseTransport,
+    transport: httpx.AsyncBaseTransport | None,
     *,
     tokens: TokenSource | None = None,
+    url: str = "http://upstream.test",
+    workspace_id: str = "ws_1",
+    agent_id: str = "agt_1",
     **writer_options: Any,
 ) -> AsyncIterator[tuple[Bridge, journal.AsyncWriter]]:
     """A bridge session journaling to `path`: session start and end included, so `verify`
-    holds every call to its whole story."""
+    holds every call to its whole story. No transport: the bridge's own HTTP/1.1 pool to `url`."""
     source = tokens or StaticTokens()
     launch = LaunchContext(
-        "http://upstream.test",
-        "ws_1",
-        "agt_1",
+        url,
+        workspace_id,
+        agent_id,
         source,
         {"api_url": "test", "workspace_id": "test", "agent_id": "test", "bearer_token": "test"},
     )
-    upstream = UpstreamClient("http://upstream.test", transport=transport)
+    upstream = UpstreamClient(url, transport=transport)
     async with journal.open_writer(path, key=KEY, **writer_options) as writer:
         adapter = JournalAdapter(writer)
         await writer.append(
@@ -62,8 +65,8 @@ async def inprocess_bridge(
                 payload=SessionStarted(
                     bridge_version="test",
                     compat_policy="hint",
-                    workspace_id="ws_1",
-                    agent_id="agt_1",
+                    workspace_id=workspace_id,
+                    agent_id=agent_id,
                 ),
             )
         )
