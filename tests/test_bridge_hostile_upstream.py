@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+import trio
 
 from bridge._budget import encode_cursor, list_digest
 
@@ -135,3 +137,88 @@ async def test_a_good_body_still_passes_the_depth_check(tmp_path: Path) -> None:
         result = await bridge.call(*READ, {}, 1)
     assert not result.is_error, result.structured_content
     verified(path)
+
+
+class HostileServer:
+    """An HTTP/1.1 server on loopback that answers every request with the current `mode`."""
+
+    def __init__(self) -> None:
+        self.mode = "deep"
+        self.port = 0
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        try:
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                got = await stream.receive_some(65536)
+                if not got:
+                    return
+                buffer += got
+            await self.answer(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the bridge hung up on a hostile answer: as it should
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def answer(self, stream: trio.SocketStream) -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        if self.mode == "chunked forever":
+            await stream.send_all(head + b"transfer-encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n%s\r\n" % (65536, b"[" * 65536)
+            while True:
+                await stream.send_all(chunk)
+        if self.mode == "huge":
+            await stream.send_all(head + b"content-length: %d\r\n\r\n" % (64 << 20))
+            block = b" " * 65536
+            while True:
+                await stream.send_all(block)
+        body = {
+            "deep": _nested(100_000),
+            "invalid utf-8": b'{"channel":"general","items":[],"x":"\xc3\x28"}',
+            "items not a list": b'{"channel":"general","items":{"a":1}}',
+        }[self.mode]
+        await stream.send_all(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+
+@pytest.mark.slow  # 64 MB of hostile bytes over loopback: bounded by the 32 MB response cap
+async def test_a_hostile_http_server_never_crashes_the_bridge_subprocess(tmp_path: Path) -> None:
+    import journal
+    import replay
+
+    from .bridge_harness import open_bridge
+
+    server = HostileServer()
+    path = tmp_path / "j.db"
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(
+            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        env = {
+            "AGENTTEAM_API_URL": f"http://127.0.0.1:{port}",
+            "AGENTTEAM_WORKSPACE_ID": "ws_1",
+            "AGENTTEAM_AGENT_ID": "agt_1",
+            "AGENTTEAM_TOKEN": "tok-hostile",
+        }
+        cursor = encode_cursor(None, 2, list_digest({"channel": "general"}))
+        cases = [
+            ("deep", "task_list", {"channel": "general"}, "upstream_malformed"),
+            ("deep", *WRITE, "outcome_unknown"),
+            ("invalid utf-8", "task_list", {"channel": "general"}, "upstream_malformed"),
+            ("items not a list", "task_list", {"channel": "general", "cursor": cursor},
+             "upstream_malformed"),
+            ("huge", "task_list", {"channel": "general"}, "upstream_failure"),
+            ("chunked forever", "task_list", {"channel": "general"}, "upstream_failure"),
+            ("chunked forever", *WRITE, "outcome_unknown"),
+        ]  # fmt: skip
+        async with open_bridge(env, path) as bridge:
+            for mode, name, arguments, code in cases:
+                server.mode = mode
+                await bridge.fails(name, arguments, code=code)
+            stderr = bridge.stderr()
+        nursery.cancel_scope.cancel()
+    assert "Traceback" not in stderr
+    key = journal.load_key(tmp_path / "config" / "agentteam-bridge" / "journal.key", create=False)
+    result = replay.verify([path], key=key)
+    assert result.ok, result.findings
+    assert len(result.in_doubt) == 2  # the two mutations: sent, outcome unknown
