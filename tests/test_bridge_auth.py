@@ -6,21 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import trio
-
 from runtime import OTHER_AGENT_ID, FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import bridge_command, open_bridge
 
 
 async def test_expired_tokens_are_refreshed_by_the_token_command(tmp_path: Path) -> None:
-    async with open_runtime(
-        RuntimeConfig(db_path=str(tmp_path / "rt.db"), token_ttl_seconds=1.0)
-    ) as rt:
+    async with open_runtime(RuntimeConfig(db_path=str(tmp_path / "rt.db"))) as rt:
         async with open_bridge(rt.bridge_env(), tmp_path / "j.db", runtime=rt) as bridge:
             await bridge.ok("task_list", {"channel": "general"})
-            await trio.sleep(1.2)
+            # The runtime answers the next request `token_expired` (as it would once the TTL
+            # ran out; a fault instead of a sleep, so no clock decides the outcome).
+            rt.faults.arm(FaultSpec(kind="unauthorized"))
             await bridge.ok("task_list", {"channel": "general"})
+        assert rt.faults.fired == 1
 
 
 async def test_token_file_is_reread_on_401(tmp_path: Path) -> None:
@@ -30,11 +29,12 @@ async def test_token_file_is_reread_on_401(tmp_path: Path) -> None:
         env = {**rt.bridge_env(), "AGENTTEAM_TOKEN_FILE": str(token_file)}
         del env["AGENTTEAM_TOKEN_COMMAND"]
         async with open_bridge(env, tmp_path / "j.db", runtime=rt) as bridge:
-            token_file.write_text(rt.mint_token(ttl_seconds=0.5))  # read at the first call
+            token_file.write_text(rt.mint_token())  # read at the first call
             await bridge.ok("task_list", {"channel": "general"})
-            await trio.sleep(0.7)
             token_file.write_text(rt.mint_token())
+            rt.faults.arm(FaultSpec(kind="unauthorized"))  # the first token "expired"
             await bridge.ok("task_list", {"channel": "general"})
+        assert rt.faults.fired == 1
 
 
 async def test_a_static_token_is_not_replayed_after_a_401(

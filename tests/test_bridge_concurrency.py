@@ -25,13 +25,25 @@ async def test_concurrent_calls_all_succeed_with_distinct_numbers(bridge: Bridge
 
 
 async def test_calls_overlap_instead_of_queueing(bridge: BridgeSession) -> None:
-    assert bridge.runtime is not None
-    bridge.runtime.faults.arm(FaultSpec(kind="latency", op="list", delay_ms=700, times=4))
-    start = trio.current_time()
+    runtime = bridge.runtime
+    assert runtime is not None
+    # Each call stays in the runtime for a minute: four of them there at once can only mean
+    # they are served side by side (queued, the second would arrive a minute later).
+    runtime.faults.arm(FaultSpec(kind="latency", op="list", delay_ms=60_000, times=4))
+    answered: list[object] = []
+
+    async def list_tasks() -> None:
+        answered.append(await bridge.call("task_list", {"channel": "general"}))
+
     async with trio.open_nursery() as nursery:
         for _ in range(4):
-            nursery.start_soon(bridge.ok, "task_list", {"channel": "general"})
-    assert trio.current_time() - start < 2.0  # four 0.7 s calls, served side by side
+            nursery.start_soon(list_tasks)
+        with trio.fail_after(30):  # bounds a hang only
+            while runtime.faults.fired < 4:  # noqa: ASYNC110 - the runtime's own counter
+                await trio.sleep(0.01)
+        assert answered == []
+        nursery.cancel_scope.cancel()
+    await bridge.ok("task_list", {"channel": "general"})
 
 
 async def test_cancellation_abandons_the_call_and_the_session_goes_on(

@@ -6,8 +6,6 @@ import os
 import stat
 from pathlib import Path
 
-import trio
-
 import journal
 from runtime import FaultSpec, Runtime
 
@@ -68,14 +66,14 @@ async def test_no_bearer_token_reaches_results_stderr_or_journal_bytes(
     path = tmp_path / "journal.db"
     seen: list[str] = []
     async with open_bridge(env, path, runtime=file_runtime) as bridge:
-        first = file_runtime.mint_token(ttl_seconds=1.0)  # read at the first call
+        first = file_runtime.mint_token()  # read at the first call
         second = file_runtime.mint_token()
         token_file.write_text(first)
         seen.append(
             str(await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "a"}]}))
         )
-        await trio.sleep(1.1)
         token_file.write_text(second)
+        file_runtime.faults.arm(FaultSpec(kind="unauthorized"))  # the first token "expired"
         seen.append(str(await bridge.ok("task_list", {"channel": "general"})))
         seen.append(
             str(

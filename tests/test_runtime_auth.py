@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import httpx
+import pytest
 import trio
 
 from runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
@@ -46,12 +48,26 @@ async def test_token_of_another_workspace_is_refused(
     await mine.fails("list", expect=403, code="token_scope_mismatch", channel="general")
 
 
-async def test_token_expires() -> None:
-    async with open_runtime(RuntimeConfig(token_ttl_seconds=0.2)) as rt:
+class _ShiftedClock:
+    """The runtime store's `time`, moved forward on demand: expiry without a sleep or a race."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+
+async def test_token_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime._store
+
+    clock = _ShiftedClock()
+    monkeypatch.setattr(runtime._store, "time", clock)
+    async with open_runtime(RuntimeConfig(token_ttl_seconds=60)) as rt:
         async with httpx.AsyncClient(base_url=rt.url) as http:
             api = Api(http, rt)
             await api.ok("list", channel="general")
-            await trio.sleep(0.3)
+            clock.ahead = 61
             await api.fails("list", expect=401, code="token_expired", channel="general")
             api.token = rt.mint_token()
             await api.ok("list", channel="general")
