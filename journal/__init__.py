@@ -17,9 +17,12 @@ Writing, from trio (the bridge)::
 ``open_writer`` yields an :class:`AsyncWriter` (alias ``JournalWriter``). ``append`` raises
 :class:`JournalUnavailable` (``.reason``: disk_full, read_only, locked, io_error,
 cannot_open, corrupt, chain_conflict, closed) when the event cannot be recorded; the writer then
-stays failed (``w.failed``) until ``await w.recover()``. Concurrent appends are committed together,
-one transaction per ready batch, by one worker thread owned by the writer's nursery; the event
-loop never blocks on the disk, and a bounded queue (``queue_size``) gives back-pressure.
+stays failed (``w.failed``) until it recovers: it re-probes by itself with a bounded backoff
+(``await w.recover()`` probes at once) and first appends a ``journal_gap`` event naming what was
+lost; the calls that lost an event are closed (their later events are refused). Concurrent
+appends are committed together, one transaction per ready batch, by one worker thread owned by
+the writer's nursery; the event loop never blocks on the disk, and a bounded queue
+(``queue_size``) gives back-pressure.
 ``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
 signed every ``checkpoint_every`` events / ``checkpoint_interval`` seconds and on close, stored in
 the ``checkpoints`` table, and exported to ``checkpoint_path`` when given. ``open_sync_writer``

@@ -5,8 +5,8 @@
       | call_cancelled
       | context_injected
         [ upstream_request [ upstream_response [deprecated_usage]
-                             [ token_refreshed upstream_request
-                               [ upstream_response [deprecated_usage] ] ] ] ]
+                             [ token_refreshed [ upstream_request
+                               [ upstream_response [deprecated_usage] ] ] ] ] ]
         ( call_result | call_error | call_cancelled ) )
 
 It accepts exactly the language of ``CALL_GRAMMAR`` in ``tests/bridge_harness.py`` (a test holds
@@ -40,7 +40,8 @@ _TRANSITIONS: Final[dict[str, dict[str, str]]] = {
         **dict.fromkeys(_ENDINGS, "done"),
     },
     "answered_deprecated": {"token_refreshed": "refreshed", **dict.fromkeys(_ENDINGS, "done")},
-    "refreshed": {"upstream_request": "resent"},
+    # Refreshed, then cancelled or failed before the replay was journaled.
+    "refreshed": {"upstream_request": "resent", **dict.fromkeys(_ENDINGS, "done")},
     "resent": {"upstream_response": "reanswered", **dict.fromkeys(_ENDINGS, "done")},
     "reanswered": {"deprecated_usage": "reanswered_deprecated", **dict.fromkeys(_ENDINGS, "done")},
     "reanswered_deprecated": dict.fromkeys(_ENDINGS, "done"),

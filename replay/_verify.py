@@ -20,7 +20,9 @@ checkpoint rules ``checkpoint_signature_invalid``, ``checkpoint_journal_mismatch
 ===============================  =============================================================
 
 In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apart, for
-reconciliation: they are no fault of the journal.
+reconciliation: they are no fault of the journal. A ``journal_gap`` event (written by a writer
+that recovered) closes the calls it names: their stories end where the journal lost an event;
+a mutation among them that was sent is in doubt with reason ``journal_gap``.
 """
 
 from __future__ import annotations

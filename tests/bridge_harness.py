@@ -29,7 +29,7 @@ CALL_GRAMMAR = re.compile(
     r"|call_cancelled"
     r"|context_injected "
     r"(upstream_request (upstream_response (deprecated_usage )?"
-    r"(token_refreshed upstream_request (upstream_response (deprecated_usage )?)?)?)?)?"
+    r"(token_refreshed (upstream_request (upstream_response (deprecated_usage )?)?)?)?)?)?"
     r"(call_result|call_error|call_cancelled))$"
 )
 
