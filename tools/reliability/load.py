@@ -78,9 +78,12 @@ async def drive(
     calls: int,
     in_flight: int,
     sample_every: int = 0,
+    stats: DriveStats | None = None,
 ) -> DriveStats:
-    """Make `calls` calls with `in_flight` at a time; stop quietly when the bridge goes away."""
-    stats = DriveStats()
+    """Make `calls` calls with `in_flight` at a time; stop quietly when the bridge goes away.
+
+    `stats`: the counters to update as calls are answered (a caller can watch them live)."""
+    stats = stats if stats is not None else DriveStats()
     counter = iter(range(calls))
     done = 0
 
