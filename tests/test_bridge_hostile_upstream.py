@@ -207,8 +207,8 @@ async def test_a_hostile_http_server_never_crashes_the_bridge_subprocess(tmp_pat
             ("invalid utf-8", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("items not a list", "task_list", {"channel": "general", "cursor": cursor},
              "upstream_malformed"),
-            ("huge", "task_list", {"channel": "general"}, "upstream_failure"),
-            ("chunked forever", "task_list", {"channel": "general"}, "upstream_failure"),
+            ("huge", "task_list", {"channel": "general"}, "upstream_malformed"),
+            ("chunked forever", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("chunked forever", *WRITE, "outcome_unknown"),
         ]  # fmt: skip
         async with open_bridge(env, path) as bridge:
