@@ -30,7 +30,7 @@ from ._findings import Finding
 from ._grammar import Grammar
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
-from ._source import Journals, ReplayInputError, open_journals
+from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
 from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, VerifyResult, verify
 
@@ -77,6 +77,7 @@ __all__ = [
     "iter_stories",
     "list_calls",
     "normalize",
+    "journal_files",
     "open_journals",
     "push_otlp",
     "rerun",
