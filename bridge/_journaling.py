@@ -123,6 +123,14 @@ async def _try_open(
         raise JournalOpenError(_unavailable_message(path, exc)) from None
     except journal.JournalFormatError as exc:
         raise JournalOpenError(f"{path} is not a usable journal ({exc}); {_FIX}") from None
+    except sqlite3.Error as exc:  # met before the journal could classify it
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise JournalOpenError(f"cannot open the journal {path} ({exc}); {_FIX}") from None
+        if pool:
+            return None
+        busy = journal.JournalUnavailable("locked", "SQLite busy")
+        raise JournalOpenError(_unavailable_message(path, busy)) from None
     except OSError as exc:
         raise JournalOpenError(
             f"cannot open the journal {path} ({exc.strerror or exc}); {_FIX}"
@@ -215,8 +223,12 @@ def refuse_foreign_file(path: Path) -> None:
 
 
 def sqlite_tables(path: Path) -> set[str] | None:
-    """The table names of an SQLite file read-only, or None when it cannot be read now."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    """The table names of an SQLite file, or None when it cannot be read.
+
+    Read as immutable: no lock, no ``-wal`` or ``-shm`` created beside a file that may not be
+    ours (tables still only in another program's WAL are not seen; the writer catches those).
+    """
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=1.0)
         try:

@@ -198,6 +198,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     env = os.environ if env is None else env
     session = Session(session_id="s" + secrets.token_hex(6))
     check_paths(config)
+    lost: str | None = None
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(
             open_journal(
@@ -241,11 +242,14 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                     durable=True,
                 )
             except JournalFailed as exc:
-                raise SessionJournalLost(
+                lost = (
                     f"the journal {journal.path} failed during the session ({exc}); the session "
                     "ended without its end journaled. Run `agentteam-replay verify "
                     f"{journal.path}` to see what it holds"
-                ) from None
+                )
+    # Raised outside the stack, whose nurseries (the embedded runtime's) would wrap it in a group.
+    if lost is not None:
+        raise SessionJournalLost(lost)
 
 
 async def _shutdown_tracing(tracing: _telemetry.Tracing) -> None:

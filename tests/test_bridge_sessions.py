@@ -43,7 +43,7 @@ def home_env(home: Path, extra: Mapping[str, str] = {}) -> dict[str, str]:
 
 @asynccontextmanager
 async def default_bridge(
-    env: Mapping[str, str], *extra: str, name: str
+    env: Mapping[str, str], *extra: str, name: str, expect_code: int = 0
 ) -> AsyncIterator[RawBridge]:
     """`agentteam-bridge serve EXTRA` with no --journal, as a client registration starts it."""
     stderr_path = Path(env["HOME"]) / f"{name}.stderr"
@@ -65,7 +65,9 @@ async def default_bridge(
                 assert process.stdin is not None
                 await process.stdin.aclose()
             code = await process.wait()
-            assert raw.killed or code == 0, f"{name} exited {code}: {raw.stderr()[-2000:]}"
+            assert raw.killed or code == expect_code, (
+                f"{name} exited {code}: {raw.stderr()[-2000:]}"
+            )
             nursery.cancel_scope.cancel()
     finally:
         if process.returncode is None:
