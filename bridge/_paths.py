@@ -77,7 +77,7 @@ def loose_mode(path: Path, *, directory: bool) -> str | None:
     """The chmod that would make ``path`` owner-only, or None when it already is (or is absent)."""
     try:
         mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
+    except OSError:  # absent, or under a file: whoever creates it reports that
         return None
     if mode & 0o077 == 0:
         return None

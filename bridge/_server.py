@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -205,8 +206,13 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                 config.journal_path, durable=config.durable, max_bytes=config.journal_max_bytes
             )
         )
-        log.info("session %s journals to %s", session.session_id, journal.path)
         launch, credentials = await stack.enter_async_context(_launch(config, env))
+        # Where this session's events go: clients keep a server's stderr in their MCP log.
+        print(
+            f"agentteam-bridge serve: session {session.session_id} journals to {journal.path}",
+            file=sys.stderr,
+            flush=True,
+        )
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
         stack.push_async_callback(upstream.aclose)
