@@ -252,3 +252,27 @@ def test_a_directory_reads_its_journals_and_skips_databases_that_hold_none(
     (tmp_path / "broken.db").write_text("not a database")
     done = replay_cli("verify", tmp_path)
     assert done.returncode == 2 and "broken.db is not a journal" in done.stderr
+
+
+@pytest.mark.slow  # SQLite's busy timeout (5 s) passes before a locked file is skipped
+async def test_a_pool_skips_files_held_by_a_live_writer_or_locked_by_another_program(
+    tmp_path: Path,
+) -> None:
+    from bridge._journaling import open_journal
+
+    pool = tmp_path / "pool"
+    key = tmp_path / "config" / "journal.key"
+    held = journal.open_sync_writer(pool / "journal-1.db", key=b"k" * 32)
+    journal.open_sync_writer(pool / "journal-2.db", key=b"k" * 32).close()
+    other = sqlite3.connect(pool / "journal-2.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another program holds SQLite's write lock
+    try:
+        async with open_journal(f"{pool}/", key_path=key) as first:
+            assert first.path.name == "journal-3.db"  # 1 held, 2 locked (after SQLite's wait)
+            other.execute("ROLLBACK")
+            async with open_journal(pool, key_path=key) as second:
+                assert second.path.name == "journal-2.db"  # the lowest free file is reused
+    finally:
+        other.close()
+        held.close()
+    assert key.stat().st_mode & 0o777 == 0o600
