@@ -15,7 +15,8 @@ import pytest
 
 import journal
 from journal import Event, SessionStarted
-from tests.bridge_harness import bridge_command
+from runtime import Runtime
+from tests.bridge_harness import bridge_command, open_bridge
 from tests.test_bridge_sessions import default_bridge, home_env
 
 
@@ -257,3 +258,22 @@ def test_files_are_owner_only_under_umask_000(tmp_path: Path) -> None:
         if stat.S_IMODE(p.stat().st_mode) != (0o700 if p.is_dir() else 0o600)
     ]
     assert loose == []
+
+
+async def test_a_credential_in_the_api_url_is_journaled_redacted(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    port = file_runtime.url.rsplit(":", 1)[1]
+    url = f"http://agent:pa55w0rd-s3cret@127.0.0.1:{port}/?access_token=tok-s3cret"
+    env = {**file_runtime.bridge_env(), "AGENTTEAM_API_URL": url}
+    async with open_bridge(env, tmp_path / "journal.db", runtime=file_runtime) as bridge:
+        await bridge.ok("task_list", {"channel": "general"})
+        stderr = bridge.stderr()
+    with journal.open_reader(tmp_path / "journal.db") as reader:
+        (started,) = reader.events(kind="session_started")
+    api_url = started.payload.api_url
+    assert api_url.startswith(f"http://REDACTED@127.0.0.1:{port}/?access_token=")
+    assert "s3cret" not in api_url
+    assert "s3cret" not in stderr
+    for blob in tmp_path.glob("journal.db*"):
+        assert b"s3cret" not in blob.read_bytes()
