@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import journal
+from bridge._context import redact_url
 from journal import Event, SessionStarted
 from runtime import Runtime
 from tests.bridge_harness import bridge_command, open_bridge
@@ -277,3 +278,24 @@ async def test_a_credential_in_the_api_url_is_journaled_redacted(
     assert "s3cret" not in stderr
     for blob in tmp_path.glob("journal.db*"):
         assert b"s3cret" not in blob.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://api.example.com/v1", "https://api.example.com/v1"),
+        ("http://127.0.0.1:8765", "http://127.0.0.1:8765"),
+        ("https://u:p@h.example/x", "https://REDACTED@h.example/x"),
+        ("https://token@h.example", "https://REDACTED@h.example"),
+        (
+            "https://h.example/?access_token=t&key=k",
+            "https://h.example/?access_token=REDACTED&key=REDACTED",
+        ),
+        ("https://h.example/?t0ken", "https://h.example/?t0ken=REDACTED"),
+        ("https://h.example/#frag", "https://h.example/#REDACTED"),
+        ("http://u:p@[::1]:80/?a=b", "http://REDACTED@[::1]:80/?a=REDACTED"),
+        ("http://h:99999/", "<unparsable URL>"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
