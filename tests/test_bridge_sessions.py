@@ -134,8 +134,9 @@ async def run_sessions(
                 nursery.start_soon(session, i)
     killed = {f"session-{i}" for i in doomed}
     survivors = [s for name, s in stats.items() if name not in killed]
-    assert all(s.protocol_errors == [] and s.cut_off == 0 for s in survivors)
-    assert sum(s.ok for s in survivors) >= len(survivors) * CALLS // 2
+    # Every call of a surviving session is answered (a tool error under load is still an answer).
+    assert all(s.protocol_errors == [] and s.answered == CALLS for s in survivors)
+    assert all(s.ok > 0 for s in survivors)
     return stats, killed
 
 
