@@ -21,6 +21,7 @@ from ._journaling import sqlite_tables
 from ._paths import make_private_dir
 
 _FIX = "pass --runtime-db another path"
+_RUNTIME_TABLES = frozenset({"schema_migrations", "workspaces", "boards", "tasks", "tokens"})
 
 
 @dataclass
@@ -67,8 +68,10 @@ def prepare_runtime_db(db_path: Path) -> None:
         make_private_dir(db_path.parent)
         fd = os.open(db_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        tables = sqlite_tables(db_path) if db_path.is_file() else set()
-        if db_path.stat().st_size and tables is not None and "schema_migrations" not in tables:
+        # Another session may be creating it right now: only a file with other tables (or not
+        # a file) is refused; one with none yet is the runtime's to initialise.
+        tables = sqlite_tables(db_path) if db_path.is_file() else {"(a directory)"}
+        if tables and not tables & _RUNTIME_TABLES:
             raise ConfigError(
                 f"{db_path} is not the embedded runtime's database; it was left untouched; {_FIX}"
             ) from None

@@ -26,6 +26,8 @@ from ._call import JournalFailed
 from ._paths import is_pool, loose_mode, make_private_dir, pool_file
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+# Any one marks a journal (perhaps being created by another session right now).
+_JOURNAL_TABLES: Final = frozenset({"_sqlite_migrations", "events", "journal_meta", "event_kinds"})
 _FIX: Final = "pass --journal another file or a directory (or set AGENTTEAM_JOURNAL)"
 
 
@@ -198,6 +200,30 @@ def check_key_file(key_path: Path) -> None:
             f"cannot create the key directory {key_path.parent} ({exc.strerror or exc}); "
             "set XDG_CONFIG_HOME to a writable directory"
         ) from None
+    _create_key_atomically(key_path)
+
+
+def _create_key_atomically(key_path: Path) -> None:
+    """Create the key whole under a temporary name, then link it into place.
+
+    Sessions starting together in a fresh home race to create the key: written in place, one
+    could read it half-written (empty) and refuse to start. A link appears complete or not at all,
+    and the loser of the race uses the winner's key.
+    """
+    temp = key_path.with_name(f".{key_path.name}.{os.getpid()}.tmp")
+    try:
+        temp.unlink(missing_ok=True)
+        journal.load_key(temp)  # creates it 0600, written and fsynced
+        os.link(temp, key_path)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise JournalOpenError(
+            f"cannot create the journal key {key_path} ({exc.strerror or exc}); "
+            "set XDG_CONFIG_HOME to a writable directory"
+        ) from None
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def refuse_foreign_file(path: Path) -> None:
@@ -216,7 +242,7 @@ def refuse_foreign_file(path: Path) -> None:
     if head != _SQLITE_MAGIC:
         raise JournalOpenError(f"{path} is not a journal (not an SQLite database); {_FIX}")
     tables = sqlite_tables(path)
-    if tables and "_sqlite_migrations" not in tables:
+    if tables and not tables & _JOURNAL_TABLES:
         raise JournalOpenError(
             f"{path} is an SQLite database but not a journal; it was left untouched; {_FIX}"
         )
