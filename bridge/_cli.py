@@ -9,7 +9,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from ._paths import default_journal, default_runtime_db
+from ._paths import default_journal_dir, default_runtime_db, journal_setting
 
 _EPILOG_RUNTIME = """\
 examples:
@@ -148,7 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from ._context import ConfigError
     from ._journaling import JournalOpenError
-    from ._server import ServeConfig, serve
+    from ._server import ServeConfig, SessionJournalLost, serve
 
     config = ServeConfig(
         journal_path=args.journal,
@@ -167,6 +167,9 @@ def _serve(args: argparse.Namespace) -> int:
     except (ConfigError, JournalOpenError) as exc:
         print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
         return 2
+    except SessionJournalLost as exc:
+        print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -226,9 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument(
         "--journal",
-        type=Path,
-        default=Path(os.environ.get("AGENTTEAM_JOURNAL") or default_journal()),
-        help=f"journal file (default $AGENTTEAM_JOURNAL or {default_journal()})",
+        default=journal_setting(),
+        metavar="PATH",
+        help="a directory (a pool: each session takes a free journal-<n>.db in it) or one "
+        f"journal file (default $AGENTTEAM_JOURNAL or {default_journal_dir()}{os.sep})",
     )
     where = sv.add_mutually_exclusive_group()
     where.add_argument("--api-url", help="Agent Runtime API base URL (overrides AGENTTEAM_API_URL)")

@@ -12,7 +12,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import trio
 
@@ -50,6 +51,35 @@ HIDDEN_NAMES = frozenset(
         "sessionid",
     }
 )
+
+
+_REDACTED: Final = "REDACTED"
+
+
+def redact_url(url: str) -> str:
+    """The URL safe to print or journal: userinfo, query values and fragment replaced.
+
+    Every query value is redacted, not only the well-known names (`access_token`, `key`, `sig`
+    ...): an API base URL needs none, and a credential under an unusual name must not leak.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    if parts.username is not None or parts.password is not None:
+        netloc = f"{_REDACTED}@{netloc}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(name, _REDACTED) for name, _ in pairs], safe="")
+        query = query or _REDACTED
+    fragment = _REDACTED if parts.fragment else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
 def is_hidden_name(name: str) -> bool:
@@ -185,7 +215,23 @@ def load_launch_context(env: Mapping[str, str], *, api_url: str | None = None) -
             "or use --embedded for the local reference runtime"
         )
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"AGENTTEAM_API_URL must be an http(s) URL, got {url!r}")
+        raise ConfigError(
+            "the Agent Runtime API URL must start with http:// or https://; set "
+            "AGENTTEAM_API_URL or --api-url to one"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise ConfigError(
+            f"the Agent Runtime API URL {redact_url(url)} is not a valid URL (host or port); "
+            "fix AGENTTEAM_API_URL or --api-url"
+        ) from None
+    if not parts.hostname:
+        raise ConfigError(
+            f"the Agent Runtime API URL {redact_url(url)} names no host; fix AGENTTEAM_API_URL "
+            "or --api-url"
+        )
     missing = [k for k in ("AGENTTEAM_WORKSPACE_ID", "AGENTTEAM_AGENT_ID") if not env.get(k)]
     if missing:
         raise ConfigError(

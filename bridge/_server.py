@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -26,10 +27,11 @@ from mcp.server.lowlevel import Server
 from journal import Event, SessionEnded, SessionStarted
 
 from . import __version__, _telemetry
-from ._call import Bridge, JournalPort, Session
+from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
-from ._context import ConfigError, Credentials, LaunchContext, load_launch_context
+from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
 from ._journaling import open_journal
+from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
 from ._stdio import trio_stdio
 from ._upstream import UpstreamClient
@@ -43,7 +45,7 @@ _LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
 
 @dataclass(frozen=True)
 class ServeConfig:
-    journal_path: Path
+    journal_path: str | os.PathLike[str]
     compat: Policy = "hint"
     api_url: str | None = None
     embedded: bool = False
@@ -85,7 +87,7 @@ class _SessionLog:
                     protocol_version=ctx.protocol_version if ctx is not None else None,
                     workspace_id=self._launch.workspace_id,
                     agent_id=self._launch.agent_id,
-                    api_url=self._launch.api_url,
+                    api_url=redact_url(self._launch.api_url),
                 ),
             ),
             durable=True,
@@ -126,10 +128,44 @@ def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
     return server
 
 
+class SessionJournalLost(Exception):
+    """The session ran, but its journal failed and its end could not be journaled."""
+
+
+def runtime_db_path(config: ServeConfig) -> Path:
+    """The embedded runtime's database: `--runtime-db`, else beside the journal.
+
+    The default pool shares `agentteam-bridge runtime`'s default database, so a board survives
+    restarts and is the same for every session; another pool directory holds its own
+    `runtime.db`; a journal file has one beside it.
+    """
+    if config.runtime_db is not None:
+        return Path(config.runtime_db).expanduser()
+    journal = Path(config.journal_path).expanduser()
+    if not is_pool(config.journal_path):
+        return journal.parent / "runtime.db"
+    if journal.resolve() == default_journal_dir().resolve():
+        return default_runtime_db()
+    return journal / "runtime.db"
+
+
+def check_paths(config: ServeConfig) -> None:
+    """Refuse, before any file is touched, a runtime database that is the journal itself."""
+    if not config.embedded:
+        return
+    runtime_db = runtime_db_path(config).resolve()
+    journal = Path(config.journal_path).expanduser().resolve()
+    in_pool = is_pool(config.journal_path) and runtime_db.parent == journal
+    if runtime_db == journal or (in_pool and runtime_db.name.startswith("journal-")):
+        raise ConfigError(
+            f"--journal and --runtime-db name the same file ({runtime_db}); give the embedded "
+            "runtime's database its own path"
+        )
+
+
 @asynccontextmanager
 async def _launch(
-    config: ServeConfig,
-    env: Mapping[str, str],
+    config: ServeConfig, env: Mapping[str, str]
 ) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
     if not config.embedded:
         launch = load_launch_context(env, api_url=config.api_url)
@@ -138,9 +174,7 @@ async def _launch(
         return
     from ._embedded import open_embedded
 
-    async with open_embedded(
-        config.runtime_db or config.journal_path.parent / "runtime.db"
-    ) as launch:
+    async with open_embedded(runtime_db_path(config)) as launch:
         yield launch, Credentials(launch.token_source)
 
 
@@ -155,7 +189,7 @@ async def probe_api(api_url: str) -> None:
     except (OSError, trio.TooSlowError) as exc:
         reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
         raise ConfigError(
-            f"cannot reach the Agent Runtime API at {api_url} ({reason}); check "
+            f"cannot reach the Agent Runtime API at {redact_url(api_url)} ({reason}); check "
             "AGENTTEAM_API_URL or --api-url, or use --embedded for the local reference runtime"
         ) from None
 
@@ -164,6 +198,8 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     """Run one stdio MCP session until stdin closes or SIGTERM arrives."""
     env = os.environ if env is None else env
     session = Session(session_id="s" + secrets.token_hex(6))
+    check_paths(config)
+    lost: str | None = None
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(
             open_journal(
@@ -171,6 +207,12 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
             )
         )
         launch, credentials = await stack.enter_async_context(_launch(config, env))
+        # Where this session's events go: clients keep a server's stderr in their MCP log.
+        print(
+            f"agentteam-bridge serve: session {session.session_id} journals to {journal.path}",
+            file=sys.stderr,
+            flush=True,
+        )
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
         stack.push_async_callback(upstream.aclose)
@@ -196,14 +238,24 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
         with trio.CancelScope(shield=True):
-            await session_log.start(None)
-            await journal.append(
-                Event(
-                    session_id=session.session_id,
-                    payload=SessionEnded(reason=reason, calls=session.calls),
-                ),
-                durable=True,
-            )
+            try:
+                await session_log.start(None)
+                await journal.append(
+                    Event(
+                        session_id=session.session_id,
+                        payload=SessionEnded(reason=reason, calls=session.calls),
+                    ),
+                    durable=True,
+                )
+            except JournalFailed as exc:
+                lost = (
+                    f"the journal {journal.path} failed during the session ({exc}); the session "
+                    "ended without its end journaled. Run `agentteam-replay verify "
+                    f"{journal.path}` to see what it holds"
+                )
+    # Raised outside the stack, whose nurseries (the embedded runtime's) would wrap it in a group.
+    if lost is not None:
+        raise SessionJournalLost(lost)
 
 
 async def _shutdown_tracing(tracing: _telemetry.Tracing) -> None:

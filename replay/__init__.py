@@ -30,7 +30,7 @@ from ._findings import Finding
 from ._grammar import Grammar
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
-from ._source import Journals, ReplayInputError, open_journals
+from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
 from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, VerifyResult, verify
 
@@ -75,6 +75,7 @@ __all__ = [
     "export_jsonl",
     "export_otlp",
     "iter_stories",
+    "journal_files",
     "list_calls",
     "normalize",
     "open_journals",

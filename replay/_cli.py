@@ -20,7 +20,7 @@ import journal
 
 from . import _render as render
 from ._source import Progress as ProgressCallback
-from ._source import ReplayInputError
+from ._source import ReplayInputError, journal_files
 
 PROG: Final = "agentteam-replay"
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -36,8 +36,10 @@ commands:
   rerun         re-drive recorded calls through today's bridge and diff
   export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
 
-Every command reads one or many journal files (a fleet's journals are merged by journal id and
-sequence), prints tables (colour on a terminal), or JSON with --json.
+Every command reads one or many journal files or directories of journals (merged by journal id
+and sequence); with none, where the bridge writes by default ($AGENTTEAM_JOURNAL, else the pool
+~/.local/share/agentteam-bridge/journals/ and an earlier version's journal.db), so every session
+is seen. Tables (colour on a terminal), or JSON with --json.
 
 exit status: 0 ok; 1 the check failed (findings, violations, differences, gates not met);
 2 an input could not be used (no such file, not a journal, bad flag); 3 verify: the journal is
@@ -47,7 +49,8 @@ sound but holds in-doubt calls to reconcile.
 _EPILOGS: Final = {
     "verify": """\
 examples:
-  agentteam-replay verify ~/.local/share/agentteam-bridge/journal.db
+  agentteam-replay verify                         # every session in the default location
+  agentteam-replay verify ~/.local/share/agentteam-bridge/journals/
   agentteam-replay verify journal.db --checkpoint journal.db.checkpoint.json --key journal.key
   agentteam-replay verify fleet/*.db --json | jq '.findings[] | {seq, rule}'
 
@@ -154,7 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=_EPILOGS[name],
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        p.add_argument("journals", nargs="+", metavar="JOURNAL", type=Path, help="journal file")
+        p.add_argument(
+            "journals",
+            nargs="*",
+            metavar="JOURNAL",
+            type=Path,
+            help="journal files or directories of journals (default: where the bridge writes, "
+            "$AGENTTEAM_JOURNAL or ~/.local/share/agentteam-bridge/journals/)",
+        )
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
         return p
 
@@ -324,7 +334,7 @@ def _execute(
 ) -> tuple[Any, Drawer, int]:
     import replay
 
-    paths: list[Path] = args.journals
+    paths = journal_files(args.journals or default_journals())
     if args.command == "verify":
         verified = replay.verify(
             paths,
@@ -400,6 +410,21 @@ def _output(target: str) -> Iterator[IO[str]]:
         raise ReplayInputError(f"cannot write {target}: {exc.strerror or exc}") from None
     with file:
         yield file
+
+
+def default_journals() -> list[Path]:
+    """Where the bridge journals with no flag: $AGENTTEAM_JOURNAL or the default pool, and the
+    single journal file of earlier versions when it is still there."""
+    from bridge._paths import journal_setting, legacy_journal
+
+    setting = Path(journal_setting()).expanduser()
+    candidates = [setting] if os.environ.get("AGENTTEAM_JOURNAL") else [setting, legacy_journal()]
+    found = [p for p in candidates if p.exists()]
+    if not found:
+        raise ReplayInputError(
+            f"no journal at the default location {setting}; pass a journal file or directory"
+        )
+    return found
 
 
 def _key(path: Path) -> bytes:

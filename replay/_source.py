@@ -3,24 +3,39 @@
 A fleet's journals are merged by journal id and sequence: the files are read in seq order each
 and merged on ``(journal_id, seq)``, so two copies of one journal (a backup beside the live file)
 yield each event once. Nothing is held in memory but one pending row per file.
+
+A directory stands for the journals in it (the bridge's pool of per-session files): every
+``*.db`` file directly in it, except SQLite files that hold no journal (the embedded runtime's
+database, a pool file a starting session has not initialised yet). A file that is not SQLite at
+all, or a damaged journal, is still an input error: a directory never hides a journal it cannot
+read.
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
+from urllib.parse import quote
 
 import msgspec
 
 import journal
 from journal import Payload, Reader, Record, record_from_row
 
-__all__ = ["JournalInfo", "Journals", "Progress", "ReplayInputError", "open_journals"]
+__all__ = [
+    "JournalInfo",
+    "Journals",
+    "Progress",
+    "ReplayInputError",
+    "journal_files",
+    "open_journals",
+]
 
 Progress = Callable[[int, int | None], None]
 """Called with (events done, events expected or None) every few thousand events."""
@@ -164,13 +179,62 @@ def open_reader(path: str | os.PathLike[str]) -> Reader:
         raise ReplayInputError(f"{path} is not a journal ({reason})") from None
 
 
+def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The journal files the given files and directories stand for (see the module docstring)."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = [
+            candidate
+            for candidate in sorted(path.glob("*.db"), key=_natural)
+            if candidate.is_file() and not _holds_no_journal(candidate)
+        ]
+        if not found:
+            raise ReplayInputError(f"no journal in the directory {path}")
+        files.extend(found)
+    return files
+
+
+def _natural(path: Path) -> tuple[str, int, str]:
+    # journal-2.db before journal-10.db
+    stem, _, number = path.stem.rpartition("-")
+    return (stem, int(number), path.name) if number.isdigit() else (path.stem, -1, path.name)
+
+
+def _holds_no_journal(path: Path) -> bool:
+    """An SQLite file (or an empty file) without the journal's tables."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(16)
+    except OSError:
+        return False  # let open_reader report it
+    if not head:
+        return True
+    if head != b"SQLite format 3\x00":
+        return False
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False  # let open_reader report it
+    return "events" not in tables
+
+
 def open_journals(paths: Sequence[str | os.PathLike[str]]) -> Journals:
-    """Open every file read-only; ReplayInputError names the first one that cannot be read."""
+    """Open every file read-only (a directory: the journals in it); ReplayInputError names the
+    first one that cannot be read."""
     if not paths:
         raise ReplayInputError("no journal given")
     with ExitStack() as stack:
         readers = []
-        for path in paths:
+        for path in journal_files(paths):
             reader = open_reader(path)
             stack.callback(reader.close)
             readers.append(reader)

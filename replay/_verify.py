@@ -47,7 +47,14 @@ from journal import (
 
 from ._findings import Finding
 from ._grammar import OUTCOMES, Grammar
-from ._source import PROGRESS_EVERY, Progress, ReplayInputError, decode_payload, open_reader
+from ._source import (
+    PROGRESS_EVERY,
+    Progress,
+    ReplayInputError,
+    decode_payload,
+    journal_files,
+    open_reader,
+)
 from ._story import MAX_OPEN_CALLS, is_mutation
 
 __all__ = [
@@ -218,7 +225,7 @@ def verify(
     if not paths:
         raise ReplayInputError("no journal given")
     held = [(str(p), load_checkpoint_file(Path(p))) for p in checkpoints]
-    readers = [open_reader(p) for p in paths]
+    readers = [open_reader(p) for p in journal_files(paths)]
     try:
         findings: list[Finding] = []
         assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(readers))}

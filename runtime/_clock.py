@@ -16,13 +16,22 @@ class Clock:
     def __init__(self) -> None:
         self._last_us = 0
 
-    def now_us(self) -> int:
+    def now_us(self, after_us: int = 0) -> int:
         now = time.time_ns() // 1000
-        self._last_us = max(now, self._last_us + 1)
+        self._last_us = max(now, self._last_us + 1, after_us + 1)
         return self._last_us
 
-    def now(self) -> str:
-        return format_us(self.now_us())
+    def now(self, after: str | None = None) -> str:
+        """A new instant, later than ``after`` (an instant another process may have handed out:
+        several processes can share one database, and within one board instants must still
+        strictly increase)."""
+        return format_us(self.now_us(parse_us(after) if after else 0))
+
+
+def parse_us(instant: str) -> int:
+    """The microseconds since the epoch of an instant made by :func:`format_us`."""
+    moment = datetime.strptime(instant, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
 def format_us(us: int) -> str:

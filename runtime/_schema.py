@@ -154,6 +154,11 @@ def migrate(conn: sqlite3.Connection) -> int:
         )
     for version in range(current + 1, SCHEMA_VERSION + 1):
         conn.execute("BEGIN IMMEDIATE")
+        # Several processes may open one file at once: another may have migrated since we read.
+        done = conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,))
+        if done.fetchone() is not None:
+            conn.execute("ROLLBACK")
+            continue
         try:
             for statement in _statements(MIGRATIONS[version - 1]):
                 conn.execute(statement)

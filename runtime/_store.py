@@ -93,6 +93,15 @@ class Store:
             raise
         self._conn.execute("COMMIT")
 
+    def _now(self, c: sqlite3.Connection, board: Board) -> str:
+        """An instant later than any on the board's tasks, so `updatedAt` stays a sound revision
+        token when several processes share the database (their clocks can hand out one
+        microsecond twice). The caller holds the write lock; the index makes this one seek."""
+        latest = c.execute(
+            "SELECT max(updated_at) FROM tasks WHERE board_id = ?", (board.id,)
+        ).fetchone()[0]
+        return self._clock.now(after=latest)
+
     # --- tokens --------------------------------------------------------------------------
 
     def mint_token(
@@ -310,7 +319,7 @@ class Store:
             board, parent = self._create_locator(c, p, req)
             if req.target is not UNSET:
                 self._check_target(c, p, req.target, board)
-            now = self._clock.now()
+            now = self._now(c, board)
             created = []
             for item in req.tasks:
                 created.append(self._insert_task(c, p, board, parent, item, req, now))
@@ -572,7 +581,7 @@ class Store:
                 )
             changes, changed = self._patch_changes(c, p, board, row, patch, present)
             if changes:
-                now = self._clock.now()
+                now = self._now(c, board)
                 assigns = ", ".join(f"{col} = ?" for col in changes)
                 c.execute(
                     f"UPDATE tasks SET {assigns}, updated_at = ? WHERE id = ?",
@@ -653,7 +662,7 @@ class Store:
         with self._tx() as c:
             board = self._member_board(c, p, req.channel, "$.channel")
             row = self._task(c, board, req.number, "$.number")
-            now = self._clock.now()
+            now = self._now(c, board)
             cur = c.execute(
                 "INSERT INTO checkpoints (task_id, summary, author_id, created_at)"
                 " VALUES (?, ?, ?, ?)",
@@ -694,7 +703,7 @@ class Store:
             unchanged: list[int] = []
             failures: list[dict[str, Any]] = []
             tasks = []
-            now = self._clock.now()
+            now = self._now(c, board)
             for n in req.numbers:
                 row = c.execute(
                     f"SELECT {_TASK_COLUMNS} FROM tasks t WHERE t.board_id = ?"
@@ -784,7 +793,7 @@ class Store:
                     code="subtask_mode_required",
                     candidates=[{"number": n} for _, n in children[:10]],
                 )
-            now = self._clock.now()
+            now = self._now(c, board)
             doomed = [(row[0], row[1], row[2])]
             promoted: list[int] = []
             if children and req.subtask_mode == "delete":
@@ -1108,7 +1117,8 @@ def _json_list(value: Any) -> str:
 
 def connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 5000")
+    # Several processes (every `serve --embedded` session) share one file; writes are short.
+    conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA foreign_keys = ON")
     if path != ":memory:":
         conn.execute("PRAGMA journal_mode = WAL")

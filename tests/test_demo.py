@@ -138,7 +138,7 @@ def test_a_bridge_that_cannot_start_is_one_line_and_exit_2(tmp_path: Path) -> No
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith("agentteam-bridge demo: the bridge did not start: ")
-    assert "cannot open the journal" in line and "Traceback" not in done.stdout
+    assert "cannot create the key directory" in line and "Traceback" not in done.stdout
 
 
 def test_a_step_that_breaks_the_contract_fails_with_what_was_expected(

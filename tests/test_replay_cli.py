@@ -175,7 +175,7 @@ def test_errors_a_person_hits_are_one_line_without_traceback(tmp_path: Path) -> 
     for args, message in [
         ((tmp_path / "missing.db",), "no journal at"),
         ((tmp_path / "notes.txt",), "is not a journal"),
-        ((tmp_path,), "is a directory"),
+        ((tmp_path,), "no journal in the directory"),
     ]:
         done = replay_cli("verify", *args)
         assert done.returncode == 2, done
