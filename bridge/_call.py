@@ -53,7 +53,7 @@ from ._errors import (
     suggest,
 )
 from ._registry import TOOLS, ToolSpec
-from ._render import render
+from ._render import render, render_error
 from ._telemetry import Tracing, client_trace, passthrough_headers
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
 from ._upstream import transport_error as classify_transport
@@ -291,17 +291,18 @@ class Bridge:
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         if not self.journal.healthy:
             result_meta["journal"] = "unavailable"
+        # Never raises: after a 2xx the answer is the outcome, cut to fit if it must be.
         truncated = fit(
-            spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+            spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
         )
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
         )
         return types.CallToolResult(
-            content=[types.TextContent(text=render(spec.name, data, result_meta))],
+            content=[types.TextContent(text=render(spec.name, envelope))],
             structured_content=envelope,
             is_error=False,
-            _meta=_routing_meta(spec, data),
+            _meta=_routing_meta(spec, envelope["data"]),
         )
 
     def _inject(
@@ -569,7 +570,7 @@ def _error_result(error: ToolError, notices: list[dict[str, str]]) -> types.Call
     if notices:
         envelope["meta"] = {"deprecation": {"uses": notices}}
     return types.CallToolResult(
-        content=[types.TextContent(text=_plain(envelope).decode())],
+        content=[types.TextContent(text=render_error(envelope))],
         structured_content=envelope,
         is_error=True,
     )
