@@ -167,6 +167,22 @@ def _cut(
     _mark(tool, meta, paths, page_cut)
 
 
+def keeps_identities(
+    limit: int, envelope: dict[str, Any], list_state: tuple[str | None, int, str] | None = None
+) -> bool:
+    """Whether `envelope` fits `limit` keeping every identity and every entry of its result lists.
+
+    What a budget must allow for the largest result valid inputs can produce (the contract lint
+    checks it): strings and the lists inside items may be cut, and a page may keep one item, but
+    a receipt never loses a task, a number or an identity string.
+    """
+    trial: dict[str, Any] = msgspec.json.decode(_plain({**envelope, "meta": {}}))
+    limit -= _MARKER_RESERVE
+    if list_state is not None and isinstance(trial["data"].get("items"), list):
+        _cut_page(trial, limit, list_state, {})
+    return _Cutter(trial, limit, ("$.data.items",))._fits(_Caps(text=0, inner=0))
+
+
 def _cut_page(
     envelope: dict[str, Any],
     limit: int,
