@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bridge._budget import cut_text, decode_cursor, encode_cursor, fit, list_digest, size
 from bridge._errors import ToolError
@@ -159,3 +161,48 @@ def test_a_floor_over_budget_is_answered_anyway() -> None:
     result: dict[str, Any] = {"data": {"channel": "c" * 100}, "meta": {}}
     assert fit("task_delete", 10, result)  # logged, not raised
     assert result["data"] == {"channel": ""}
+
+
+_texts = st.one_of(
+    st.text(max_size=30),
+    st.builds(
+        lambda ch, n: ch * n, st.sampled_from(["😀", "漢", "é", '"', "\n"]), st.integers(0, 3000)
+    ),
+)
+_tasks = st.builds(
+    lambda n, title, labels: _summary(n, title, labels),
+    st.integers(1, 2**53),
+    _texts,
+    st.lists(_texts, max_size=20),
+)
+_claims = st.fixed_dictionaries(
+    {
+        "channel": _texts,
+        "claimed": st.booleans(),
+        "count": st.integers(0, 10**6),
+        "changed": st.lists(st.integers(1, 2**53), max_size=300),
+        "unchanged": st.lists(st.integers(1, 2**53), max_size=50),
+        "failures": st.lists(
+            st.fixed_dictionaries(
+                {"number": st.integers(1, 99), "code": _texts, "message": _texts}
+            ),
+            max_size=50,
+        ),
+        "tasks": st.lists(_tasks, max_size=60),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_claims, limit=st.integers(2_600, 40_960))
+def test_fit_never_raises_and_keeps_every_property(data: dict[str, Any], limit: int) -> None:
+    original = json.loads(json.dumps(data))
+    envelope: dict[str, Any] = {"data": data, "meta": {}}
+    truncated = fit("task_set_claim", limit, envelope)
+    assert _compact_bytes(envelope) <= limit
+    assert truncated == (_compact_bytes({"data": original, "meta": {}}) > limit)
+    assert set(envelope["data"]) == set(original)
+    for kept, was in zip(envelope["data"]["tasks"], original["tasks"], strict=False):
+        assert set(kept) == set(was)
+        title = kept["title"]
+        assert title == was["title"] or was["title"].startswith(title.removesuffix("…"))
