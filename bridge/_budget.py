@@ -307,7 +307,7 @@ def _collapse(paths: list[str]) -> list[str]:
 
 # What the model can do about a cut, per tool; true for this bridge's seven tools.
 _REST = {
-    "task_list": "task_get reads one task with a larger budget.",
+    "task_list": "task_get reads a task by channel and number, with its own budget.",
     "task_get": (
         "No tool returns the cut parts of this task in full; `total` counts the checkpoints and "
         "subtasks that exist."
@@ -322,7 +322,7 @@ _RECEIPT_REST = (
 def _mark(tool: str, meta: dict[str, Any], paths: list[str], page_cut: bool) -> None:
     fields = _collapse(paths)
     meta["truncated_fields"] = fields
-    notes = ["Cut to fit the result budget: strings that end with … and shortened lists."]
+    notes = ["Cut to fit the result budget (truncated_fields; a cut string ends with …)."]
     if page_cut:
         notes.append("The page ends early: pass meta.next_cursor as `cursor` for the rest.")
     if any(p != "$.data.items" for p in fields) or not page_cut:
