@@ -135,6 +135,8 @@ def fit(
     for _ in range(4):  # the markers are sized after the cut: reserve room, widen if short
         envelope.clear()
         envelope.update({**original, "meta": dict(original["meta"])})
+        if isinstance(original.get("data"), dict):  # a page cut replaces `items` in its copy
+            envelope["data"] = dict(original["data"])
         _cut(tool, limit - reserve, envelope, list_state, list_arguments or {})
         over = size(envelope) - limit
         if over <= 0:
