@@ -208,8 +208,12 @@ def _plausible(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments["query"] = arguments.get("query") or "😀"
     if tool == "task_list":
         arguments.pop("cursor", None)
-    if tool in ("task_delete", "task_update") and arguments["number"] == RICH:
+    if tool == "task_delete" and arguments["number"] <= RICH:
+        arguments["number"] += RICH  # delete what the run created; keep the seeded tasks
+    if tool == "task_update" and arguments["number"] == RICH:
         arguments["number"] = RICH + 1  # keep the task at every maximum as it is
+    if tool == "task_set_claim" and len(arguments["numbers"]) > 1:
+        arguments["numbers"] = list(range(1, RICH))  # the seeded 200-emoji titles: a cut receipt
     if tool == "task_update":
         arguments.pop("expected_updated_at", None)
         arguments["patch"].pop("parent", None)
