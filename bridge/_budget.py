@@ -1,28 +1,69 @@
-"""Result budgets (contract section 8.3): bound after normalization, truncate explicitly.
+"""Result budgets (contract section 8.3): bound after normalization, truncate by field, never fail.
 
-A result that fits its class's byte budget is returned whole. One that does not is cut where a
-continuation exists and marked `meta.truncated`: a list keeps the items that fit and answers a
-bridge cursor that resumes exactly after the last item kept; a receipt keeps task identities; a
-detail drops its largest sections. A truncated result never looks complete.
+A budget is UTF-8 bytes of the final compact JSON of `structuredContent`. A result that fits is
+returned whole. One that does not is cut in this order, each step only as far as needed:
+
+1. a `task_list` page keeps the items that fit (at least one) and answers a bridge cursor that
+   resumes exactly after the last item kept (`meta.next_cursor`, `meta.continuation`);
+2. long strings are cut to a common byte cap, longest first, on a character boundary, and end
+   with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
+3. lists inside items (labels, checklist, urls, checkpoints...) keep their first entries; then
+   the lists of results themselves (tasks, numbers, failures), only for answers no valid upstream
+   can produce;
+4. last, identity strings (channel, status, timestamps) are cut as well.
+
+Every cut keeps each required property (strings and lists only get shorter), so a truncated
+result is valid against the tool's outputSchema. `meta.truncated_fields` names the JSON paths cut
+(indexes collapse to `[*]` when many), and `meta.truncation_note` says truthfully how to get the
+rest or that no tool can. `fit` has no failure path: after a successful upstream operation the
+answer is never an error because of its size (a committed receipt shrinks to its identities).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable
-from typing import Any
+import logging
+import re
+from collections.abc import Collection
+from typing import Any, NamedTuple
 
 import msgspec
 
 from ._errors import ToolError
 
+log = logging.getLogger("agentteam.bridge")
 _encode = msgspec.json.Encoder(order="sorted").encode
 _plain = msgspec.json.Encoder().encode
 CURSOR_PREFIX = "bt1."
-# Dropped in this order until a detail fits; nested sections keep their `total`.
-_DETAIL_SECTIONS = ("checklist", "urls", "attachments", "checkpoints", "subtasks")
-_RECEIPT_MESSAGE_CHARS = 120
+ELLIPSIS = "…"
+_ELLIPSIS_BYTES = len(ELLIPSIS.encode())
+# Budget for an error envelope (messages and candidates are bounded by the same rules).
+ERROR_BUDGET_BYTES = 16 * 1024
+# Strings that identify or classify rather than describe: cut only as the very last resort.
+_IDENTITY_KEYS = frozenset(
+    {
+        "channel",
+        "number",
+        "scope_id",
+        "status",
+        "priority",
+        "assignee",
+        "creator",
+        "author",
+        "holder",
+        "updated_at",
+        "created_at",
+        "id",
+        "code",
+        "tool",
+        "next_cursor",
+    }
+)
+_MAX_PATHS = 16
+# Room kept for `truncated_fields` and `truncation_note` while cutting (widened when short).
+_MARKER_RESERVE = 2048
+_INDEX = re.compile(r"\[\d+\]")
 
 
 def list_digest(arguments: dict[str, Any]) -> str:
@@ -57,8 +98,24 @@ def decode_cursor(cursor: str, digest: str) -> tuple[str | None, int]:
     return upstream, max(0, skip)
 
 
+def size(envelope: dict[str, Any]) -> int:
+    """Bytes of the envelope's compact JSON: what every budget counts."""
+    return len(_plain(envelope))
+
+
+def cut_text(text: str, max_bytes: int) -> str:
+    """`text` in at most `max_bytes` UTF-8 bytes, on a character boundary, ending with "…"."""
+    raw = text.encode()
+    if len(raw) <= max_bytes:
+        return text
+    keep = max(0, max_bytes - _ELLIPSIS_BYTES)
+    # A prefix of valid UTF-8 can only end in a partial sequence, which "ignore" drops.
+    head = raw[:keep].decode(errors="ignore")
+    return head + ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
+
+
 def fit(
-    budget: str,
+    tool: str,
     limit: int,
     envelope: dict[str, Any],
     *,
@@ -68,66 +125,208 @@ def fit(
     """Bound the envelope to `limit` bytes of compact JSON in place; True when truncated.
 
     `list_state` is the (upstream cursor of this page, items skipped, digest) needed to continue
-    a cut list, and `list_arguments` the call's arguments, repeated in `meta.continuation`.
+    a cut `task_list` page, and `list_arguments` the call's arguments, repeated in
+    `meta.continuation`. Never raises: at worst it logs that the floor is over the budget.
     """
-    if len(_plain(envelope)) <= limit:
+    if size(envelope) <= limit:
         return False
-    data = envelope["data"]
-    meta = envelope.setdefault("meta", {})
-    meta["truncated"] = True
-    if budget == "collection" and list_state is not None:
-        items = data["items"]
-        upstream, skipped, digest = list_state
-
-        def page(keep: int) -> dict[str, Any]:
-            cursor = encode_cursor(upstream, skipped + keep, digest)
-            continuation = {
-                "tool": "task_list",
-                "arguments": {**(list_arguments or {}), "cursor": cursor},
-            }
-            return {
-                **envelope,
-                "data": {**data, "items": items[:keep]},
-                "meta": {**meta, "next_cursor": cursor, "continuation": continuation},
-            }
-
-        cut = page(_largest_prefix(len(items), page, limit))
-        data["items"] = cut["data"]["items"]
-        meta.update(cut["meta"])
-    elif budget == "receipt" and isinstance(data.get("tasks"), list):
-        data["tasks"] = [
-            {k: t[k] for k in ("channel", "number", "scope_id", "title") if k in t}
-            for t in data["tasks"]
-        ]
-        for failure in data.get("failures", []):
-            failure["message"] = failure["message"][:_RECEIPT_MESSAGE_CHARS]
-    elif budget == "detail" and isinstance(data.get("task"), dict):
-        task = data["task"]
-        meta["truncated_fields"] = []
-        for section in _DETAIL_SECTIONS:
-            value = task.get(section)
-            if isinstance(value, dict) and value.get("items"):
-                value["items"] = []
-            elif isinstance(value, list) and value:
-                task[section] = []
-            else:
-                continue
-            meta["truncated_fields"].append(section)
-            if len(_plain(envelope)) <= limit:
-                break
-    if len(_plain(envelope)) > limit:
-        raise ToolError(
-            "upstream_malformed", "The Task service answered with a result too large to return."
-        )
+    original = {**envelope, "meta": dict(envelope.get("meta") or {})}
+    reserve = _MARKER_RESERVE
+    for _ in range(4):  # the markers are sized after the cut: reserve room, widen if short
+        envelope.clear()
+        envelope.update({**original, "meta": dict(original["meta"])})
+        if isinstance(original.get("data"), dict):  # a page cut replaces `items` in its copy
+            envelope["data"] = dict(original["data"])
+        _cut(tool, limit - reserve, envelope, list_state, list_arguments or {})
+        over = size(envelope) - limit
+        if over <= 0:
+            return True
+        reserve += over
+    log.warning("%s result is %d bytes after truncation (budget %d)", tool, size(envelope), limit)
     return True
 
 
-def _largest_prefix(count: int, build: Callable[[int], dict[str, Any]], limit: int) -> int:
-    low, high = 0, count
-    while low < high:  # the largest k whose envelope fits
+def _cut(
+    tool: str,
+    limit: int,
+    envelope: dict[str, Any],
+    list_state: tuple[str | None, int, str] | None,
+    arguments: dict[str, Any],
+) -> None:
+    data = envelope.get("data")
+    meta = envelope["meta"]
+    meta["truncated"] = True
+    paths: list[str] = []
+    page_cut = False
+    if isinstance(data, dict):
+        if list_state is not None and isinstance(data.get("items"), list):
+            page_cut = _cut_page(envelope, limit, list_state, arguments)
+            if page_cut:
+                paths.append("$.data.items")
+        # A cut page's cursor counts its items: they are never shortened after it.
+        protected = ("$.data.items",) if list_state is not None else ()
+        paths += _Cutter(envelope, limit, protected).run()
+    _mark(tool, meta, paths, page_cut)
+
+
+def keeps_identities(
+    limit: int, envelope: dict[str, Any], list_state: tuple[str | None, int, str] | None = None
+) -> bool:
+    """Whether `envelope` fits `limit` keeping every identity and every entry of its result lists.
+
+    What a budget must allow for the largest result valid inputs can produce (the contract lint
+    checks it): strings and the lists inside items may be cut, and a page may keep one item, but
+    a receipt never loses a task, a number or an identity string.
+    """
+    trial: dict[str, Any] = msgspec.json.decode(_plain({**envelope, "meta": {}}))
+    limit -= _MARKER_RESERVE
+    if list_state is not None and isinstance(trial["data"].get("items"), list):
+        _cut_page(trial, limit, list_state, {})
+    return _Cutter(trial, limit, ("$.data.items",))._fits(_Caps(text=0, inner=0))
+
+
+def _cut_page(
+    envelope: dict[str, Any],
+    limit: int,
+    list_state: tuple[str | None, int, str],
+    arguments: dict[str, Any],
+) -> bool:
+    """Keep the page's first items that fit (at least one); True when items were dropped."""
+    data, meta = envelope["data"], envelope["meta"]
+    items: list[Any] = data["items"]
+    upstream, skipped, digest = list_state
+
+    def page(keep: int) -> dict[str, Any]:
+        cursor = encode_cursor(upstream, skipped + keep, digest)
+        continuation = {"tool": "task_list", "arguments": {**arguments, "cursor": cursor}}
+        return {
+            **envelope,
+            "data": {**data, "items": items[:keep]},
+            "meta": {**meta, "next_cursor": cursor, "continuation": continuation},
+        }
+
+    low, high = min(1, len(items)), len(items)
+    while low < high:  # the largest k whose page fits, never fewer than one item
         mid = (low + high + 1) // 2
-        if len(_plain(build(mid))) <= limit:
+        if size(page(mid)) <= limit:
             low = mid
         else:
             high = mid - 1
-    return low
+    if low == len(items):
+        return False
+    cut = page(low)
+    data["items"] = cut["data"]["items"]
+    meta.update(cut["meta"])
+    return True
+
+
+class _Caps(NamedTuple):
+    """Largest size each kind of value may keep; None leaves it whole."""
+
+    text: int | None = None  # bytes of a descriptive string
+    inner: int | None = None  # items of a list inside a result (labels, checklist...)
+    result: int | None = None  # items of a result list (tasks, numbers, failures)
+    identity: int | None = None  # bytes of an identity string (channel, status, timestamps)
+
+
+class _Cutter:
+    """Builds cut copies of the envelope's `data` from the original, so every cap is searchable."""
+
+    def __init__(
+        self, envelope: dict[str, Any], limit: int, protected: Collection[str] = ()
+    ) -> None:
+        self.envelope = envelope
+        self.limit = limit
+        self.protected = protected
+        self.original = envelope["data"]
+        self.paths: list[str] = []
+        # No string is longer, and no list has more items, than the data has bytes.
+        self.ceiling = size(self.original)
+
+    def run(self) -> list[str]:
+        """Apply the smallest cut that fits (or the floor), and return the paths it cut."""
+        floor = _Caps(0, 0, 0, 0)
+        stages = ("text", "inner", "result", "identity")
+        caps = _Caps()
+        for i in range(len(stages)):
+            at_floor = caps._replace(**dict.fromkeys(stages[: i + 1], 0))
+            if not self._fits(at_floor):
+                caps = at_floor
+                continue
+            # This stage is enough: open its cap as far as fits, then the cheaper stages' caps.
+            for name in reversed(stages[: i + 1]):
+                caps = self._widest(caps, name)
+            break
+        else:
+            caps = floor
+        self._apply(caps)
+        return self.paths
+
+    def _widest(self, caps: _Caps, name: str) -> _Caps:
+        low, high = 0, self.ceiling  # `low` always fits
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self._fits(caps._replace(**{name: mid})):
+                low = mid
+            else:
+                high = mid - 1
+        return caps._replace(**{name: low})
+
+    def _fits(self, caps: _Caps) -> bool:
+        self._apply(caps)
+        return size(self.envelope) <= self.limit
+
+    def _apply(self, caps: _Caps) -> None:
+        self.paths = []
+        self.envelope["data"] = self._cut(self.original, "$.data", None, caps)
+
+    def _cut(self, value: Any, path: str, name: str | None, caps: _Caps) -> Any:
+        if isinstance(value, str):
+            cap = caps.identity if name in _IDENTITY_KEYS else caps.text
+            if cap is None:
+                return value
+            cut = cut_text(value, cap)
+            if cut is not value:
+                self.paths.append(path)
+            return cut
+        if isinstance(value, dict):
+            return {k: self._cut(v, f"{path}.{k}", k, caps) for k, v in value.items()}
+        if isinstance(value, list):
+            # A list directly under `data` is the result itself (tasks, numbers, failures).
+            cap = caps.result if path.count(".") == 2 and "[" not in path else caps.inner
+            if cap is not None and len(value) > cap and path not in self.protected:
+                self.paths.append(path)
+                value = value[:cap]
+            return [self._cut(v, f"{path}[{i}]", name, caps) for i, v in enumerate(value)]
+        return value
+
+
+def _collapse(paths: list[str]) -> list[str]:
+    if len(paths) <= _MAX_PATHS:
+        return paths
+    return list(dict.fromkeys(_INDEX.sub("[*]", p) for p in paths))
+
+
+# What the model can do about a cut, per tool; true for this bridge's seven tools.
+_REST = {
+    "task_list": "task_get reads a task by channel and number, with its own budget.",
+    "task_get": (
+        "No tool returns the cut parts of this task in full; `total` counts the checkpoints and "
+        "subtasks that exist."
+    ),
+}
+_RECEIPT_REST = (
+    "The operation was applied; only this receipt was shortened. task_get reads a task by "
+    "channel and number."
+)
+
+
+def _mark(tool: str, meta: dict[str, Any], paths: list[str], page_cut: bool) -> None:
+    fields = _collapse(paths)
+    meta["truncated_fields"] = fields
+    notes = ["Cut to fit the result budget (truncated_fields; a cut string ends with …)."]
+    if page_cut:
+        notes.append("The page ends early: pass meta.next_cursor as `cursor` for the rest.")
+    if any(p != "$.data.items" for p in fields) or not page_cut:
+        notes.append(_REST.get(tool, _RECEIPT_REST))
+    meta["truncation_note"] = " ".join(notes)

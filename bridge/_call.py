@@ -57,7 +57,7 @@ from ._errors import (
     suggest,
 )
 from ._registry import TOOLS, ToolSpec
-from ._render import render
+from ._render import render, render_error
 from ._telemetry import Tracing, client_trace, passthrough_headers
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
 from ._upstream import transport_error as classify_transport
@@ -346,26 +346,25 @@ class Bridge:
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
+        # Never raises: after a 2xx the answer is the outcome, cut to fit if it must be.
         truncated = fit(
-            spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+            spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
         )
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
         )
-        text = render(spec.name, data, result_meta)
+        text = render(spec.name, envelope)
         note = call.journal_note()
         if note is not None:
             # The effect happened, so the answer is the result; but never a plain success.
-            result_meta["journal"] = note
-            fit(
-                spec.budget, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
-            )
-            text = render(spec.name, data, result_meta) + "\n" + _unrecorded_line(note)
+            envelope.setdefault("meta", {})["journal"] = note
+            fit(spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
+            text = render(spec.name, envelope) + "\n" + _unrecorded_line(note)
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
             structured_content=envelope,
             is_error=False,
-            _meta=_routing_meta(spec, data),
+            _meta=_routing_meta(spec, envelope["data"]),
         )
 
     def _inject(
@@ -710,7 +709,7 @@ def _error_result(
     if note is not None:
         envelope.setdefault("meta", {})["journal"] = note
     return types.CallToolResult(
-        content=[types.TextContent(text=_plain(envelope).decode())],
+        content=[types.TextContent(text=render_error(envelope))],
         structured_content=envelope,
         is_error=True,
     )

@@ -153,7 +153,11 @@ class JournalNote(_Out, frozen=True):
 class Meta(_Out, frozen=True):
     next_cursor: str | UnsetType = UNSET
     truncated: bool | UnsetType = UNSET
+    # JSON paths cut to fit the budget (`[*]`: one or more elements there); every required
+    # property stays, only strings and lists get shorter.
     truncated_fields: list[str] | UnsetType = UNSET
+    # How to get the cut parts, or that no tool can.
+    truncation_note: str | UnsetType = UNSET
     continuation: SuggestedAction | UnsetType = UNSET
     deprecation: dict[str, Any] | UnsetType = UNSET
     journal: JournalNote | UnsetType = UNSET

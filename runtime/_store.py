@@ -282,7 +282,7 @@ class Store:
         )
         body, _, mac = cursor.partition(".")
         good = hmac.new(self._cursor_secret, body.encode(), hashlib.sha256).hexdigest()[:16]
-        if not hmac.compare_digest(mac, good):
+        if not hmac.compare_digest(mac.encode(), good.encode()):  # str: ASCII only
             raise invalid
         try:
             decoded = _json_decode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .bridge_harness import BridgeSession
 
 CANONICAL = [
@@ -41,7 +43,9 @@ async def test_create_list_get(bridge: BridgeSession) -> None:
     assert result.meta == {
         "agentteam/task": {"channel": "general", "number": 1, "scope_id": task["scope_id"]}
     }
-    assert "#general/1 write docs [todo]" in result.content[0].text  # type: ignore[union-attr]
+    line, json_text = result.content[0].text.split("\n", 1)  # type: ignore[union-attr]
+    assert line.startswith("Task #general/1 [todo]")
+    assert json.loads(json_text) == result.structured_content
 
 
 async def test_subtasks_by_parent_and_by_scope(bridge: BridgeSession) -> None:

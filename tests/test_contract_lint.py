@@ -86,7 +86,7 @@ BROKEN: list[tuple[str, Surface]] = [
     ("owner_and_exposure", _meta("task_get", exposure=None)),
     ("visible_references", replace(REAL, instructions=REAL.instructions + " See task_search.")),
     ("visible_references", REAL.with_tool("task_get", description="Prefer task_lookup.")),
-    ("result_budgets", replace(REAL, budgets={**REAL.budgets, "detail": 4096})),
+    ("result_budgets", replace(REAL, budgets={**REAL.budgets, "detail": 1024})),
     (
         "result_budgets",
         REAL.with_tool(

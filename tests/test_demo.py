@@ -22,7 +22,7 @@ KEY_LINES = [
     "ok seven canonical tools",
     "error stale_update",
     "ok sees the teammate's edit",
-    "Reused 1 task(s):",
+    "Reused 1 task(s) on #general: 6.",
     "ok reused: true, the same #6; 6 tasks before and after",
     "error deprecated_tool",
     "ok 6 tasks, subtasks included",

@@ -17,10 +17,9 @@ from typing import Any
 
 import msgspec
 
-from bridge._budget import fit
+from bridge._budget import keeps_identities
 from bridge._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS, ArgumentAlias, ToolMigration
 from bridge._context import is_hidden_name
-from bridge._errors import ToolError
 from bridge._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, describe
 
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -330,15 +329,13 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             yield Violation("result_budgets", t.name, "budget_class", f"unknown class {budget}")
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
-        envelope = {"data": data, "meta": {}}
         state = (None, 0, "digest") if budget == "collection" else None
-        try:
-            fit(budget, limit, envelope, list_state=state, list_arguments={})
-        except ToolError:
-            yield Violation("result_budgets", t.name, "", f"worst case cannot fit {limit} bytes")
-            continue
-        if budget == "collection" and not envelope["data"]["items"]:
-            yield Violation("result_budgets", t.name, "", "not even one worst-case item fits")
+        # Only a collection has a continuation for the items it leaves out.
+        if "items" in data and budget != "collection":
+            yield Violation("result_budgets", t.name, "", "a page needs the collection budget")
+        if not keeps_identities(limit, {"data": data}, state):
+            reason = f"worst case cannot keep its identities in {limit} bytes"
+            yield Violation("result_budgets", t.name, "", reason)
 
 
 def rule_migrations(s: Surface) -> Iterator[Violation]:
