@@ -100,3 +100,19 @@ def error_of(result: types.CallToolResult) -> dict[str, Any]:
     assert result.is_error and result.structured_content is not None
     error: dict[str, Any] = result.structured_content["error"]
     return error
+
+
+# A task as the upstream DTO shapes it (camelCase), for scripted transports.
+TASK = {
+    "channel": "general",
+    "number": 1,
+    "scopeId": "tsk_1",
+    "title": "t",
+    "status": "todo",
+    "priority": None,
+    "assignee": None,
+    "labels": [],
+    "parent": None,
+    "subtaskCount": 0,
+    "updatedAt": "2026-12-02T00:00:00.000000Z",
+}

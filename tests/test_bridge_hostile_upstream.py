@@ -15,21 +15,8 @@ import trio
 
 from bridge._budget import encode_cursor, list_digest
 
-from .bridge_inprocess import error_of, inprocess_bridge, kinds_of, verified
+from .bridge_inprocess import TASK, error_of, inprocess_bridge, kinds_of, verified
 
-TASK = {
-    "channel": "general",
-    "number": 1,
-    "scopeId": "tsk_1",
-    "title": "t",
-    "status": "todo",
-    "priority": None,
-    "assignee": None,
-    "labels": [],
-    "parent": None,
-    "subtaskCount": 0,
-    "updatedAt": "2026-12-02T00:00:00.000000Z",
-}
 READ = ("task_list", {"channel": "general"})
 WRITE = ("task_create", {"channel": "general", "tasks": [{"title": "x"}]})
 
