@@ -66,6 +66,17 @@ class NewTask(_Dto, frozen=True):
     blocker: Text | UnsetType = UNSET
 
 
+# A new task's defaults a caller can spell out; each means the same as the field left out, so
+# the create payload is canonicalised without them (contract 13.2's "canonical create payload").
+NEW_TASK_DEFAULTS: dict[str, object] = {
+    "description": "",
+    "labels": [],
+    "status": "todo",
+    "checklist": [],
+    "urls": [],
+}
+
+
 class CreateRequest(_Dto, frozen=True):
     tasks: Annotated[list[NewTask], Meta(max_length=MAX_BATCH)]
     channel: Slug | UnsetType = UNSET

@@ -300,6 +300,8 @@ class Store:
     # --- create --------------------------------------------------------------------------
 
     def create_tasks(self, p: Principal, req: dto.CreateRequest) -> dict[str, Any]:
+        # Everything below reads the canonical request: a default written out is a default.
+        req = _fold_create_defaults(req)
         key = self._validate_create(req)
         digest = _payload_digest(req)
         with self._tx() as c:
@@ -1077,7 +1079,21 @@ def _fts_query(text: str) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
 
 
+def _fold_create_defaults(req: dto.CreateRequest) -> dto.CreateRequest:
+    """The request with every new task's spelled-out defaults left out (one canonical form)."""
+    tasks = []
+    for item in req.tasks:
+        folded = {
+            name: UNSET
+            for name, default in dto.NEW_TASK_DEFAULTS.items()
+            if getattr(item, name) == default
+        }
+        tasks.append(msgspec.structs.replace(item, **folded) if folded else item)
+    return msgspec.structs.replace(req, tasks=tasks)
+
+
 def _payload_digest(req: dto.CreateRequest) -> str:
+    """The receipt digest over the canonical create payload (defaults folded by the caller)."""
     canonical = {
         "channel": req.channel,
         "parent": req.parent,
