@@ -141,11 +141,7 @@ def _concrete(node: msgspec.inspect.Type) -> msgspec.inspect.Type:
         if isinstance(node, msgspec.inspect.Metadata):
             node = node.type
         elif isinstance(node, msgspec.inspect.UnionType):
-            inner = [
-                t
-                for t in node.types
-                if not isinstance(t, msgspec.inspect.NoneType)
-            ]
+            inner = [t for t in node.types if not isinstance(t, msgspec.inspect.NoneType)]
             if len(inner) != 1:
                 return node
             node = inner[0]
