@@ -55,6 +55,13 @@ MemberRef = Annotated[
 ]
 Label = Annotated[str, Meta(min_length=1, max_length=50)]
 Url = Annotated[str, Meta(pattern=r"^https?://\S{1,2040}$")]
+THREAD_PATTERN = r"^#[a-z0-9][a-z0-9_-]*(:[A-Za-z0-9_.-]{1,64})?$"
+MessageRef = Annotated[
+    str, Meta(max_length=200, pattern=r"^#[a-z0-9][a-z0-9_-]*:[A-Za-z0-9_.-]{1,64}$")
+]
+WorkLocation = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")]
+MAX_MESSAGES = 20
+MAX_WORKSPACES = 10
 ShortText = Annotated[str, Meta(min_length=1, max_length=500)]
 
 
@@ -269,7 +276,7 @@ class TaskCreateInput(_Input, frozen=True):
             Meta(
                 min_length=2,
                 max_length=200,
-                pattern=r"^#[a-z0-9][a-z0-9_-]*(:[A-Za-z0-9_.-]{1,64})?$",
+                pattern=THREAD_PATTERN,
                 description="Source thread the task comes from, `#channel` or `#channel:threadid`, on the same board. Default: none.",
             ),
         ]
@@ -335,6 +342,35 @@ class Patch(_Input, frozen=True):
             Number | None,
             Meta(
                 description="Move under this task number on the same board; null makes it top-level."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    thread: (
+        Annotated[
+            Annotated[str, Meta(min_length=2, max_length=200, pattern=THREAD_PATTERN)] | None,
+            Meta(
+                description="Source thread the task is attributed to, `#channel` or `#channel:threadid` on the task's board (what `target` sets at creation); null detaches."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    messages: (
+        Annotated[
+            list[MessageRef],
+            Meta(
+                max_length=MAX_MESSAGES,
+                description="Replaces the linked chat messages (decisions, evidence), each `#channel:messageid` on a board you belong to; up to 20, `[]` clears.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    workspaces: (
+        Annotated[
+            list[WorkLocation],
+            Meta(
+                max_length=MAX_WORKSPACES,
+                description="Replaces the work locations (repository, branch or directory, e.g. `github.com/acme/api@fix-login`), 1-200 characters each; up to 10, `[]` clears. Not the AgentTeam workspace.",
             ),
         ]
         | UnsetType

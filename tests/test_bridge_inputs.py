@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from bridge._compat import translate_arguments
 from bridge._errors import ToolError
 from bridge._registry import REGISTRY, TOOLS
 from bridge._validate import canonical_arguments, validate
@@ -184,3 +185,55 @@ async def test_a_refused_status_names_the_lifecycle_through_the_bridge(
     }
     assert error["retryable"] is False
     assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 0
+
+
+# --- task_update's thread, messages and workspaces --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"thread": "#general"},
+        {"thread": "#general:th_1"},
+        {"thread": None},
+        {"messages": []},
+        {"messages": [f"#general:m{i}" for i in range(20)]},
+        {"workspaces": []},
+        {"workspaces": ["😀" * 200] * 10},
+        {"workspaces": ["~/src/api", "github.com/acme/api@fix-login"]},
+    ],
+)
+def test_patch_links_within_bounds_are_accepted(patch: dict[str, Any]) -> None:
+    value = validate(TOOLS["task_update"].input_type, {**LOCATOR, "patch": patch})
+    assert canonical_arguments(value)["patch"] == patch
+
+
+@pytest.mark.parametrize(
+    ("patch", "path"),
+    [
+        ({"thread": "general"}, "$.patch.thread"),
+        ({"thread": "#"}, "$.patch.thread"),
+        ({"messages": None}, "$.patch.messages"),
+        ({"messages": ["#general"]}, "$.patch.messages[0]"),
+        ({"messages": [f"#general:m{i}" for i in range(21)]}, "$.patch.messages"),
+        ({"workspaces": None}, "$.patch.workspaces"),
+        ({"workspaces": [""]}, "$.patch.workspaces[0]"),
+        ({"workspaces": ["😀" * 201]}, "$.patch.workspaces[0]"),
+        ({"workspaces": ["a\nb"]}, "$.patch.workspaces[0]"),
+        ({"workspaces": ["w "]}, "$.patch.workspaces[0]"),
+        ({"workspaces": ["w"] * 11}, "$.patch.workspaces"),
+    ],
+)
+def test_patch_links_out_of_bounds_are_refused(patch: dict[str, Any], path: str) -> None:
+    with pytest.raises(ToolError) as refused:
+        validate(TOOLS["task_update"].input_type, {**LOCATOR, "patch": patch})
+    assert refused.value.field_errors is not None and path in refused.value.field_errors
+
+
+@pytest.mark.parametrize("name", ["thread", "messages", "workspaces"])
+def test_the_new_patch_fields_have_no_old_flat_spelling(name: str) -> None:
+    translated, uses = translate_arguments("task_update", {**LOCATOR, name: []})
+    assert uses == []
+    with pytest.raises(ToolError) as refused:
+        validate(TOOLS["task_update"].input_type, translated)
+    assert refused.value.field_errors == {f"$.{name}": "unknown field"}
