@@ -26,7 +26,7 @@ Sort = Literal["number", "updated", "priority", "relevance"]
 SubtaskMode = Literal["promote", "delete"]
 # Contract 4.4: what an unknown or future enum value does. Input enums are closed: a value this
 # bridge does not know is refused, never guessed at, and the error lists the accepted values.
-UNKNOWN_ENUM = "An unknown value is refused with the accepted values listed."
+UNKNOWN_ENUM = "An unknown value is refused."
 
 Channel = Annotated[
     str,
@@ -360,7 +360,7 @@ class Patch(_Input, frozen=True):
             list[MessageRef],
             Meta(
                 max_length=MAX_MESSAGES,
-                description="Replaces the linked chat messages (decisions, evidence), each `#channel:messageid` on a board you belong to; up to 20, `[]` clears.",
+                description="Replaces the linked chat messages (decisions, evidence), each `#channel:messageid` on a board you belong to; `[]` clears.",
             ),
         ]
         | UnsetType
@@ -370,7 +370,7 @@ class Patch(_Input, frozen=True):
             list[WorkLocation],
             Meta(
                 max_length=MAX_WORKSPACES,
-                description="Replaces the work locations (repository, branch or directory, e.g. `github.com/acme/api@fix-login`), 1-200 characters each; up to 10, `[]` clears. Not the AgentTeam workspace.",
+                description="Replaces the work locations (repository, branch or directory, e.g. `github.com/acme/api@fix-login`); `[]` clears. Not the AgentTeam workspace.",
             ),
         ]
         | UnsetType
