@@ -378,6 +378,7 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
         envelope = {"data": data, "meta": {}}
+        before = identities(budget, data)
         state = (None, 0, "digest") if budget == "collection" else None
         try:
             fit(budget, limit, envelope, list_state=state, list_arguments={})
@@ -391,6 +392,45 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             )
         if budget == "collection" and not envelope["data"]["items"]:
             yield Violation("result_budgets", t.name, "", "not even one worst-case item fits")
+        lost = sorted(set(before) - set(identities(budget, envelope["data"])))
+        if lost:
+            yield Violation(
+                "result_budgets",
+                t.name,
+                lost[0][0],
+                f"cuts {len(lost)} identities (channel, numbers)",
+            )
+
+
+_IDENTITY_LISTS = frozenset({"changed", "unchanged", "deleted", "promoted"})
+
+
+def identities(budget: str, data: Any) -> list[tuple[str, Any]]:
+    """What a cut result must keep: a receipt's channel and every task number it reports (a
+    committed mutation is answered by its identities at least), a detail's channel and number."""
+    if budget == "detail" and isinstance(data, dict) and isinstance(data.get("task"), dict):
+        task = data["task"]
+        return [(f"$.data.task.{k}", task.get(k)) for k in ("channel", "number")]
+    if budget != "receipt":
+        return []
+    found: list[tuple[str, Any]] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{path}.{key}"
+                if key in ("channel", "number"):
+                    found.append((here, value))
+                elif key in _IDENTITY_LISTS and isinstance(value, list):
+                    found.extend((f"{here}[{i}]", n) for i, n in enumerate(value))
+                elif key != "meta":
+                    walk(value, here)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{path}[{i}]")
+
+    walk(data, "$.data")
+    return found
 
 
 def rule_definition_budgets(s: Surface) -> Iterator[Violation]:
