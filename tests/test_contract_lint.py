@@ -220,6 +220,19 @@ BROKEN: list[tuple[str, Surface]] = [
         _schema("task_get", _prop("verbose", {"type": "boolean", "description": "Say more."})),
     ),
     ("documented_defaults", _schema("task_get", _prop("detail", {"enum": ["a", "b"]}))),
+    (
+        "documented_defaults",
+        _schema(
+            "task_update",
+            lambda s: s["properties"]["patch"]["properties"]["status"].__setitem__(
+                "description", "New status. Default: unchanged."
+            ),
+        ),
+    ),
+    (
+        "profile_fields",
+        _schema("task_update", lambda s: s["properties"]["patch"]["properties"].pop("messages")),
+    ),
 ]
 
 

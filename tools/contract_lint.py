@@ -64,6 +64,25 @@ DEFINITION_BUDGET_BYTES = {
 PAGINATION_FORBIDDEN = frozenset(
     {"page", "page_number", "offset", "has_more", "nextCursor", "next_page", "page_size", "hasMore"}
 )
+# Contract 13.2's stable profile fields of task_update (option refs: labels and priority).
+PROFILE_FIELDS = frozenset(
+    {
+        "title",
+        "description",
+        "labels",
+        "priority",
+        "assignee",
+        "checklist",
+        "messages",
+        "urls",
+        "workspaces",
+        "attachments",
+        "blocker",
+        "thread",
+        "parent",
+        "status",
+    }
+)
 # Declared idempotency kinds (`ToolSpec.idempotency`, before the colon) that repeat harmlessly.
 IDEMPOTENT_KINDS = frozenset({"natural", "desired_state"})
 NEGATIVE_BOOL = re.compile(r"^(no|not|disable|disabled|skip|without)_")
@@ -513,8 +532,21 @@ def rule_field_forms(s: Surface) -> Iterator[Violation]:
                 yield Violation("field_forms", t.name, path, "name the true state")
 
 
+def rule_profile_fields(s: Surface) -> Iterator[Violation]:
+    """13.2: task_update's patch carries every stable profile field the contract names."""
+    names = {t.name for t in s.tools}
+    if "task_update" not in names:
+        return
+    patch = s.tool("task_update").input_schema.get("properties", {}).get("patch", {})
+    for name in PROFILE_FIELDS - set(patch.get("properties", {})):
+        yield Violation(
+            "profile_fields", "task_update", f"$.patch.{name}", "missing from the patch"
+        )
+
+
 def rule_documented_defaults(s: Surface) -> Iterator[Violation]:
-    """Every optional root field and every enum states its meaning and default."""
+    """Every optional root field states its default; every enum, at any depth, its default and
+    what an unknown or future value does (contract 4.2 and 4.4)."""
     for t in s.tools:
         root = t.input_schema
         required = set(root.get("required", []))
@@ -524,6 +556,16 @@ def rule_documented_defaults(s: Surface) -> Iterator[Violation]:
                 yield Violation("documented_defaults", t.name, f"$.{name}", "no description")
             elif name not in required and "default" not in text.lower():
                 yield Violation("documented_defaults", t.name, f"$.{name}", "states no default")
+        for path, _, prop in walk_properties(root):
+            if not any("enum" in b for b in [prop, *prop.get("anyOf", [])]):
+                continue
+            text = str(prop.get("description", "")).lower()
+            if "default" not in text and "required" not in text:
+                yield Violation("documented_defaults", t.name, path, "enum states no default")
+            if "unknown value" not in text:
+                yield Violation(
+                    "documented_defaults", t.name, path, "enum says not what an unknown value does"
+                )
 
 
 RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
@@ -543,6 +585,7 @@ RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
     rule_flat_roots,
     rule_field_forms,
     rule_documented_defaults,
+    rule_profile_fields,
 )
 
 
