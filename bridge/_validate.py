@@ -161,7 +161,9 @@ def fold_defaults(value: _T) -> _T:
         current = getattr(value, name)
         if name in defaults and current == defaults[name]:
             changes[name] = msgspec.UNSET
-        elif isinstance(current, (msgspec.Struct, list)):
+        elif isinstance(current, msgspec.Struct) or (
+            isinstance(current, list) and current and isinstance(current[0], msgspec.Struct)
+        ):
             folded = fold_defaults(current)
             if folded != current:
                 changes[name] = folded
