@@ -288,7 +288,7 @@ class TaskCreateInput(_Input, frozen=True):
             Meta(
                 min_length=1,
                 max_length=512,
-                description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments returns the original tasks (`reused: true`). Default: none.",
+                description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments (a default written out or left out is the same) returns the original tasks (`reused: true`). Default: none.",
             ),
         ]
         | UnsetType
