@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _inputs as inp
 from ._errors import ToolError
 
 Policy = Literal["strict", "hint", "forward"]
@@ -88,8 +87,21 @@ _CAMEL = {
     "mediaType": "media_type",
     "sizeBytes": "size_bytes",
 }
-# task_update's old flat profile fields, now inside `patch`.
-PATCH_FIELDS: tuple[str, ...] = inp.Patch.__struct_fields__
+# task_update's old flat profile fields, now inside `patch`. Frozen: a patch field added later
+# (`thread`, `messages`, `workspaces`) never had a flat spelling, so it is no alias.
+PATCH_FIELDS: tuple[str, ...] = (
+    "title",
+    "description",
+    "status",
+    "priority",
+    "labels",
+    "assignee",
+    "checklist",
+    "urls",
+    "attachments",
+    "blocker",
+    "parent",
+)
 ARGUMENT_ALIASES: tuple[ArgumentAlias, ...] = (
     *(ArgumentAlias(old, new) for old, new in _CAMEL.items()),
     *(ArgumentAlias(name, f"patch.{name}", tools=("task_update",)) for name in PATCH_FIELDS),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Struct, UnsetType, field
 
 
 class _Out(Struct, frozen=True):
@@ -75,6 +75,9 @@ class TaskDetail(TaskSummary, frozen=True):
     created_at: str
     checkpoints: CheckpointSection
     subtasks: SubtaskSection
+    # Set by task_update's patch; an upstream that predates them answers without them.
+    messages: list[str] = field(default_factory=list)
+    workspaces: list[str] = field(default_factory=list)
 
 
 class ClaimFailure(_Out, frozen=True):

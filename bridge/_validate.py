@@ -1,14 +1,16 @@
 """Validation of the complete intent before any side effect (contract sections 4 and 7.1).
 
 Schema rules come from the tool's msgspec input type; branch rules that a flat root schema
-cannot express (section 4.2) are checked here, each naming the JSON path at fault.
+cannot express (section 4.2) are checked here, each naming the JSON path at fault. A refused
+enum value names the accepted values. A valid input is then normalized: defaults written out are
+folded away (`_inputs.SPELLED_DEFAULTS`), so equivalent spellings are one canonical request.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -19,6 +21,10 @@ from ._errors import ToolError
 _MAX_DEPTH = 16
 _MISSING = re.compile(r"^Object missing required field `(?P<f>[^`]+)`")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`")
+_BAD_ENUM = re.compile(r"^Invalid enum value (?P<v>.*)$", re.DOTALL)
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+_ECHO_CHARS = 40
+_T = TypeVar("_T")
 
 
 def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct:
@@ -43,9 +49,11 @@ def validate(input_type: type[msgspec.Struct], arguments: Any) -> msgspec.Struct
         value = msgspec.convert(arguments, input_type, strict=True)
     except msgspec.ValidationError as exc:
         path, reason = _path_and_reason(str(exc))
+        reason = _with_enum_values(input_type, path, reason)
         raise ToolError(
             "invalid_arguments", f"{reason} - at `{path}`", field_errors={path: reason}
         ) from None
+    value = fold_defaults(value)
     rule = BRANCH_RULES.get(input_type)
     if rule is not None:
         errors = rule(value)
@@ -83,6 +91,96 @@ def _path_and_reason(message: str) -> tuple[str, str]:
         if found:
             return f"{path}.{found['f']}", text
     return path, reason
+
+
+def _with_enum_values(input_type: type[msgspec.Struct], path: str, reason: str) -> str:
+    """A reason at an enum field, completed with the values it accepts (contract 4.4)."""
+    accepted = _enum_at(msgspec.inspect.type_info(input_type), path)
+    if accepted is None:
+        return reason
+    values, nullable = accepted
+    listed = ", ".join(f"`{v}`" for v in values) + (", or null" if nullable else "")
+    refused = _BAD_ENUM.match(reason)
+    if refused:
+        value = refused["v"]
+        if len(value) > _ECHO_CHARS:
+            value = value[:_ECHO_CHARS] + "..."
+        return f"{value} is not an accepted value; use one of {listed}"
+    return f"{reason}; use one of {listed}"
+
+
+def _enum_at(info: msgspec.inspect.Type, path: str) -> tuple[tuple[Any, ...], bool] | None:
+    """The values (and nullability) of the enum field at a `$.a[0].b` path, if it is one."""
+    node = info
+    for step in _STEP.finditer(path[1:]):
+        node = _concrete(node)
+        if step[1] is not None and isinstance(node, msgspec.inspect.StructType):
+            fields = {f.encode_name: f.type for f in node.fields}
+            if step[1] not in fields:
+                return None
+            node = fields[step[1]]
+        elif step[2] is not None and isinstance(node, msgspec.inspect.ListType):
+            node = node.item_type
+        else:
+            return None
+    while isinstance(node, msgspec.inspect.Metadata):
+        node = node.type
+    options = node.types if isinstance(node, msgspec.inspect.UnionType) else (node,)
+    nullable = any(isinstance(o, msgspec.inspect.NoneType) for o in options)
+    for option in options:
+        while isinstance(option, msgspec.inspect.Metadata):
+            option = option.type
+        if isinstance(option, msgspec.inspect.LiteralType):
+            return tuple(option.values), nullable
+    return None
+
+
+def _concrete(node: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    """The struct or list inside metadata and an optional union."""
+    while True:
+        if isinstance(node, msgspec.inspect.Metadata):
+            node = node.type
+        elif isinstance(node, msgspec.inspect.UnionType):
+            inner = [t for t in node.types if not isinstance(t, msgspec.inspect.NoneType)]
+            if len(inner) != 1:
+                return node
+            node = inner[0]
+        else:
+            return node
+
+
+def fold_defaults(value: _T) -> _T:
+    """The value with every spelled-out default left out (UNSET), at every depth."""
+    if isinstance(value, list):
+        return cast(_T, [fold_defaults(item) for item in value])
+    if not isinstance(value, msgspec.Struct):
+        return value
+    defaults = inp.SPELLED_DEFAULTS.get(type(value), {})
+    changes: dict[str, Any] = {}
+    for name in value.__struct_fields__:
+        current = getattr(value, name)
+        if name in defaults and current == defaults[name]:
+            changes[name] = msgspec.UNSET
+        elif isinstance(current, msgspec.Struct) or (
+            isinstance(current, list) and current and isinstance(current[0], msgspec.Struct)
+        ):
+            folded = fold_defaults(current)
+            if folded != current:
+                changes[name] = folded
+    if isinstance(value, inp.TaskListInput):
+        changes.update(_fold_list_defaults(value))
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+def _fold_list_defaults(v: inp.TaskListInput) -> dict[str, Any]:
+    """task_list's defaults that depend on the query: a blank query browses."""
+    changes: dict[str, Any] = {}
+    searching = isinstance(v.query, str) and bool(v.query.strip())
+    if isinstance(v.query, str) and not searching:
+        changes["query"] = msgspec.UNSET
+    if v.sort == ("relevance" if searching else "number"):
+        changes["sort"] = msgspec.UNSET
+    return changes
 
 
 # --- branch rules ------------------------------------------------------------------------
@@ -157,12 +255,14 @@ BRANCH_RULES: dict[type[Any], Callable[[Any], dict[str, str]]] = {
 
 
 def canonical_arguments(value: msgspec.Struct) -> dict[str, Any]:
-    """The validated input as builtins (UNSET fields omitted), with documented trimming."""
+    """A value from `validate` (defaults folded) as builtins, UNSET omitted, trimmed as documented.
+
+    This is what goes upstream, what a key's receipt digest is computed over and what a list
+    cursor is bound to: one request has one canonical form, however its defaults were spelled.
+    """
     args: dict[str, Any] = msgspec.to_builtins(value)
     if isinstance(args.get("idempotency_key"), str):
         args["idempotency_key"] = args["idempotency_key"].strip()
     if isinstance(value, inp.TaskCheckpointInput):
         args["summary"] = args["summary"].strip()
-    if isinstance(value, inp.TaskListInput) and not str(args.get("query", "")).strip():
-        args.pop("query", None)
     return args

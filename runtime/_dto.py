@@ -31,6 +31,17 @@ Url = Annotated[str, Meta(pattern=r"^https?://\S{1,2040}$")]
 Text = Annotated[str, Meta(min_length=1, max_length=500)]
 Summary = Annotated[str, Meta(min_length=1, max_length=4000)]
 Ident = Annotated[str, Meta(min_length=1, max_length=128)]
+# `#channel` or `#channel:threadid`: a thread a task comes from (create's `target`, the patch's
+# `thread`); a message reference always names the message.
+Thread = Annotated[
+    str, Meta(max_length=200, pattern=r"^#[a-z0-9][a-z0-9_-]*(:[A-Za-z0-9_.-]{1,64})?$")
+]
+MessageRef = Annotated[
+    str, Meta(max_length=200, pattern=r"^#[a-z0-9][a-z0-9_-]*:[A-Za-z0-9_.-]{1,64}$")
+]
+WorkLocation = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$")]
+MAX_MESSAGES = 20
+MAX_WORKSPACES = 10
 
 
 class _Dto(Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
@@ -66,6 +77,17 @@ class NewTask(_Dto, frozen=True):
     blocker: Text | UnsetType = UNSET
 
 
+# A new task's defaults a caller can spell out; each means the same as the field left out, so
+# the create payload is canonicalised without them (contract 13.2's "canonical create payload").
+NEW_TASK_DEFAULTS: dict[str, object] = {
+    "description": "",
+    "labels": [],
+    "status": "todo",
+    "checklist": [],
+    "urls": [],
+}
+
+
 class CreateRequest(_Dto, frozen=True):
     tasks: Annotated[list[NewTask], Meta(max_length=MAX_BATCH)]
     channel: Slug | UnsetType = UNSET
@@ -94,6 +116,9 @@ class Patch(_Dto, frozen=True):
     attachments: Annotated[list[Attachment], Meta(max_length=20)] | UnsetType = UNSET
     blocker: Text | UnsetType | None = UNSET
     parent: Number | UnsetType | None = UNSET
+    thread: Thread | UnsetType | None = UNSET
+    messages: Annotated[list[MessageRef], Meta(max_length=MAX_MESSAGES)] | UnsetType = UNSET
+    workspaces: Annotated[list[WorkLocation], Meta(max_length=MAX_WORKSPACES)] | UnsetType = UNSET
 
 
 PATCH_FIELDS: tuple[str, ...] = Patch.__struct_fields__

@@ -135,6 +135,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (workspace_id, agent_id, run_id, callback_effect_id, idempotency_key)
     );
     """,
+    # 2: task_update's `messages` and `workspaces` (JSON lists; `thread` is `source_target`).
+    """
+    ALTER TABLE tasks ADD COLUMN messages TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE tasks ADD COLUMN workspaces TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -37,7 +37,8 @@ _TASK_COLUMNS = (
 )
 _CHECKPOINTS_IN_DETAIL = 5
 _CHILDREN_IN_DETAIL = 20
-_PATCH_COLUMN = {"assignee": "assignee_id", "parent": "parent_id"}
+_PATCH_COLUMN = {"assignee": "assignee_id", "parent": "parent_id", "thread": "source_target"}
+_LIST_FIELDS = ("labels", "checklist", "urls", "attachments", "messages", "workspaces")
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +310,8 @@ class Store:
     # --- create --------------------------------------------------------------------------
 
     def create_tasks(self, p: Principal, req: dto.CreateRequest) -> dict[str, Any]:
+        # Everything below reads the canonical request: a default written out is a default.
+        req = _fold_create_defaults(req)
         key = self._validate_create(req)
         digest = _payload_digest(req)
         with self._tx() as c:
@@ -318,7 +321,7 @@ class Store:
                     return replay
             board, parent = self._create_locator(c, p, req)
             if req.target is not UNSET:
-                self._check_target(c, p, req.target, board)
+                self._check_target(c, p, req.target, board, "$.target")
             now = self._now(c, board)
             created = []
             for item in req.tasks:
@@ -477,25 +480,28 @@ class Store:
         parent = self._task(c, board, req.parent, "$.parent")
         return board, (parent[0], parent[2])
 
-    def _check_target(self, c: sqlite3.Connection, p: Principal, target: str, board: Board) -> None:
+    def _check_target(
+        self, c: sqlite3.Connection, p: Principal, target: str, board: Board, path: str
+    ) -> None:
+        """A source thread (create's `target`, the patch's `thread`) on the task's own board."""
         slug, _, thread = target[1:].partition(":")
         if not target.startswith("#") or not slug or (":" in target and not thread):
             raise ValidationFailed(
-                {"$.target": "expected `#channel` or `#channel:threadid`"}, code="target_invalid"
+                {path: "expected `#channel` or `#channel:threadid`"}, code="target_invalid"
             )
         found = self._board(c, p.workspace_id, slug)
         if found is None:
             raise NotFound(
                 "target_not_found",
                 f"No board `{slug}` for target `{target}`.",
-                field_errors={"$.target": "unknown board"},
+                field_errors={path: "unknown board"},
                 candidates=self._board_candidates(c, p, slug),
             )
         if found.id != board.id:
             raise Conflict(
                 "target_conflict",
                 f"Target `{target}` is on board `{found.slug}`, not `{board.slug}`.",
-                field_errors={"$.target": f"resolves to board `{found.slug}`"},
+                field_errors={path: f"resolves to board `{found.slug}`"},
             )
 
     def _insert_task(
@@ -617,6 +623,8 @@ class Store:
             "attachments": row[13],
             "blocker": row[14],
             "parent": row[3],
+            "thread": row[15],
+            **self._links(c, row[0]),
         }
         changes: dict[str, Any] = {}
         changed: list[str] = []
@@ -626,7 +634,12 @@ class Store:
                 value = self._board_member(c, p, board, value, "$.patch.assignee")
             elif field == "parent" and value is not None:
                 value = self._reparent_target(c, board, row, value)
-            elif field in ("labels", "checklist", "urls", "attachments"):
+            elif field == "thread" and value is not None:
+                self._check_target(c, p, value, board, "$.patch.thread")
+            elif field == "messages":
+                for i, ref in enumerate(value):
+                    self._member_board(c, p, ref[1:].partition(":")[0], f"$.patch.messages[{i}]")
+            if field in _LIST_FIELDS:
                 value = _json_list(value)
             if value == current[field]:
                 continue
@@ -1000,6 +1013,13 @@ class Store:
         }
         return task
 
+    def _links(self, c: sqlite3.Connection, task_id: int) -> dict[str, Any]:
+        """A task's linked messages and work locations, as stored (JSON lists)."""
+        row = c.execute(
+            "SELECT messages, workspaces FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+        return {"messages": row[0], "workspaces": row[1]}
+
     def _detail(self, c: sqlite3.Connection, board: Board, row: Any) -> dict[str, Any]:
         task = self._compact(c, board, row)
         checkpoints = c.execute(
@@ -1026,6 +1046,7 @@ class Store:
                 ],
                 "blocker": row[14],
                 "thread": row[15],
+                **{k: _json_decode(v) for k, v in self._links(c, row[0]).items()},
                 "creator": self._handle(c, row[10]),
                 "createdAt": row[16],
                 "checkpoints": {
@@ -1086,7 +1107,21 @@ def _fts_query(text: str) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or '""'
 
 
+def _fold_create_defaults(req: dto.CreateRequest) -> dto.CreateRequest:
+    """The request with every new task's spelled-out defaults left out (one canonical form)."""
+    tasks = []
+    for item in req.tasks:
+        folded = {
+            name: UNSET
+            for name, default in dto.NEW_TASK_DEFAULTS.items()
+            if getattr(item, name) == default
+        }
+        tasks.append(msgspec.structs.replace(item, **folded) if folded else item)
+    return msgspec.structs.replace(req, tasks=tasks)
+
+
 def _payload_digest(req: dto.CreateRequest) -> str:
+    """The receipt digest over the canonical create payload (defaults folded by the caller)."""
     canonical = {
         "channel": req.channel,
         "parent": req.parent,

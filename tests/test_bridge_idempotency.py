@@ -68,3 +68,30 @@ async def test_model_arguments_cannot_supply_the_workflow_run(bridge: BridgeSess
         code="hidden_context_field",
         meta=META,
     )
+
+
+async def test_defaults_written_out_replay_and_a_real_difference_conflicts(
+    bridge: BridgeSession,
+) -> None:
+    """Idempotency on meaning: every default of a new task spelled out is the same create."""
+    _open_callback(bridge)
+    base: dict[str, Any] = {"channel": "general", "idempotency_key": "effect-3"}
+    first = await bridge.ok("task_create", {**base, "tasks": [{"title": "t"}]}, meta=META)
+    spelled = {
+        "title": "t",
+        "description": "",
+        "labels": [],
+        "status": "todo",
+        "checklist": [],
+        "urls": [],
+    }
+    again = await bridge.ok("task_create", {**base, "tasks": [spelled]}, meta=META)
+    assert again["data"]["reused"] is True
+    assert again["data"]["tasks"] == first["data"]["tasks"]
+    await bridge.fails(
+        "task_create",
+        {**base, "tasks": [{**spelled, "status": "in_progress"}]},
+        code="idempotency_conflict",
+        meta=META,
+    )
+    assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 1

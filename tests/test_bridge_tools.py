@@ -132,3 +132,31 @@ async def test_list_pages_with_next_cursor(bridge: BridgeSession) -> None:
     )
     assert [t["number"] for t in rest["data"]["items"]] == [4, 5]
     assert "next_cursor" not in rest["meta"]
+
+
+async def test_update_sets_thread_messages_and_workspaces(bridge: BridgeSession) -> None:
+    await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "t"}]})
+    workspaces = ["😀" * 200, "漢" * 200, "github.com/acme/api@fix-login"]
+    updated = await bridge.ok(
+        "task_update",
+        {
+            "channel": "general",
+            "number": 1,
+            "patch": {
+                "thread": "#general:th_9",
+                "messages": ["#general:m_1", "#eng:m_2"],
+                "workspaces": workspaces,
+            },
+        },
+    )
+    assert updated["data"]["changed"] == ["thread", "messages", "workspaces"]
+    task = (await bridge.ok("task_get", {"channel": "general", "number": 1}))["data"]["task"]
+    assert task["thread"] == "#general:th_9"
+    assert task["messages"] == ["#general:m_1", "#eng:m_2"]
+    assert task["workspaces"] == workspaces
+    await bridge.ok(
+        "task_update",
+        {"channel": "general", "number": 1, "patch": {"thread": None, "messages": []}},
+    )
+    task = (await bridge.ok("task_get", {"channel": "general", "number": 1}))["data"]["task"]
+    assert (task["thread"], task["messages"], task["workspaces"]) == (None, [], workspaces)

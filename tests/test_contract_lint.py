@@ -9,11 +9,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
 
 from bridge._compat import ArgumentAlias, ToolMigration
-from bridge._outputs import TaskListData
-from tools.contract_lint import RULES, Surface, lint, surface_from_registry
+from bridge._outputs import TaskGetData, TaskListData
+from tools.contract_lint import (
+    RULES,
+    Surface,
+    definition_bytes,
+    lint,
+    surface_from_registry,
+    worst_case,
+)
 
 REAL = surface_from_registry()
 
@@ -33,6 +41,28 @@ def _prop(
             schema.setdefault("required", []).append(name)
 
     return edit
+
+
+def _output(tool: str, edit: Callable[[dict[str, Any]], None]) -> Surface:
+    schema = copy.deepcopy(REAL.tool(tool).output_schema)
+    edit(schema)
+    return REAL.with_tool(tool, output_schema=schema)
+
+
+def _described(tool: str, path: tuple[str, ...], text: str) -> Surface:
+    """A copy whose input field at `path` (property names) carries `text` in its description."""
+
+    def edit(schema: dict[str, Any]) -> None:
+        node = schema
+        for name in path:
+            node = node["properties"][name]
+        node["description"] = node.get("description", "") + text
+
+    return _schema(tool, edit)
+
+
+def _hints(tool: str, **changes: Any) -> Surface:
+    return REAL.with_tool(tool, annotations={**REAL.tool(tool).annotations, **changes})
 
 
 def _meta(tool: str, **changes: Any) -> Surface:
@@ -57,7 +87,26 @@ BROKEN: list[tuple[str, Surface]] = [
             ),
         ),
     ),
+    # A camelCase field the model reads in a result, not only one it writes.
+    (
+        "snake_case_fields",
+        _output(
+            "task_get",
+            lambda s: s["properties"]["data"]["properties"]["task"]["properties"].__setitem__(
+                "updatedAt", {"type": "string"}
+            ),
+        ),
+    ),
     ("no_deprecated_alias", _schema("task_list", _prop("includeSubtasks", {"type": "boolean"}))),
+    # An old tool name in a field description, at the root and nested, and in a tool description.
+    ("no_deprecated_alias", _described("task_get", ("number",), " As in get_task.")),
+    ("no_deprecated_alias", _described("task_update", ("patch", "status"), " See task_claim.")),
+    (
+        "no_deprecated_alias",
+        REAL.with_tool(
+            "task_list", description="Formerly task_search. " + REAL.tool("task_list").description
+        ),
+    ),
     ("no_deprecated_alias", _renamed("list_tasks")),
     ("parameters_agree", _schema("task_get", lambda s: s.__setitem__("required", ["channel"]))),
     (
@@ -77,6 +126,9 @@ BROKEN: list[tuple[str, Surface]] = [
             "task_list", annotations={**REAL.tool("task_list").annotations, "readOnlyHint": False}
         ),
     ),
+    # idempotentHint on the append-only checkpoint, and on a create idempotent only with a key.
+    ("annotations", _hints("task_checkpoint", idempotentHint=True)),
+    ("annotations", _hints("task_create", idempotentHint=True)),
     ("no_hidden_context", _schema("task_get", _prop("workspace_id", {"type": "string"}))),
     ("pagination", _schema("task_list", _prop("page", {"type": "integer"}))),
     ("pagination", _schema("task_list", lambda s: s["properties"].pop("cursor"))),
@@ -87,6 +139,15 @@ BROKEN: list[tuple[str, Surface]] = [
     ("visible_references", replace(REAL, instructions=REAL.instructions + " See task_search.")),
     ("visible_references", REAL.with_tool("task_get", description="Prefer task_lookup.")),
     ("result_budgets", replace(REAL, budgets={**REAL.budgets, "detail": 1024})),
+    ("visible_references", _described("task_create", ("tasks",), " Or use task_import.")),
+    # Under 1 KiB not even a receipt's identities (numbers and 4-byte titles cut to a marker) fit.
+    ("result_budgets", replace(REAL, budgets={**REAL.budgets, "receipt": 1024})),
+    # 60 emoji more: 60 characters fit the budget, their 240 UTF-8 bytes do not.
+    (
+        "definition_budgets",
+        REAL.with_tool("task_get", description=REAL.tool("task_get").description + "😀" * 60),
+    ),
+    ("definition_budgets", replace(REAL, definition_budgets={})),
     (
         "result_budgets",
         REAL.with_tool(
@@ -160,7 +221,37 @@ BROKEN: list[tuple[str, Surface]] = [
         _schema("task_get", _prop("verbose", {"type": "boolean", "description": "Say more."})),
     ),
     ("documented_defaults", _schema("task_get", _prop("detail", {"enum": ["a", "b"]}))),
+    (
+        "documented_defaults",
+        _schema(
+            "task_update",
+            lambda s: s["properties"]["patch"]["properties"]["status"].__setitem__(
+                "description", "New status. Default: unchanged."
+            ),
+        ),
+    ),
+    (
+        "profile_fields",
+        _schema("task_update", lambda s: s["properties"]["patch"]["properties"].pop("messages")),
+    ),
 ]
+
+
+def test_worst_case_text_is_four_bytes_a_character() -> None:
+    data = msgspec.to_builtins(worst_case(TaskGetData))
+    task = data["task"]
+    assert len(task["description"]) == 10_000
+    assert len(task["description"].encode()) == 40_000
+    assert len(task["title"].encode()) == 800
+    assert all(len(w.encode()) == 800 for w in task["workspaces"])
+    # ASCII by pattern stays one byte a character: ids, slugs, times, URLs.
+    assert task["channel"].isascii() and task["updated_at"].isascii()
+    assert all(u.isascii() for u in task["urls"])
+
+
+def test_the_emoji_description_fits_by_characters_but_not_by_bytes() -> None:
+    tool = REAL.tool("task_get")
+    assert definition_bytes(tool) + 60 <= REAL.definition_budgets["task_get"]
 
 
 def test_the_real_registry_passes_every_rule() -> None:

@@ -147,3 +147,62 @@ async def test_keys_are_scoped_to_the_callback(
     other = await api.ok("create", {**_body(), "callbackEffectId": "cb_2"})
     assert other["reused"] is False
     assert other["tasks"][0]["number"] != first["tasks"][0]["number"]
+
+
+# Every default of a new task a caller can spell out, camelCase as on the wire.
+SPELLED_DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "labels": [],
+    "status": "todo",
+    "checklist": [],
+    "urls": [],
+}
+
+
+@pytest.mark.parametrize("spelled_first", [False, True])
+async def test_defaults_written_out_replay_the_same_intent(
+    api: Api, callback: dict[str, str], spelled_first: bool
+) -> None:
+    plain = _body(tasks=[{"title": "from callback"}])
+    spelled = _body(tasks=[{"title": "from callback", **SPELLED_DEFAULTS}])
+    first = await api.ok("create", spelled if spelled_first else plain)
+    again = await api.ok("create", plain if spelled_first else spelled)
+    assert again["reused"] is True and again["tasks"] == first["tasks"]
+    detail = await api.ok("get", {"channel": "general", "number": 1})
+    assert detail["task"]["description"] is None and detail["task"]["status"] == "todo"
+
+
+async def test_a_checklist_item_done_false_is_the_default(
+    api: Api, callback: dict[str, str]
+) -> None:
+    first = await api.ok("create", _body(tasks=[{"title": "t", "checklist": [{"text": "a"}]}]))
+    again = await api.ok(
+        "create", _body(tasks=[{"title": "t", "checklist": [{"text": "a", "done": False}]}])
+    )
+    assert again["reused"] is True and again["tasks"] == first["tasks"]
+
+
+@pytest.mark.parametrize(
+    "different",
+    [
+        {"status": "in_progress"},
+        {"description": " "},
+        {"labels": ["x"]},
+        {"checklist": [{"text": "a", "done": True}]},
+    ],
+)
+async def test_a_real_difference_still_conflicts(
+    api: Api, callback: dict[str, str], different: dict[str, Any]
+) -> None:
+    await api.ok("create", _body(tasks=[{"title": "from callback"}]))
+    await api.fails(
+        "create",
+        _body(tasks=[{"title": "from callback", **different}]),
+        expect=409,
+        code="idempotency_conflict",
+    )
+
+
+async def test_a_batch_with_defaults_written_out_is_still_title_only(api: Api) -> None:
+    body = {"channel": "general", "tasks": [{"title": "a", "status": "todo"}, {"title": "b"}]}
+    assert [t["number"] for t in (await api.ok("create", body))["tasks"]] == [1, 2]

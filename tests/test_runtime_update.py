@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from runtime._schema import MIGRATIONS, migrate
 
 from .conftest import Api
 
@@ -158,3 +162,82 @@ async def test_unknown_task_answers_with_nearby_candidates(api: Api) -> None:
         code="task_not_found",
     )
     assert [c["number"] for c in error["candidates"]] == [3, 2, 1]
+
+
+# --- thread, messages and workspaces (contract 13.2's remaining profile fields) -------------
+
+
+async def _detail(api: Api, number: int = 1) -> dict[str, Any]:
+    task: dict[str, Any] = (await api.ok("get", {"channel": "general", "number": number}))["task"]
+    return task
+
+
+async def test_thread_attributes_the_task_and_null_detaches(api: Api) -> None:
+    await api.create("general", "t")
+    assert (await _detail(api))["thread"] is None
+    assert (await _update(api, 1, {"thread": "#general:th-1"}))["changed"] == ["thread"]
+    assert (await _detail(api))["thread"] == "#general:th-1"
+    assert (await _update(api, 1, {"thread": "#general:th-1"}))["changed"] == []
+    await _update(api, 1, {"thread": None})
+    assert (await _detail(api))["thread"] is None
+
+
+async def test_messages_and_workspaces_replace_their_lists_and_empty_clears(api: Api) -> None:
+    await api.create("general", "t")
+    before = await _detail(api)
+    assert (before["messages"], before["workspaces"]) == ([], [])
+    messages = ["#general:m-1", "#eng:m.2"]
+    # Every maximum at once: 10 locations of 200 four-byte or CJK characters.
+    workspaces = [("😀" if i % 2 else "漢") * 200 for i in range(10)]
+    result = await _update(api, 1, {"messages": messages, "workspaces": workspaces})
+    assert result["changed"] == ["messages", "workspaces"]
+    after = await _detail(api)
+    assert (after["messages"], after["workspaces"]) == (messages, workspaces)
+    assert (await _update(api, 1, {"messages": messages}))["changed"] == []
+    await _update(api, 1, {"messages": [], "workspaces": []})
+    cleared = await _detail(api)
+    assert (cleared["messages"], cleared["workspaces"]) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("patch", "status", "code", "path"),
+    [
+        ({"thread": "#eng:th-1"}, 409, "target_conflict", "$.patch.thread"),
+        ({"thread": "#nowhere"}, 404, "target_not_found", "$.patch.thread"),
+        ({"thread": "general"}, 422, "validation_failed", "$.patch.thread"),
+        ({"messages": ["#nowhere:m1"]}, 404, "channel_not_found", "$.patch.messages[0]"),
+        ({"messages": ["#general"]}, 422, "validation_failed", "$.patch.messages[0]"),
+        ({"messages": None}, 422, "validation_failed", "$.patch.messages"),
+        ({"messages": [f"#general:m{i}" for i in range(21)]}, 422, "validation_failed", None),
+        ({"workspaces": ["x" * 201]}, 422, "validation_failed", "$.patch.workspaces[0]"),
+        ({"workspaces": [" ~/src"]}, 422, "validation_failed", "$.patch.workspaces[0]"),
+        ({"workspaces": ["a\nb"]}, 422, "validation_failed", "$.patch.workspaces[0]"),
+        ({"workspaces": ["w"] * 11}, 422, "validation_failed", None),
+        ({"workspaces": None}, 422, "validation_failed", "$.patch.workspaces"),
+    ],
+)
+async def test_thread_messages_and_workspaces_are_checked(
+    api: Api, patch: dict[str, Any], status: int, code: str, path: str | None
+) -> None:
+    await api.create("general", "t")
+    error = await api.fails(
+        "update", {"channel": "general", "number": 1, "patch": patch}, expect=status, code=code
+    )
+    assert path is None or path in error["fieldErrors"]
+    assert (await _detail(api))["updatedAt"] == (await _detail(api))["createdAt"]
+
+
+def test_a_database_from_before_the_link_fields_gains_them_empty(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "v1.db", isolation_level=None)
+    conn.executescript(MIGRATIONS[0])
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO schema_migrations VALUES (1, datetime('now'))")
+    conn.execute("INSERT INTO workspaces VALUES ('ws', 'ws')")
+    conn.execute("INSERT INTO members VALUES ('agt', 'ws', '@a', 'agent', 'A')")
+    conn.execute("INSERT INTO boards (id, workspace_id, slug, name) VALUES (1, 'ws', 'g', 'g')")
+    conn.execute(
+        "INSERT INTO tasks (scope_id, workspace_id, board_id, number, title, status, creator_id,"
+        " created_at, updated_at) VALUES ('tsk_1', 'ws', 1, 1, 't', 'todo', 'agt', 'x', 'x')"
+    )
+    assert migrate(conn) == 1
+    assert conn.execute("SELECT messages, workspaces FROM tasks").fetchall() == [("[]", "[]")]

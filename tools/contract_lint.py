@@ -49,9 +49,41 @@ TRANSPORT_WORDS = frozenset(
         "desktop",
     }
 )
+# Compact-JSON UTF-8 bytes of what a model sees of each tool (name, title, description,
+# inputSchema, annotations): a deterministic regression guard of persistent context (10.1).
+DEFINITION_BUDGET_BYTES = {
+    "task_list": 2600,
+    "task_get": 900,
+    "task_create": 3900,
+    "task_update": 4600,
+    "task_set_claim": 1300,
+    "task_checkpoint": 1200,
+    "task_delete": 1200,
+}
 PAGINATION_FORBIDDEN = frozenset(
     {"page", "page_number", "offset", "has_more", "nextCursor", "next_page", "page_size", "hasMore"}
 )
+# Contract 13.2's stable profile fields of task_update (option refs: labels and priority).
+PROFILE_FIELDS = frozenset(
+    {
+        "title",
+        "description",
+        "labels",
+        "priority",
+        "assignee",
+        "checklist",
+        "messages",
+        "urls",
+        "workspaces",
+        "attachments",
+        "blocker",
+        "thread",
+        "parent",
+        "status",
+    }
+)
+# Declared idempotency kinds (`ToolSpec.idempotency`, before the colon) that repeat harmlessly.
+IDEMPOTENT_KINDS = frozenset({"natural", "desired_state"})
 NEGATIVE_BOOL = re.compile(r"^(no|not|disable|disabled|skip|without)_")
 
 
@@ -76,6 +108,9 @@ class Surface:
     tool_migrations: dict[str, ToolMigration]
     argument_aliases: tuple[ArgumentAlias, ...]
     budgets: dict[str, int] = field(default_factory=lambda: dict(BUDGET_BYTES))
+    definition_budgets: dict[str, int] = field(
+        default_factory=lambda: dict(DEFINITION_BUDGET_BYTES)
+    )
 
     def tool(self, name: str) -> ToolSurface:
         return next(t for t in self.tools if t.name == name)
@@ -202,16 +237,25 @@ def rule_naming(s: Surface) -> Iterator[Violation]:
 
 
 def rule_snake_case_fields(s: Surface) -> Iterator[Violation]:
-    """2. every model-controlled field is snake_case, at every depth."""
+    """2. every field the model writes or reads is snake_case, at every depth, in and out."""
     for t in s.tools:
-        for path, name, _ in walk_properties(t.input_schema):
-            if not SNAKE.match(name):
-                yield Violation("snake_case_fields", t.name, path, "field is not snake_case")
+        for side, schema in (("input", t.input_schema), ("output", t.output_schema)):
+            for path, name, _ in walk_properties(schema):
+                if not SNAKE.match(name):
+                    yield Violation(
+                        "snake_case_fields", t.name, path, f"{side} field is not snake_case"
+                    )
 
 
 def rule_no_deprecated_alias(s: Surface) -> Iterator[Violation]:
-    """3. no deprecated alias appears in the default schema or in tools/list."""
+    """3. no deprecated alias appears in the default schema, in tools/list or in any text."""
     olds = {a.old for a in s.argument_aliases if not a.tools}
+    old_names = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(s.tool_migrations))) + r")\b")
+    for where, field_path, text in texts(s):
+        for name in sorted(set(old_names.findall(text))) if s.tool_migrations else ():
+            yield Violation(
+                "no_deprecated_alias", where, field_path, f"names the old tool `{name}`"
+            )
     for t in s.tools:
         if t.name in s.tool_migrations:
             yield Violation("no_deprecated_alias", t.name, "", "an old tool name is listed")
@@ -264,6 +308,17 @@ def rule_annotations(s: Surface) -> Iterator[Violation]:
                 )
         if read_only and a.get("idempotentHint") is not True:
             yield Violation("annotations", t.name, "idempotentHint", "reads are idempotent")
+        # The kind before the colon of the declared idempotency: only a natural or desired-state
+        # operation repeats harmlessly. An append-only one (`none`) or one that is idempotent
+        # only with a key (`key`) must not tell a client that blind retries are safe.
+        kind = str(m.get("idempotency") or "").partition(":")[0].strip()
+        if a.get("idempotentHint") is True and kind not in IDEMPOTENT_KINDS:
+            yield Violation(
+                "annotations",
+                t.name,
+                "idempotentHint",
+                f"true, but the declared idempotency is `{kind or 'missing'}`",
+            )
 
 
 def rule_no_hidden_context(s: Surface) -> Iterator[Violation]:
@@ -310,18 +365,29 @@ def rule_owner_and_exposure(s: Surface) -> Iterator[Violation]:
 
 
 def rule_visible_references(s: Surface) -> Iterator[Violation]:
-    """10. instructions and descriptions reference only tools visible in the session."""
+    """10. instructions, tool and field descriptions reference only tools visible in the session."""
     visible = {t.name for t in s.tools}
     prefixes = sorted({t.metadata["owner"] for t in s.tools} | {"list", "get", "create", "update"})
     pattern = re.compile(r"\b(?:" + "|".join(prefixes) + r")_[a-z_]+\b")
-    texts = [("instructions", s.instructions)] + [(t.name, t.description) for t in s.tools]
-    for where, text in texts:
-        for name in set(pattern.findall(text)) - visible:
-            yield Violation("visible_references", where, "", f"references `{name}`")
+    for where, field_path, text in texts(s):
+        for name in sorted(set(pattern.findall(text)) - visible):
+            yield Violation("visible_references", where, field_path, f"references `{name}`")
+
+
+def texts(s: Surface) -> Iterator[tuple[str, str, str]]:
+    """(tool or `instructions`, field path, text) for every text a model reads."""
+    yield "instructions", "", s.instructions
+    for t in s.tools:
+        yield t.name, "", t.description
+        for side, schema in (("$", t.input_schema), ("$out", t.output_schema)):
+            for path, _, prop in walk_properties(schema, side):
+                for branch in [prop, *prop.get("anyOf", [])]:
+                    if isinstance(branch, dict) and isinstance(branch.get("description"), str):
+                        yield t.name, path, branch["description"]
 
 
 def rule_result_budgets(s: Surface) -> Iterator[Violation]:
-    """11. each tool's worst-case result passes its semantic and transport budget."""
+    """11. each tool's worst-case result (4-byte text at every bound) fits its byte budget."""
     for t in s.tools:
         budget = t.metadata["budget_class"]
         limit = s.budgets.get(budget)
@@ -336,6 +402,29 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
         if not keeps_identities(limit, {"data": data}, state):
             reason = f"worst case cannot keep its identities in {limit} bytes"
             yield Violation("result_budgets", t.name, "", reason)
+
+
+def rule_definition_budgets(s: Surface) -> Iterator[Violation]:
+    """11 and 10.1. what a model sees of each tool stays within its compact-JSON byte budget."""
+    for t in s.tools:
+        limit = s.definition_budgets.get(t.name)
+        size = definition_bytes(t)
+        if limit is None:
+            yield Violation("definition_budgets", t.name, "", f"no budget ({size} bytes)")
+        elif size > limit:
+            yield Violation("definition_budgets", t.name, "", f"{size} bytes, over {limit}")
+
+
+def definition_bytes(t: ToolSurface) -> int:
+    """UTF-8 bytes of the compact JSON of the tool as tools/list shows it to a model."""
+    visible = {
+        "name": t.name,
+        "title": t.annotations.get("title"),
+        "description": t.description,
+        "inputSchema": t.input_schema,
+        "annotations": t.annotations,
+    }
+    return len(msgspec.json.encode(visible))
 
 
 def rule_migrations(s: Surface) -> Iterator[Violation]:
@@ -395,8 +484,21 @@ def rule_field_forms(s: Surface) -> Iterator[Violation]:
                 yield Violation("field_forms", t.name, path, "name the true state")
 
 
+def rule_profile_fields(s: Surface) -> Iterator[Violation]:
+    """13.2: task_update's patch carries every stable profile field the contract names."""
+    names = {t.name for t in s.tools}
+    if "task_update" not in names:
+        return
+    patch = s.tool("task_update").input_schema.get("properties", {}).get("patch", {})
+    for name in PROFILE_FIELDS - set(patch.get("properties", {})):
+        yield Violation(
+            "profile_fields", "task_update", f"$.patch.{name}", "missing from the patch"
+        )
+
+
 def rule_documented_defaults(s: Surface) -> Iterator[Violation]:
-    """Every optional root field and every enum states its meaning and default."""
+    """Every optional root field states its default; every enum, at any depth, its default and
+    what an unknown or future value does (contract 4.2 and 4.4)."""
     for t in s.tools:
         root = t.input_schema
         required = set(root.get("required", []))
@@ -406,6 +508,16 @@ def rule_documented_defaults(s: Surface) -> Iterator[Violation]:
                 yield Violation("documented_defaults", t.name, f"$.{name}", "no description")
             elif name not in required and "default" not in text.lower():
                 yield Violation("documented_defaults", t.name, f"$.{name}", "states no default")
+        for path, _, prop in walk_properties(root):
+            if not any("enum" in b for b in [prop, *prop.get("anyOf", [])]):
+                continue
+            text = str(prop.get("description", "")).lower()
+            if "default" not in text and "required" not in text:
+                yield Violation("documented_defaults", t.name, path, "enum states no default")
+            if "unknown value" not in text:
+                yield Violation(
+                    "documented_defaults", t.name, path, "enum says not what an unknown value does"
+                )
 
 
 RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
@@ -420,10 +532,12 @@ RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
     rule_owner_and_exposure,
     rule_visible_references,
     rule_result_budgets,
+    rule_definition_budgets,
     rule_migrations,
     rule_flat_roots,
     rule_field_forms,
     rule_documented_defaults,
+    rule_profile_fields,
 )
 
 
@@ -445,7 +559,7 @@ def _has_path(schema: dict[str, Any], dotted: str) -> bool:
     return True
 
 
-# Worst-case sizes from the input bounds the runtime and the bridge enforce.
+# Worst-case sizes from the input bounds the runtime and the bridge enforce, in characters.
 _WORST_STRINGS = {
     "title": 200,
     "description": 10_000,
@@ -453,10 +567,39 @@ _WORST_STRINGS = {
     "blocker": 500,
     "text": 500,
     "message": 500,
+    "name": 200,
+    "media_type": 100,
+    "label": 50,
+    "url": 2048,
+    "workspace": 200,
+    "message_ref": 200,
+    "thread": 200,
     "scope_id": 20,
     "updated_at": 27,
     "created_at": 27,
 }
+# Strings whose pattern admits ASCII only (ids, slugs, handles, URLs, times, references): one
+# byte a character. Every other string is free text, and its worst case is a 4-byte character
+# (an emoji) at every position: maxLength characters are 4 * maxLength UTF-8 bytes.
+_ASCII_STRINGS = frozenset(
+    {
+        "channel",
+        "scope_id",
+        "updated_at",
+        "created_at",
+        "url",
+        "thread",
+        "message_ref",
+        "assignee",
+        "creator",
+        "author",
+        "holder",
+        "status",
+        "priority",
+        "code",
+    }
+)
+WORST_CHAR = "\N{GRINNING FACE}"  # 4 UTF-8 bytes
 _WORST_LISTS = {
     "items": 100,
     "tasks": 50,
@@ -464,34 +607,43 @@ _WORST_LISTS = {
     "checklist": 50,
     "urls": 20,
     "attachments": 20,
+    "messages": 20,
+    "workspaces": 10,
     "failures": 50,
     "changed": 50,
     "unchanged": 50,
     "deleted": 200,
     "promoted": 200,
 }
+_ITEM_NAMES = {
+    "labels": "label",
+    "urls": "url",
+    "workspaces": "workspace",
+    "messages": "message_ref",
+}
 
 
-def worst_case(type_: Any, name: str = "") -> Any:
-    """The largest value of a data type that the bounded inputs allow."""
+def worst_case(type_: Any, name: str = "", *, text: str = WORST_CHAR) -> Any:
+    """The largest value, in UTF-8 bytes, of a data type that the bounded inputs allow: free
+    text is `text` (by default a 4-byte character) at every position."""
     info = (
         msgspec.inspect.type_info(type_) if not isinstance(type_, msgspec.inspect.Type) else type_
     )
     if isinstance(info, msgspec.inspect.Metadata):
-        return worst_case(info.type, name)
+        return worst_case(info.type, name, text=text)
     if isinstance(info, msgspec.inspect.StructType):
-        values = {f.name: worst_case(f.type, f.name) for f in info.fields}
+        values = {f.name: worst_case(f.type, f.name, text=text) for f in info.fields}
         return info.cls(**values)
     if isinstance(info, msgspec.inspect.UnionType):
         options = [x for x in info.types if not isinstance(x, msgspec.inspect.NoneType)]
-        return worst_case(options[0], name) if options else None
+        return worst_case(options[0], name, text=text) if options else None
     if isinstance(info, msgspec.inspect.ListType):
         count = _WORST_LISTS.get(name, 20)
-        item_name = {"labels": "label", "urls": "url"}.get(name, "")
-        return [worst_case(info.item_type, item_name) for _ in range(count)]
+        item_name = _ITEM_NAMES.get(name, "")
+        return [worst_case(info.item_type, item_name, text=text) for _ in range(count)]
     if isinstance(info, msgspec.inspect.StrType):
-        size = {"label": 50, "url": 2048}.get(name, _WORST_STRINGS.get(name, 64))
-        return "x" * size
+        size = _WORST_STRINGS.get(name, 64)
+        return ("x" if name in _ASCII_STRINGS else text) * size
     if isinstance(info, msgspec.inspect.IntType):
         return 2**53
     if isinstance(info, msgspec.inspect.BoolType):

@@ -85,18 +85,17 @@ def table(inv: dict[str, Any]) -> str:
     lines += ["", "## Arguments", ""]
     for t in inv["tools"]:
         schema = t["input_schema"]
-        required = set(schema.get("required", []))
         lines += [
             f"### `{t['name']}`",
             "",
             t["description"],
             "",
-            "| argument | required | meaning |",
-            "| --- | --- | --- |",
+            "| argument | required | bounds | meaning |",
+            "| --- | --- | --- | --- |",
         ]
-        for name, prop in schema["properties"].items():
+        for name, prop, needed in _arguments(schema):
             text = str(prop.get("description", "")).replace("|", "\\|")
-            lines.append(f"| `{name}` | {_yes(name in required)} | {text} |")
+            lines.append(f"| `{name}` | {_yes(needed)} | {_bounds(prop)} | {text} |")
         lines.append("")
     lines += [
         "## Migration table",
@@ -113,6 +112,38 @@ def table(inv: dict[str, Any]) -> str:
     for a in inv["migrations"]["argument_spellings"]:
         lines.append(f"| `{a['old']}` | `{a['canonical']}` | {', '.join(a['tools'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _arguments(
+    schema: dict[str, Any], prefix: str = "", depth: int = 0
+) -> list[tuple[str, dict[str, Any], bool]]:
+    """(dotted name, property, required) for every argument, nested objects' fields included."""
+    rows = []
+    required = set(schema.get("required", []))
+    for name, prop in schema.get("properties", {}).items():
+        rows.append((prefix + name, prop, name in required))
+        for branch in [prop, *prop.get("anyOf", [])]:
+            inner = branch.get("items", branch)
+            if depth < 2 and isinstance(inner, dict) and "properties" in inner:
+                suffix = "[]." if "items" in branch else "."
+                rows += _arguments(inner, prefix + name + suffix, depth + 1)
+    return rows
+
+
+def _bounds(prop: dict[str, Any]) -> str:
+    """Size bounds from the schema: characters are at most 4 UTF-8 bytes each."""
+    parts = []
+    for branch in [prop, *prop.get("anyOf", [])]:
+        if "maxItems" in branch:
+            parts.append(f"≤ {branch['maxItems']} items")
+        items = branch.get("items", {})
+        for node, unit in ((branch, ""), (items, " each")):
+            if isinstance(node, dict) and "maxLength" in node:
+                chars = node["maxLength"]
+                parts.append(f"≤ {chars:,} chars ({4 * chars:,} UTF-8 bytes){unit}")
+        if branch.get("type") == "null":
+            parts.append("nullable")
+    return "; ".join(parts)
 
 
 def _yes(value: bool) -> str:
