@@ -179,26 +179,23 @@ _PLUGINS: Final = "detect_secrets.plugins"
 
 
 class FormatRule(NamedTuple):
-    """One plugin of the rule set: its patterns, and the strings each of their matches holds."""
+    """One plugin of the rule set, its patterns, and the strings each of their matches holds."""
 
     name: str
     words: tuple[str, ...]
     folded_words: tuple[str, ...]
     patterns: tuple[re.Pattern[str], ...]
+    reports: Callable[[str], Iterable[str]]  # the plugin's own verdict: what it finds in a text
 
 
 @functools.cache
 def format_rules() -> tuple[FormatRule, ...]:
     """The rule set, imported on first use."""
-    return tuple(
-        FormatRule(
-            name,
-            words,
-            folded,
-            tuple(getattr(importlib.import_module(f"{_PLUGINS}.{module}"), name).denylist),
-        )
-        for module, name, words, folded in RULE_SET
-    )
+    rules = []
+    for module, name, words, folded in RULE_SET:
+        plugin = getattr(importlib.import_module(f"{_PLUGINS}.{module}"), name)()
+        rules.append(FormatRule(name, words, folded, tuple(plugin.denylist), plugin.analyze_string))
+    return tuple(rules)
 
 
 def secret_marker(value: str) -> str:
@@ -237,7 +234,8 @@ def _redact_formats(text: str) -> str:
 def _format_spans(text: str) -> list[tuple[int, int]]:
     """Where the rule set matches: sorted, disjoint spans.
 
-    A match's span is the credential it found: from its first capturing group that matched (the
+    A match counts where its plugin reports it (the plugin's checks beyond the pattern hold).
+    Its span is the credential it found: from its first capturing group that matched (the
     key after `aws_secret_access_key = '`, the password in `://user:password@`), on over the
     rest of the token (a JWT's signature, which the JWT pattern leaves out), without a delimiter
     the pattern takes along (a space, a quote...).
@@ -246,7 +244,7 @@ def _format_spans(text: str) -> list[tuple[int, int]]:
         return []
     spans = []
     folded = None
-    for name, words, folded_words, patterns in format_rules():
+    for name, words, folded_words, patterns, reports in format_rules():
         if not any(word in text for word in words):  # only the plugins that may match run
             if not folded_words:
                 continue
@@ -255,6 +253,8 @@ def _format_spans(text: str) -> list[tuple[int, int]]:
                 continue
         for pattern in patterns:
             for match in pattern.finditer(text):
+                if not any(True for _found in reports(match.group(0))):
+                    continue  # the plugin's own checks say no (a JWT must decode: not a cursor)
                 if name == "PrivateKeyDetector":
                     spans.append(_key_block(text, *match.span()))
                     continue
