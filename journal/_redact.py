@@ -20,9 +20,12 @@ Four rules, applied to every payload (any depth) and to the envelope's text colu
   the value lets an auditor tell two values apart (or check a known leaked one) without the
   journal holding it. A private key is replaced from its ``BEGIN`` line to its ``END`` line.
 
-The rule set costs ~0.2 s to import and tens of microseconds to run, so it is imported on first
-need and run only where a cheap screen (``_may_hold_format``: strings every match contains) says
-a match is possible; a property test proves the screen against every pattern of the rule set.
+The rule set costs ~0.2 s to import and tens of microseconds to run: it is imported by a
+background thread started by ``warm_up`` (``serve`` calls it first thing; the first ``Redactor``
+does too), so that the import overlaps start-up rather than delaying a call (a call that needs it
+sooner waits for the import), and run only where a cheap
+screen (``_may_hold_format``: strings every match contains) says a match is possible; a property
+test proves the screen against every pattern of the rule set.
 
 .. _detect-secrets: https://github.com/Yelp/detect-secrets
 """
@@ -33,12 +36,21 @@ import functools
 import hashlib
 import importlib
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 import msgspec
 
-__all__ = ["REDACTED", "RULE_SET", "FormatRule", "Redactor", "format_rules", "secret_marker"]
+__all__ = [
+    "REDACTED",
+    "RULE_SET",
+    "FormatRule",
+    "Redactor",
+    "format_rules",
+    "secret_marker",
+    "warm_up",
+]
 
 REDACTED: Final = "[REDACTED]"
 
@@ -190,12 +202,34 @@ class FormatRule(NamedTuple):
 
 @functools.cache
 def format_rules() -> tuple[FormatRule, ...]:
-    """The rule set, imported on first use."""
+    """The rule set (imported on first use; two threads may both build it, to the same end)."""
     rules = []
     for module, name, words, folded in RULE_SET:
         plugin = getattr(importlib.import_module(f"{_PLUGINS}.{module}"), name)()
         rules.append(FormatRule(name, words, folded, tuple(plugin.denylist), plugin.analyze_string))
     return tuple(rules)
+
+
+_warm_up_lock = threading.Lock()
+_warm_up_started = False
+
+
+def warm_up() -> None:
+    """Import the rule set in a background thread, once per process (a server calls it first
+    thing, so that the import overlaps its start-up instead of delaying its first call)."""
+    global _warm_up_started
+    with _warm_up_lock:
+        if _warm_up_started:
+            return
+        _warm_up_started = True
+    threading.Thread(target=_load_quietly, name="journal-rule-set", daemon=True).start()
+
+
+def _load_quietly() -> None:
+    try:
+        format_rules()
+    except Exception:  # the call that needs the rule set imports it again and raises there
+        format_rules.cache_clear()
 
 
 def secret_marker(value: str) -> str:
@@ -347,6 +381,7 @@ class Redactor:
     """Removes credentials from JSON-typed values; knows the secrets it was told about."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        warm_up()
         self._long: list[str] = []
         self._short: set[str] = set()
         # The secrets as they appear in JSON text: inside a string (long), as a whole one (short).
