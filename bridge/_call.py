@@ -384,25 +384,16 @@ class Bridge:
         ]
         injected: dict[str, str] = {}
         if spec.name == "task_create" and "idempotency_key" in args:
-            run, callback = meta.get(META_RUN), meta.get(META_CALLBACK)
-            if not (isinstance(run, str) and run and isinstance(callback, str) and callback):
-                raise _Rejected(
-                    ToolError(
-                        "idempotency_key_requires_callback",
-                        field_errors={
-                            "$.idempotency_key": "no active workflow callback in this call"
-                        },
-                    )
-                )
-            injected = {"workflowRunId": run[:128], "callbackEffectId": callback[:128]}
+            run, callback = _workflow_ids(meta)
+            injected = {"workflowRunId": run, "callbackEffectId": callback}
             fields += [
                 InjectedField(
-                    name="workflow_run_id", source=f"request _meta {META_RUN}", value=run[:128]
+                    name="workflow_run_id", source=f"request _meta {META_RUN}", value=run
                 ),
                 InjectedField(
                     name="callback_effect_id",
                     source=f"request _meta {META_CALLBACK}",
-                    value=callback[:128],
+                    value=callback,
                 ),
             ]
         return injected, fields
@@ -569,6 +560,41 @@ class _Unjournaled:
 
     def rename(self, tool: str) -> None:
         pass
+
+
+MAX_WORKFLOW_ID_BYTES = 128  # the runtime's limit on workflowRunId and callbackEffectId
+
+
+def _workflow_ids(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """The workflow run and callback effect of a keyed `task_create`, whole or refused.
+
+    An id over the limit is refused, never cut: two runs whose ids share a prefix must never
+    share an idempotency scope. The limit is in UTF-8 bytes, at or under the runtime's own.
+    """
+    run, callback = meta.get(META_RUN), meta.get(META_CALLBACK)
+    if not (isinstance(run, str) and run and isinstance(callback, str) and callback):
+        raise _Rejected(
+            ToolError(
+                "idempotency_key_requires_callback",
+                field_errors={"$.idempotency_key": "no active workflow callback in this call"},
+            )
+        )
+    too_long = {
+        f"_meta.{key}": f"longer than {MAX_WORKFLOW_ID_BYTES} UTF-8 bytes ({size})"
+        for key, value in ((META_RUN, run), (META_CALLBACK, callback))
+        if (size := len(value.encode("utf-8", "surrogatepass"))) > MAX_WORKFLOW_ID_BYTES
+    }
+    if too_long:
+        raise _Rejected(
+            ToolError(
+                "invalid_arguments",
+                "The workflow context in the request's `_meta` (set by the client, not the"
+                f" model) has an id longer than {MAX_WORKFLOW_ID_BYTES} UTF-8 bytes;"
+                " it is refused, never cut.",
+                field_errors=too_long,
+            )
+        )
+    return run, callback
 
 
 class _Call:

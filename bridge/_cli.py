@@ -144,6 +144,9 @@ stdout carries only the MCP protocol; logs go to stderr.
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import journal
+
+    journal.warm_up_redaction()  # the secret rule set's import overlaps the rest of start-up
     import trio
 
     from ._context import ConfigError

@@ -14,11 +14,12 @@ import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import msgspec
 import trio
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
 
 log = logging.getLogger("agentteam.bridge.stdio")
 MAX_FRAME_BYTES = 16 << 20
@@ -28,14 +29,20 @@ _READ = 1 << 16
 class _Writer:
     """The two methods the SDK's stdout writer uses, over a non-blocking descriptor.
 
-    A lock keeps whole frames whole: the SDK and the frame screen both write here.
+    A lock keeps whole frames whole: the SDK and the frame screen both write here. Every frame
+    the SDK writes is shown to the screen, which learns from it which requests are answered.
     """
 
-    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
+    def __init__(self, stream: trio.lowlevel.FdStream, screen: FrameScreen) -> None:
         self._stream = stream
+        self._screen = screen
         self._lock = trio.Lock()
 
     async def write(self, text: str) -> None:
+        self._screen.answered(text)
+        await self.write_refusal(text)
+
+    async def write_refusal(self, text: str) -> None:
         async with self._lock:
             await self._stream.send_all(text.encode("utf-8"))
 
@@ -47,16 +54,15 @@ class _LineReader:
     """Async iteration over newline-delimited frames, screened before the SDK sees them.
 
     The SDK drops what it cannot parse without an answer, which leaves a client waiting
-    forever. Frames that are requests but not valid ones are answered here with the JSON-RPC
-    2.0 error, with the request's id when it can be recovered: a parse error (-32700), an invalid
-    request (-32600: not 2.0, a batch, a method that is not a string, a frame over
-    MAX_FRAME_BYTES), invalid params (-32602: params not an object, nesting deeper than
-    MAX_DEPTH).
+    forever; frames that are not valid requests are answered here (see `FrameScreen`).
     """
 
-    def __init__(self, stream: trio.lowlevel.FdStream, writer: _Writer) -> None:
+    def __init__(
+        self, stream: trio.lowlevel.FdStream, writer: _Writer, screen: FrameScreen
+    ) -> None:
         self._stream = stream
         self._writer = writer
+        self._screen = screen
         self._buffer = bytearray()
         self._oversized: bytes | None = None  # the head of a frame being skipped
 
@@ -70,13 +76,13 @@ class _LineReader:
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace").lstrip("\ufeff")
             try:
-                refusal = screen(text)
+                refusal = self._screen.screen(text)
             except Exception:  # the screen must never stop the reader; the SDK still decides
                 log.exception("frame screen failed; passing the frame on")
                 refusal = None
             if refusal is None:
                 return text
-            await self._writer.write(refusal)
+            await self._writer.write_refusal(refusal)
 
     async def _next_line(self) -> bytes | None:
         while True:
@@ -87,7 +93,8 @@ class _LineReader:
                 if self._oversized is not None:
                     head, self._oversized = self._oversized, None
                     log.warning("refused a frame larger than %d bytes", MAX_FRAME_BYTES)
-                    await self._writer.write(_error(_recover_id(head), -32600, "Frame too large"))
+                    refusal = _error(_recover_id(head), -32600, "Frame too large")
+                    await self._writer.write_refusal(refusal)
                     continue
                 return line
             if len(self._buffer) > MAX_FRAME_BYTES:
@@ -106,32 +113,103 @@ class _LineReader:
 
 MAX_DEPTH = 64
 _ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,256}")')
+# How the SDK (pydantic, compact) writes an answer: `{"jsonrpc":"2.0","id":<id>,"result"|"error"`.
+_ANSWER = re.compile(r'\{"jsonrpc":"2\.0","id":(-?\d+|"(?:[^"\\]|\\.)*"),"(?:result|error)":')
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 
 
-def screen(text: str) -> str | None:
-    """None to pass a frame to the SDK, else the JSON-RPC error line to answer it with."""
-    if not text.strip():
+class FrameScreen:
+    """Answers, as JSON-RPC 2.0 says, the frames the SDK would drop or serve wrongly.
+
+    * not JSON: -32700 Parse error (with the request's id when it can be recovered);
+    * an object that is neither a request, a notification nor a response, or a request whose id
+      is not a string or an integer (float, bool, object, array, null: MCP forbids them):
+      -32600 Invalid Request with `"id": null`;
+    * a request that is not 2.0, a method that is not a string, a frame over MAX_FRAME_BYTES:
+      -32600 with the request's id; params not an object or nested deeper than MAX_DEPTH: -32602;
+    * a request whose id is already in flight (sent, not yet answered nor cancelled): -32600 with
+      that id; the first request is served and answered once. Ids are compared as the SDK
+      correlates them (`"7"` and `7` are one id), since it would otherwise confuse the two;
+    * a batch: one array answer, an Invalid Request per request in it (MCP has no batches).
+
+    Responses sent by the client (`result` or `error`, no `method`) and notifications are never
+    answered: responses go on to the SDK, which matches them with a request of its own (sampling,
+    elicitation, ping) or drops them; the bridge itself sends none.
+    """
+
+    def __init__(self) -> None:
+        self._in_flight: set[int | str] = set()
+
+    def screen(self, text: str) -> str | None:
+        """None to pass a frame to the SDK, else the JSON-RPC error line to answer it with."""
+        if not text.strip():
+            return None
+        try:
+            frame = _decode(text)
+        except msgspec.DecodeError:
+            return _error(_recover_id(text), -32700, "Parse error")
+        except RecursionError:
+            return _error(
+                _recover_id(text), -32602, f"Invalid params: nested deeper than {MAX_DEPTH} levels"
+            )
+        if isinstance(frame, list):
+            return _batch(frame)
+        if not isinstance(frame, dict):
+            return _error(None, -32600, "Invalid Request: not a JSON-RPC object")
+        if "method" not in frame and ("result" in frame or "error" in frame):
+            return None  # a response: for the SDK to match or drop, never answered
+        if "id" not in frame:
+            if isinstance(frame.get("method"), str):
+                self._cancelled(frame)
+                return None  # a notification: never answered
+            return _error(None, -32600, "Invalid Request: method must be a string")
+        rid = frame["id"]
+        if not _is_id(rid):
+            return _error(None, -32600, "Invalid Request: id must be a string or an integer")
+        refusal = _refusal(text, frame, rid)
+        if refusal is not None:
+            return refusal
+        key = coerce_request_id(rid)
+        if key in self._in_flight:
+            log.warning("refused a request whose id is already in flight")
+            return _error(rid, -32600, "Invalid Request: a request with this id is in flight")
+        self._in_flight.add(key)
         return None
-    try:
-        frame = _decode(text)
-    except msgspec.DecodeError:
-        return _error(_recover_id(text), -32700, "Parse error")
-    except RecursionError:
-        return _error(
-            _recover_id(text), -32602, f"Invalid params: nested deeper than {MAX_DEPTH} levels"
-        )
-    if isinstance(frame, list):
-        ids = [f.get("id") for f in frame if isinstance(f, dict) and _is_id(f.get("id"))]
-        return "".join(_error(i, -32600, "Batches are not supported") for i in ids) or None
-    if not isinstance(frame, dict) or not _is_id(frame.get("id")):
-        return None  # a notification or not a request: nothing to answer
-    rid = frame["id"]
+
+    def answered(self, text: str) -> None:
+        """Note a frame the SDK writes: an answer ends its request's flight."""
+        found = _ANSWER.match(text)
+        if found is not None:
+            rid = _decode(found.group(1))
+        else:  # not the SDK's usual answer layout: look properly (notifications land here)
+            try:
+                frame = _decode(text)
+            except (msgspec.DecodeError, RecursionError):
+                return
+            if not isinstance(frame, dict) or "method" in frame or not _is_id(frame.get("id")):
+                return
+            rid = frame["id"]
+        self._in_flight.discard(coerce_request_id(rid))
+
+    def _cancelled(self, frame: dict[str, Any]) -> None:
+        # A request the client cancels is never answered (MCP): its id is free again.
+        if frame["method"] != "notifications/cancelled":
+            return
+        params = frame.get("params")
+        rid = params.get("requestId") if isinstance(params, dict) else None
+        if _is_id(rid):
+            self._in_flight.discard(coerce_request_id(rid))
+
+
+def _refusal(text: str, frame: dict[str, Any], rid: int | str) -> str | None:
+    """The error for a request with a valid id that the SDK cannot serve, if any."""
     if frame.get("jsonrpc") != "2.0":
         return _error(rid, -32600, 'Invalid Request: jsonrpc must be "2.0"')
     if not isinstance(frame.get("method"), str):
         return _error(rid, -32600, "Invalid Request: method must be a string")
+    if "result" in frame or "error" in frame:
+        return _error(rid, -32600, "Invalid Request: a request has no result or error")
     params = frame.get("params")
     if params is not None and not isinstance(params, dict):
         return _error(rid, -32602, "Invalid params: params must be an object")
@@ -140,7 +218,29 @@ def screen(text: str) -> str | None:
     return None
 
 
-def _is_id(value: Any) -> bool:
+def _batch(frames: list[Any]) -> str | None:
+    """One array answer for a batch: an Invalid Request for each request in it."""
+    if not frames:
+        return _error(None, -32600, "Invalid Request: an empty batch")
+    answers = [
+        _error_object(
+            frame.get("id") if isinstance(frame, dict) and _is_id(frame.get("id")) else None,
+            -32600,
+            "Invalid Request: batches are not supported",
+        )
+        for frame in frames
+        if not (
+            isinstance(frame, dict)
+            and (
+                ("method" not in frame and ("result" in frame or "error" in frame))
+                or ("id" not in frame and isinstance(frame.get("method"), str))
+            )
+        )
+    ]
+    return _encode(answers).decode() + "\n" if answers else None
+
+
+def _is_id(value: Any) -> TypeGuard[int | str]:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
@@ -170,9 +270,12 @@ def _recover_id(raw: str | bytes) -> int | str | None:
     return value if _is_id(value) else None
 
 
+def _error_object(rid: int | str | None, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+
+
 def _error(rid: int | str | None, code: int, message: str) -> str:
-    frame = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
-    return _encode(frame).decode() + "\n"
+    return _encode(_error_object(rid, code, message)).decode() + "\n"
 
 
 @asynccontextmanager
@@ -186,10 +289,11 @@ async def trio_stdio() -> AsyncIterator[tuple[Any, Any]]:
     os.dup2(2, 1)
     stdin = trio.lowlevel.FdStream(wire_in)
     stdout = trio.lowlevel.FdStream(wire_out)
-    writer = _Writer(stdout)
+    screen = FrameScreen()
+    writer = _Writer(stdout, screen)
     try:
         async with stdio_server(
-            stdin=cast(Any, _LineReader(stdin, writer)), stdout=cast(Any, writer)
+            stdin=cast(Any, _LineReader(stdin, writer, screen)), stdout=cast(Any, writer)
         ) as streams:
             yield streams
     finally:

@@ -100,6 +100,7 @@ from ._events import (
 )
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
+from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._verify import ChainVerifier, Finding, Rule, VerifyReport, verify
 from ._writer import SyncWriter, open_sync_writer
@@ -160,4 +161,5 @@ __all__ = [
     "row_hash",
     "sign_checkpoint",
     "verify",
+    "warm_up_redaction",
 ]

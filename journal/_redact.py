@@ -1,6 +1,6 @@
 """Redaction at the journal boundary: no credential reaches the file, whatever the caller passes.
 
-Three rules, applied to every payload (any depth) and to the envelope's text columns:
+Four rules, applied to every payload (any depth) and to the envelope's text columns:
 
 * **by key name** — the value of a mapping key that names a credential is replaced whole. Keys are
   compared case-insensitively after camelCase and ``-`` are folded to ``_``: a key equal to, or
@@ -13,18 +13,44 @@ Three rules, applied to every payload (any depth) and to the envelope's text col
   URLs and credential query parameters (``?access_token=...``) inside any string.
 * **by value** — every secret the writer was told about (``add_secret``: the current bearer token,
   a refreshed one) is replaced wherever it occurs inside any string or key.
+* **by format** — well-known credential formats a model may write into a task (AWS access keys,
+  GitHub, GitLab, Slack, Stripe, SendGrid, PyPI, npm tokens, OpenAI ``sk-...`` keys, JWTs, private
+  key blocks, ...), found by the maintained rule set of `detect-secrets`_ (its format plugins'
+  own patterns, see ``RULE_SET``), are replaced by ``[REDACTED:sha256:<12 hex>]``: the digest of
+  the value lets an auditor tell two values apart (or check a known leaked one) without the
+  journal holding it. A private key is replaced from its ``BEGIN`` line to its ``END`` line.
+
+The rule set costs ~0.2 s to import and tens of microseconds to run: it is imported by a
+background thread started by ``warm_up`` (``serve`` calls it first thing; the first ``Redactor``
+does too), so that the import overlaps start-up rather than delaying a call (a call that needs it
+sooner waits for the import), and run only where a cheap
+screen (``_may_hold_format``: strings every match contains) says a match is possible; a property
+test proves the screen against every pattern of the rule set.
+
+.. _detect-secrets: https://github.com/Yelp/detect-secrets
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib
 import re
+import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = [
+    "REDACTED",
+    "RULE_SET",
+    "FormatRule",
+    "Redactor",
+    "format_rules",
+    "secret_marker",
+    "warm_up",
+]
 
 REDACTED: Final = "[REDACTED]"
 
@@ -74,6 +100,232 @@ _SECRET_SUFFIXES: Final = tuple(
         "private_key",
     )
 )
+
+# The rule set: detect-secrets' plugins for credential formats, as (module, class, strings every
+# match of the plugin contains, strings every match contains ignoring case). Left out: the
+# plugins with no such string that cost ~30 us per payload (Discord, Telegram), the
+# keyword-assignment heuristics (Cloudant, IBM, SoftLayer, Keyword), entropy (it would take ids
+# and hashes) and public IP addresses (not credentials).
+RULE_SET: Final[tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]] = (
+    ("aws", "AWSKeyDetector", ("A3T", "ABIA", "ACCA", "AKIA", "ASIA"), ("aws",)),
+    ("artifactory", "ArtifactoryDetector", ("AKC", "AP"), ()),
+    ("azure_storage_key", "AzureStorageKeyDetector", ("AccountKey=",), ()),
+    ("basic_auth", "BasicAuthDetector", ("//",), ()),
+    ("github_token", "GitHubTokenDetector", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ()),
+    (
+        "gitlab_token",
+        "GitLabTokenDetector",
+        (
+            "GR1348941",
+            "glpat-",
+            "gldt-",
+            "glft-",
+            "glsoat-",
+            "glrt-",
+            "glcbt-",
+            "glimt-",
+            "glptt-",
+            "glagent-",
+            "gloas-",
+        ),
+        (),
+    ),
+    ("jwt", "JwtTokenDetector", ("yJ",), ()),
+    ("mailchimp", "MailchimpDetector", ("-us",), ()),
+    ("npm", "NpmDetector", ("Token=",), ()),
+    ("openai", "OpenAIDetector", ("T3BlbkFJ",), ()),
+    ("private_key", "PrivateKeyDetector", ("PRIVATE KEY", "PuTTY"), ()),
+    ("pypi_token", "PypiTokenDetector", ("ypi-",), ()),
+    ("sendgrid", "SendGridDetector", ("SG.",), ()),
+    ("slack", "SlackDetector", (), ("xox", "hooks.slack.com")),
+    ("square_oauth", "SquareOAuthDetector", ("q0csp-",), ()),
+    ("stripe", "StripeDetector", ("k_live_",), ()),
+    ("twilio", "TwilioKeyDetector", ("AC", "SK"), ()),
+)
+
+
+def _minimal(words: Iterable[str]) -> tuple[str, ...]:
+    """The words none of the others is a part of (a text holding a longer one holds the shorter)."""
+    unique = set(words)
+    return tuple(sorted(w for w in unique if not any(o in w for o in unique if o != w)))
+
+
+def _trie_pattern(words: Iterable[str]) -> re.Pattern[str]:
+    """A regex matching any of the words, prefixes factored out (`A(?:KIA|SIA|...)`).
+
+    A flat alternation is entered at every position holding a word's first letter and tries
+    each word there; the factored one tries one branch per character: ~2.5x cheaper here.
+    """
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def branch(node: dict[str, Any]) -> str:
+        alternatives = [re.escape(char) + branch(child) for char, child in sorted(node.items())]
+        alternatives = [a for a in alternatives if a]
+        if not alternatives:
+            return ""
+        body = alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})"
+        return f"(?:{body})?" if "" in node else body
+
+    return re.compile(branch(trie))
+
+
+# The screen: the strings every match contains, exact ones in one scan, the ones the patterns
+# match ignoring case in the case-folded text (casefold folds all that their flag does).
+_FORMAT_EXACT: Final = _trie_pattern(_minimal(w for _m, _c, words, _f in RULE_SET for w in words))
+_FORMAT_FOLDED: Final = _minimal(w for _m, _c, _w, folded in RULE_SET for w in folded)
+
+
+def _may_hold_format(text: str) -> bool:
+    if _FORMAT_EXACT.search(text) is not None:
+        return True
+    folded = text.casefold()
+    return any(word in folded for word in _FORMAT_FOLDED)
+
+
+_PLUGINS: Final = "detect_secrets.plugins"
+
+
+class FormatRule(NamedTuple):
+    """One plugin of the rule set, its patterns, and the strings each of their matches holds."""
+
+    name: str
+    words: tuple[str, ...]
+    folded_words: tuple[str, ...]
+    patterns: tuple[re.Pattern[str], ...]
+    reports: Callable[[str], Iterable[str]]  # the plugin's own verdict: what it finds in a text
+
+
+@functools.cache
+def format_rules() -> tuple[FormatRule, ...]:
+    """The rule set (imported on first use; two threads may both build it, to the same end)."""
+    rules = []
+    for module, name, words, folded in RULE_SET:
+        plugin = getattr(importlib.import_module(f"{_PLUGINS}.{module}"), name)()
+        rules.append(FormatRule(name, words, folded, tuple(plugin.denylist), plugin.analyze_string))
+    return tuple(rules)
+
+
+_warm_up_lock = threading.Lock()
+_warm_up_started = False
+
+
+def warm_up() -> None:
+    """Import the rule set in a background thread, once per process (a server calls it first
+    thing, so that the import overlaps its start-up instead of delaying its first call)."""
+    global _warm_up_started
+    with _warm_up_lock:
+        if _warm_up_started:
+            return
+        _warm_up_started = True
+    threading.Thread(target=_load_quietly, name="journal-rule-set", daemon=True).start()
+
+
+def _load_quietly() -> None:
+    try:
+        format_rules()
+    except Exception:  # the call that needs the rule set imports it again and raises there
+        format_rules.cache_clear()
+
+
+def secret_marker(value: str) -> str:
+    """What a credential found by format becomes: a marker keeping a digest of it."""
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"[REDACTED:sha256:{digest[:12]}]"
+
+
+_PEM_END: Final = re.compile(r"-----END [A-Z0-9 ]*-----")
+_TOKEN: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.")
+_TOKEN_TAIL: Final = re.compile(r"[A-Za-z0-9_\-+/=.]*")
+_DELIMITERS: Final = frozenset(" \t\r\n\"'=:.@")
+_MAX_FORMAT_ROUNDS: Final = 4
+
+
+def _redact_formats(text: str) -> str:
+    """Replace each credential the rule set finds by its marker (see `_format_spans`).
+
+    Repeated until no pattern matches (a marker could join its neighbours into a new match); a
+    text that still matches after a few rounds goes whole.
+    """
+    for _round in range(_MAX_FORMAT_ROUNDS):
+        spans = _format_spans(text)
+        if not spans:
+            return text
+        out: list[str] = []
+        end = 0
+        for start, stop in spans:
+            out += (text[end:start], secret_marker(text[start:stop]))
+            end = stop
+        out.append(text[end:])
+        text = "".join(out)
+    return text if not _format_spans(text) else secret_marker(text)
+
+
+def _format_spans(text: str) -> list[tuple[int, int]]:
+    """Where the rule set matches: sorted, disjoint spans.
+
+    A match counts where its plugin reports it (the plugin's checks beyond the pattern hold).
+    Its span is the credential it found: from its first capturing group that matched (the
+    key after `aws_secret_access_key = '`, the password in `://user:password@`), on over the
+    rest of the token (a JWT's signature, which the JWT pattern leaves out), without a delimiter
+    the pattern takes along (a space, a quote...).
+    """
+    if not _may_hold_format(text):
+        return []
+    spans = []
+    folded = None
+    for name, words, folded_words, patterns, reports in format_rules():
+        if not any(word in text for word in words):  # only the plugins that may match run
+            if not folded_words:
+                continue
+            folded = text.casefold() if folded is None else folded
+            if not any(word in folded for word in folded_words):
+                continue
+        for pattern in patterns:
+            for match in pattern.finditer(text):
+                if not any(True for _found in reports(match.group(0))):
+                    continue  # the plugin's own checks say no (a JWT must decode: not a cursor)
+                if name == "PrivateKeyDetector":
+                    spans.append(_key_block(text, *match.span()))
+                    continue
+                start = next(
+                    (match.start(g) for g in range(1, pattern.groups + 1) if match.group(g)),
+                    match.start(),
+                )
+                stop = match.end()
+                if stop > start and text[stop - 1] in _TOKEN:
+                    stop = _TOKEN_TAIL.match(text, stop).end()  # type: ignore[union-attr]
+                spans.append(_trimmed(text, start, stop))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, stop in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        elif stop > start:
+            merged.append((start, stop))
+    return merged
+
+
+def _key_block(text: str, start: int, stop: int) -> tuple[int, int]:
+    """A private key's whole block: from its `-----BEGIN` to its `-----END ...-----`, else on."""
+    dashes = text.rfind("-----", max(0, start - 5), start)
+    if dashes >= 0:
+        start = dashes
+    end = _PEM_END.search(text, stop)
+    return start, end.end() if end is not None else len(text)
+
+
+def _trimmed(text: str, start: int, stop: int) -> tuple[int, int]:
+    while start < stop and text[start] in _DELIMITERS:
+        start += 1
+    while stop > start and text[stop - 1] in _DELIMITERS:
+        stop -= 1
+    return start, stop
+
 
 _CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Each shape rule: a cheap test that must hold for the pattern to match, the pattern, the
@@ -129,6 +381,7 @@ class Redactor:
     """Removes credentials from JSON-typed values; knows the secrets it was told about."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        warm_up()
         self._long: list[str] = []
         self._short: set[str] = set()
         # The secrets as they appear in JSON text: inside a string (long), as a whole one (short).
@@ -161,10 +414,10 @@ class Redactor:
         """Whether `redact` could change the value whose JSON encoding is `text` (msgspec's: only
         `"`, `\\` and control characters escaped). False means the value is clean as it is.
 
-        Each rule's trace survives JSON encoding: a secret value as its escaped form, a shape by
-        the literal its cheap test looks for, a secret-named key (or `name`) by its letters once
-        case, `_` and `-` are folded away. The screen may say True for clean text (the full walk
-        then finds nothing), never False for text the walk would change.
+        Each rule's trace survives JSON encoding: a secret value as its escaped form, a shape or
+        a format by the literal its cheap test looks for, a secret-named key (or `name`) by its
+        letters once case, `_` and `-` are folded away. The screen may say True for clean text
+        (the full walk then finds nothing), never False for text the walk would change.
         """
         if any(secret in text for secret in self._long_json):
             return True
@@ -172,20 +425,25 @@ class Redactor:
             return True
         if any(test(text) for test, _pattern, _replacement in _SHAPES):
             return True
+        if _may_hold_format(text):
+            return True
         folded = text.lower().replace("_", "").replace("-", "")
         return any(word in folded for word in _SCREEN_WORDS)
 
     def redact_text(self, text: str) -> str:
-        """Apply the shape and value rules to one string."""
+        """Apply the value, format and shape rules to one string."""
         if text in self._short:
             return REDACTED
         for secret in self._long:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+        text = _redact_formats(text)  # first, so that a JWT or a URL password keeps a digest
+        shaped = text
         for may_match, pattern, replacement in _SHAPES:
-            if may_match(text):
-                text = pattern.sub(replacement, text)
-        return text
+            if may_match(shaped):
+                shaped = pattern.sub(replacement, shaped)
+        # A shape's marker could join its neighbours into a format match: look again.
+        return shaped if shaped == text else _redact_formats(shaped)
 
     def redact_encoded(self, text: str, encode: Callable[[Any], str]) -> str:
         """`encode(redact(value))` for the value whose `encode` is `text`, remembered: the payloads
@@ -204,7 +462,8 @@ class Redactor:
     def redact(self, value: Any) -> Any:
         """A copy of a JSON-typed value with every rule applied at any depth."""
         if isinstance(value, str):
-            return self.redact_text(value)
+            # Short strings (names, ids, sources) repeat from event to event: remembered.
+            return self._redact_key(value) if len(value) <= 64 else self.redact_text(value)
         if isinstance(value, dict):
             return self._redact_mapping(value)
         if isinstance(value, list | tuple):

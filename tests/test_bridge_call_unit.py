@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
@@ -259,3 +260,44 @@ def test_upstream_messages_name_fields_as_the_model_knows_them() -> None:
         retry_after=None,
     )
     assert error.message == "Changed since `expected_updated_at`."
+
+
+@pytest.mark.parametrize(
+    ("run", "callback", "refused"),
+    [
+        ("r" * 128, "c" * 128, []),
+        ("r" * 129, "c", ["_meta.agentteam/workflow_run_id"]),
+        ("😀" * 32, "数" * 42, []),  # 128 and 126 UTF-8 bytes
+        (
+            "😀" * 33,
+            "数" * 43,
+            ["_meta.agentteam/workflow_run_id", "_meta.agentteam/callback_effect_id"],
+        ),
+    ],
+)
+async def test_workflow_ids_are_measured_in_utf8_bytes_and_never_cut(
+    run: str, callback: str, refused: list[str]
+) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(
+            200, json={"channel": "general", "parent": None, "tasks": [TASK], "reused": False}
+        )
+
+    journal = ListJournal()
+    bridge, _ = make_bridge(handler, journal)
+    args = {"channel": "general", "tasks": [{"title": "t"}], "idempotency_key": "k"}
+    meta = {"agentteam/workflow_run_id": run, "agentteam/callback_effect_id": callback}
+    result = await bridge.call("task_create", args, meta, 1)
+    if refused:
+        error = result.structured_content["error"]  # type: ignore[index]
+        assert (error["code"], sorted(error["field_errors"])) == (
+            "invalid_arguments",
+            sorted(refused),
+        )
+        assert bodies == [] and "call_rejected" in journal.kinds()
+    else:
+        assert not result.is_error
+        assert (bodies[0]["workflowRunId"], bodies[0]["callbackEffectId"]) == (run, callback)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .bridge_harness import BridgeSession
+from .bridge_harness import BridgeSession, journal_calls
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
 
@@ -95,3 +95,32 @@ async def test_defaults_written_out_replay_and_a_real_difference_conflicts(
         meta=META,
     )
     assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 1
+
+
+async def test_workflow_ids_over_the_limit_are_refused_never_cut(bridge: BridgeSession) -> None:
+    # Two runs whose ids share their first 128 bytes: cut to 128, they would share one scope
+    # and the second would replay the first's tasks.
+    rt = bridge.runtime
+    assert rt is not None
+    run, longer = "r" * 128, "r" * 128 + "-second"
+    rt.store.open_callback(rt.workspace_id, run, "cb_1", rt.agent_id)
+    args = {"channel": "general", "tasks": [{"title": "first"}], "idempotency_key": "effect"}
+    await bridge.ok("task_create", args, meta={**META, "agentteam/workflow_run_id": run})
+    before = rt.store.stats()
+    for meta, key in (
+        ({**META, "agentteam/workflow_run_id": longer}, "_meta.agentteam/workflow_run_id"),
+        # 43 four-byte emoji: 43 characters, 172 UTF-8 bytes.
+        ({**META, "agentteam/callback_effect_id": "😀" * 43}, "_meta.agentteam/callback_effect_id"),
+    ):
+        error = await bridge.fails("task_create", args, code="invalid_arguments", meta=meta)
+        assert list(error["field_errors"]) == [key] and error["retryable"] is False
+    assert rt.store.stats() == before
+    # At the limit exactly (32 emoji = 128 bytes) the id is passed on whole.
+    rt.store.open_callback(rt.workspace_id, run, "😀" * 32, rt.agent_id)
+    at_limit = {"agentteam/workflow_run_id": run, "agentteam/callback_effect_id": "😀" * 32}
+    created = await bridge.ok("task_create", {**args, "tasks": [{"title": "b"}]}, meta=at_limit)
+    assert created["data"]["reused"] is False
+    refused = [
+        kinds for kinds in journal_calls(bridge.journal).values() if "call_rejected" in kinds
+    ]
+    assert len(refused) == 2 and all("upstream_request" not in kinds for kinds in refused)

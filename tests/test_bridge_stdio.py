@@ -6,6 +6,9 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,12 @@ class RawBridge:
         await self.process.stdin.send_all(data + b"\n")
 
     async def receive(self, wait_seconds: float = 10.0) -> dict[str, Any]:
+        message = await self.receive_any(wait_seconds)
+        assert isinstance(message, dict), message
+        return message
+
+    async def receive_any(self, wait_seconds: float = 10.0) -> dict[str, Any] | list[Any]:
+        """One stdout line: a JSON-RPC message, or an array of them (a batch's answer)."""
         assert self.process.stdout is not None
         with trio.fail_after(wait_seconds):
             while b"\n" not in self._buffer:
@@ -45,9 +54,21 @@ class RawBridge:
                 assert chunk, "stdout closed"
                 self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)  # every stdout line is JSON-RPC
-        assert message["jsonrpc"] == "2.0"
+        message: dict[str, Any] | list[Any] = json.loads(line)  # every stdout line is JSON-RPC
+        assert all(
+            m["jsonrpc"] == "2.0" for m in (message if isinstance(message, list) else [message])
+        )
         return message
+
+    async def close(self) -> None:
+        """End the session; nothing more may have been answered (one answer per request)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        await self.process.stdin.aclose()
+        with trio.fail_after(10):
+            while chunk := await self.process.stdout.receive_some(65536):
+                self._buffer += chunk
+            assert await self.process.wait() == 0
+        assert self._buffer == b"", self._buffer
 
 
 async def _start(env: dict[str, str], journal_path: Path) -> RawBridge:
@@ -87,24 +108,163 @@ async def test_garbage_frames_are_survived_and_real_requests_still_answered(
         ).encode(),
     ):
         await raw.send(frame)
-    errors: dict[Any, int] = {}
-    answer = await raw.receive()
-    while answer.get("id") != 8:
-        errors[answer["id"]] = answer["error"]["code"]
-        answer = await raw.receive()
-    # A parse error with the id recovered (5), one without (id null), the wrong shapes (6: not
-    # 2.0; 7: params not an object); nothing for what is not a request.
-    assert errors == {None: -32700, 5: -32700, 6: -32600, 7: -32602}
+    errors: list[tuple[Any, int]] = []
+    answer = await raw.receive_any()
+    while isinstance(answer, list) or answer.get("id") != 8:
+        batch = answer if isinstance(answer, list) else [answer]
+        errors += [(a["id"], a["error"]["code"]) for a in batch]
+        answer = await raw.receive_any()
+    # A parse error without an id (null), one with the id recovered (5), a batch answered with an
+    # array (an Invalid Request per element), the wrong shapes (6: not 2.0; {}: no method, so id
+    # null; 7: params not an object). One answer each, in order.
+    assert errors == [
+        (None, -32700),
+        (5, -32700),
+        *[(None, -32600)] * 3,
+        (6, -32600),
+        (None, -32700),
+        (None, -32600),
+        (7, -32602),
+    ]
     assert answer["id"] == 8 and answer["result"]["isError"] is True
     assert answer["result"]["structuredContent"]["error"]["code"] == "invalid_arguments"
     await raw.send({"jsonrpc": "2.0", "id": 9, "method": "nope/nothing"})
     assert (await raw.receive())["error"]["code"] == -32601
     await raw.send({"jsonrpc": "2.0", "id": 10, "method": "tools/list"})
     assert len((await raw.receive())["result"]["tools"]) == 7
-    assert raw.process.stdin is not None
-    await raw.process.stdin.aclose()
-    with trio.fail_after(10):
-        assert await raw.process.wait() == 0
+    await raw.close()
+
+
+async def test_requests_with_ids_of_other_types_are_invalid_requests_with_a_null_id(
+    file_runtime: Any, tmp_path: Path
+) -> None:
+    raw = await _start(file_runtime.bridge_env(), tmp_path / "j.db")
+    bad_ids: list[Any] = [1.5, 2.0, True, False, {"n": 1}, [1], None]
+    for rid in bad_ids:
+        await raw.send({"jsonrpc": "2.0", "id": rid, "method": "ping"})
+    await raw.send(b'{"jsonrpc": "2.0", "id": 1e3, "method": "ping"}')
+    await raw.send({"jsonrpc": "2.0", "id": "after", "method": "ping"})
+    answers = [await raw.receive() for _ in range(len(bad_ids) + 2)]
+    assert [(a["id"], a["error"]["code"]) for a in answers[:-1]] == [(None, -32600)] * (
+        len(bad_ids) + 1
+    )
+    assert answers[-1] == {"jsonrpc": "2.0", "id": "after", "result": {}}
+    await raw.close()
+
+
+async def test_responses_from_the_client_are_never_answered(
+    file_runtime: Any, tmp_path: Path
+) -> None:
+    raw = await _start(file_runtime.bridge_env(), tmp_path / "j.db")
+    for frame in (
+        {"jsonrpc": "2.0", "id": 77, "result": {}},
+        {"jsonrpc": "2.0", "id": "r", "result": {"content": []}},
+        {"jsonrpc": "2.0", "id": 78, "error": {"code": -32601, "message": "no"}},
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}},
+        {"jsonrpc": "2.0", "id": 1.5, "result": {}},
+        [{"jsonrpc": "2.0", "id": 79, "result": {}}],  # a batch of responses: nothing to answer
+    ):
+        await raw.send(frame)
+    await raw.send({"jsonrpc": "2.0", "id": 80, "method": "ping"})
+    assert await raw.receive() == {"jsonrpc": "2.0", "id": 80, "result": {}}  # nothing before it
+    await raw.close()
+
+
+class Gate:
+    """Holds every upstream request until `release` is set (a fresh event re-closes it)."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+
+
+@asynccontextmanager
+async def _held_upstream() -> AsyncIterator[tuple[str, Gate]]:
+    """An Agent Runtime API that answers nothing until the gate opens, then 503."""
+    gate = Gate()
+
+    async def hold(stream: trio.SocketStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = await stream.receive_some(65536)
+                if not chunk:  # the bridge's start-up probe connects and leaves
+                    return
+                head += chunk
+            await gate.release.wait()
+            await stream.send_all(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
+                b"connection: close\r\n\r\n"
+            )
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, hold, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}", gate
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_duplicate_id_in_flight_is_refused_and_the_first_answered_once(
+    tmp_path: Path,
+) -> None:
+    async with _held_upstream() as (url, gate):
+        env = {
+            "AGENTTEAM_API_URL": url,
+            "AGENTTEAM_WORKSPACE_ID": "ws_1",
+            "AGENTTEAM_AGENT_ID": "agt_1",
+            "AGENTTEAM_TOKEN": "tok-held-upstream",
+        }
+        raw = await _start(env, tmp_path / "j.db")
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "task_get", "arguments": {"channel": "general", "number": 1}},
+        }
+        await raw.send(call)  # held upstream: in flight until released
+        await raw.send({**call, "params": {"name": "task_list", "arguments": {}}})
+        await raw.send({"jsonrpc": "2.0", "id": "7", "method": "ping"})  # the SDK's same id
+        refusals = [await raw.receive(), await raw.receive()]
+        assert [(r["id"], r["error"]["code"]) for r in refusals] == [(7, -32600), ("7", -32600)]
+        await raw.send({"jsonrpc": "2.0", "id": 8, "method": "ping"})  # others still served
+        assert await raw.receive() == {"jsonrpc": "2.0", "id": 8, "result": {}}
+        gate.release.set()
+        first = await raw.receive()
+        assert first["id"] == 7 and first["result"]["isError"] is True
+        assert first["result"]["structuredContent"]["error"]["code"] == "upstream_unavailable"
+        # Answered, the id is free again, and answered once more.
+        await raw.send({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+        assert await raw.receive() == {"jsonrpc": "2.0", "id": 7, "result": {}}
+        await raw.close()
+    with journal.open_reader(tmp_path / "j.db") as reader:
+        received = list(reader.events(kind="call_received"))
+    assert len(received) == 1  # the refused duplicate never reached the tools
+
+
+async def test_a_cancelled_request_frees_its_id_and_is_never_answered(tmp_path: Path) -> None:
+    async with _held_upstream() as (url, _gate):
+        env = {
+            "AGENTTEAM_API_URL": url,
+            "AGENTTEAM_WORKSPACE_ID": "ws_1",
+            "AGENTTEAM_AGENT_ID": "agt_1",
+            "AGENTTEAM_TOKEN": "tok-held-upstream",
+        }
+        raw = await _start(env, tmp_path / "j.db")
+        await raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "task_get", "arguments": {"channel": "general", "number": 1}},
+            }
+        )
+        await raw.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        assert (await raw.receive())["error"]["code"] == -32600  # still in flight
+        await raw.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}
+        )
+        await raw.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        assert await raw.receive() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        await raw.close()  # no answer for the cancelled call came before the end
 
 
 async def test_sigterm_shuts_down_cleanly_with_a_checkpoint(

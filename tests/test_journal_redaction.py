@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 import journal
 from journal import REDACTED, Redactor
+from journal._redact import format_rules, secret_marker
 
 from .journal_helpers import KEY, SESSION
 
@@ -242,3 +244,104 @@ def test_the_screen_passes_an_ordinary_task_and_stops_each_kind_of_secret() -> N
         {"url": "https://u:p@h/"},
     ):
         assert screened(dirty), dirty
+
+
+# --- well-known credential formats, found by the maintained rule set (detect-secrets) ---
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+# Each format twice (two different values must get two different digests).
+FORMATS: dict[str, tuple[str, str]] = {
+    "aws access key": ("AKIAIOSFODNN7EXAMPLE", "ASIAY34FZKBOKMUTVV7A"),
+    "github token": (
+        "ghp_" + "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx",
+        "gho_" + "16C7e42F292c6912E7710c838347Ae178B4a",
+    ),
+    "gitlab token": ("glpat-" + "xkR3nTq8Zp2mW6vYbC4d", "glpat-" + "A1b2C3d4E5f6G7h8I9j0"),
+    "slack token": (
+        "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+        "xoxp-210987654321-3210987654321-ZyXwVuTsRqPoNmLkJiHgFeDc",
+    ),
+    "openai key": (
+        "sk-" + "A1b2C3d4E5f6G7h8I9j0" + "T3BlbkFJ" + "K1l2M3n4O5p6Q7r8S9t0",
+        "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0" + "T3BlbkFJ" + "p0O9i8U7y6T5r4E3w2Q1",
+    ),
+    "stripe key": (
+        "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+        "rk_live_" + "51HbC2kL9mN0pQ1rS2tU3vW4",
+    ),
+    "sendgrid key": (
+        "SG." + "ngeVfQFYQlKU0ufo8x5d1A" + "." + "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr",
+        "SG." + "AbCdEfGhIjKlMnOpQrStUv" + "." + "0123456789abcdefghijABCDEFGHIJ-_klmnopqrstu",
+    ),
+    "jwt": (
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJib2IifQ."
+        "Mb8PzJ3xLOGf4wO7iBZyTH6dwh9oqiKcYm7dmGJOeXQ",
+    ),
+    "private key": (PEM, PEM.replace("u1SU1Lf", "q9XZ7Hd")),
+}
+
+
+def _marker_digests(text: str) -> list[str]:
+    return re.findall(r"\[REDACTED:sha256:([0-9a-f]{12})\]", text)
+
+
+@pytest.mark.parametrize("kind", sorted(FORMATS))
+def test_each_format_is_replaced_by_a_marker_keeping_its_digest(kind: str) -> None:
+    first, second = FORMATS[kind]
+    redactor = Redactor()
+    out = [redactor.redact_text(f"see {value} (from the model)") for value in (first, second)]
+    for value, text in zip((first, second), out, strict=True):
+        assert value not in text and value[-12:] not in text, text
+        assert text.startswith("see [REDACTED:sha256:") and text.endswith("] (from the model)")
+        assert _marker_digests(text) == [secret_marker(value)[17:-1]]
+    assert _marker_digests(out[0]) != _marker_digests(out[1])
+    # The screen lets the encoded value through to the walk.
+    assert redactor.screen(msgspec.json.encode({"description": first}).decode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Ship the release notes for 2.3 before Friday",
+        "ACME's API TASK list: see https://example.com/docs?page=2#top",
+        "数据库迁移 🚀" * 20,
+        "tsk_01JD8X2Y3Z4W5V6U7T8S9R0Q1P updated 2026-12-02T00:00:00.000000Z",
+        "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "the high road through the global glossary",
+        # A list cursor looks like a JWT to the pattern, but the plugin's check says no.
+        "eyJkIjoiZDcwMmE1MjFiOTY2ZGQ5YTZiMDAxZDY5IiwiayI6WzFdfQ.073586331382a27c",
+    ],
+)
+def test_ordinary_text_is_untouched(text: str) -> None:
+    assert Redactor().redact({"title": text, text: [text]}) == {"title": text, text: [text]}
+
+
+def _rule_patterns() -> list[re.Pattern[str]]:
+    return [pattern for rule in format_rules() for pattern in rule.patterns]
+
+
+_matches = st.sampled_from(_rule_patterns()).flatmap(lambda p: st.from_regex(p, fullmatch=True))
+_around = st.text(st.sampled_from("aZ09 _-.:/@=\"'\n{}é😀"), max_size=12) | st.sampled_from(
+    [*(v for pair in FORMATS.values() for v in pair), "://", "@", "Bearer ", "eyJ", "?token="]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(_matches | _around, min_size=1, max_size=5))
+def test_redaction_never_leaves_anything_the_rule_set_reports(parts: list[str]) -> None:
+    out = Redactor().redact_text("".join(parts))
+    assert not [(rule.name, found) for rule in format_rules() for found in rule.reports(out)], out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(found=st.sampled_from(_rule_patterns()).flatmap(st.from_regex), key=_words)
+def test_the_screen_sees_every_match_of_the_rule_set_through_json(found: str, key: str) -> None:
+    text = msgspec.json.encode({key: [found]}).decode()
+    assert Redactor().screen(text), text

@@ -179,6 +179,7 @@ def test_files_the_docs_point_to_exist() -> None:
         "docs/runtime.md",
         "docs/clients.md",
         "docs/performance.md",
+        "docs/protocol.md",
         "journal/datasette-metadata.json",
     ):
         assert (ROOT / path).exists(), path

@@ -308,7 +308,8 @@ def frame_cases(start_id: int = 10_000) -> list[FrameCase]:
     def unanswered(name: str, frame: bytes) -> None:
         cases.append(FrameCase(name, frame, "none"))
 
-    # Not JSON, or not a request: nothing to answer; the bridge must stay up.
+    # Not JSON, or not a request: nothing owed to a request id (at most an error with a null id,
+    # see docs/protocol.md); the bridge must stay up.
     for name, frame in (
         ("not json", b"not json"),
         ("truncated", b'{"jsonrpc": "2.0", "id": 5, "method": '),

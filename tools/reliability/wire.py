@@ -163,9 +163,17 @@ class RawBridge:
         except msgspec.DecodeError:
             self.transcript.violations.append(line[:500])
             return
+        if isinstance(message, list) and message:  # a batch's answer: JSON-RPC's array
+            if all(isinstance(m, dict) and m.get("jsonrpc") == "2.0" for m in message):
+                for each in message:
+                    self._dispatch_one(each)
+                return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self.transcript.violations.append(line[:500])
             return
+        self._dispatch_one(message)
+
+    def _dispatch_one(self, message: dict[str, Any]) -> None:
         rid = message.get("id")
         if rid is None or not ("result" in message or "error" in message):
             self.transcript.unsolicited.append(message)
