@@ -5,7 +5,7 @@ A journal is one SQLite file holding one ordered stream of immutable events. It 
 
 Writing, from trio (the bridge)::
 
-    async with journal.open_writer(path, key=key_path_or_bytes) as w:
+    async with journal.open_writer(path, key=signing_key_or_path) as w:
         w.add_secret(token)                       # redacted wherever it occurs, from now on
         seq = await w.append(journal.Event(
             session_id=sid, call_id=cid, mcp_method_name="tools/call",
@@ -21,8 +21,10 @@ stays failed (``w.failed``) until ``await w.recover()``. Concurrent appends are 
 one transaction per ready batch, by one worker thread owned by the writer's nursery; the event
 loop never blocks on the disk, and a bounded queue (``queue_size``) gives back-pressure.
 ``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
-signed every ``checkpoint_every`` events / ``checkpoint_interval`` seconds and on close, stored in
-the ``checkpoints`` table, and exported to ``checkpoint_path`` when given. ``open_sync_writer``
+Ed25519 signed notes (C2SP signed-note / tlog-checkpoint), signed every ``checkpoint_every``
+events / ``checkpoint_interval`` seconds and on close, stored in the ``checkpoints`` table, and
+exported to ``checkpoint_path`` when given. The signing key is named in the journal
+(``journal_meta.signing_key``; a ``key_rotated`` event when it changes). ``open_sync_writer``
 is the blocking twin for tools and tests.
 
 Reading and verifying (replay, audits)::
@@ -30,7 +32,7 @@ Reading and verifying (replay, audits)::
     with journal.open_reader(path) as r:          # read-only, never locks the writer out
         for record in r.events(call_id=cid):      # also session_id=, kind=, tool=, since_seq=
             ...
-        report = journal.verify(r, checkpoint=journal.load_checkpoint(cp_path), key=key)
+        report = journal.verify(r, checkpoint=journal.load_checkpoint(cp_path), trusted=[vkey])
         report.ok, report.findings                # Finding(seq, rule, detail)
 
 Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns in
@@ -58,11 +60,16 @@ from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
 from ._checkpoint import (
     Checkpoint,
+    HmacKey,
+    SigningKey,
+    Trust,
+    VerifierKey,
     default_key_path,
     export_checkpoint,
-    key_id,
+    legacy_key_path,
     load_checkpoint,
     load_key,
+    load_legacy_key,
     sign_checkpoint,
 )
 from ._errors import (
@@ -85,6 +92,7 @@ from ._events import (
     DeprecatedUsage,
     Event,
     InjectedField,
+    KeyRotated,
     Kind,
     Payload,
     Record,
@@ -97,7 +105,7 @@ from ._events import (
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._schema import SCHEMA_VERSION, VIEWS
-from ._verify import ChainVerifier, Finding, Rule, VerifyReport, verify
+from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
 from ._writer import SyncWriter, open_sync_writer
 
 __all__ = [
@@ -117,17 +125,20 @@ __all__ = [
     "CallResult",
     "ChainVerifier",
     "Checkpoint",
+    "CheckpointCheck",
     "ContextInjected",
     "DeprecatedUsage",
     "Event",
     "EventEncodeError",
     "Finding",
+    "HmacKey",
     "InjectedField",
     "JournalError",
     "JournalFormatError",
     "JournalUnavailable",
     "JournalUnavailableReason",
     "JournalWriter",
+    "KeyRotated",
     "Kind",
     "Payload",
     "Reader",
@@ -136,23 +147,28 @@ __all__ = [
     "Rule",
     "SessionEnded",
     "SessionStarted",
+    "SigningKey",
     "SyncWriter",
     "TokenRefreshed",
+    "Trust",
     "UpstreamRequest",
     "UpstreamResponse",
+    "VerifierKey",
     "VerifyReport",
     "WriterStats",
     "canonical_bytes",
     "default_key_path",
     "export_checkpoint",
-    "key_id",
+    "legacy_key_path",
     "load_checkpoint",
     "load_key",
+    "load_legacy_key",
     "open_reader",
     "open_sync_writer",
     "open_writer",
     "record_from_row",
     "row_hash",
     "sign_checkpoint",
+    "trust_of",
     "verify",
 ]

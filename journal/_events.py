@@ -28,6 +28,7 @@ __all__ = [
     "DeprecatedUsage",
     "Event",
     "InjectedField",
+    "KeyRotated",
     "Kind",
     "Payload",
     "Record",
@@ -38,7 +39,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 1
+KIND_SET_VERSION: Final = 2
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -53,6 +54,7 @@ Kind: TypeAlias = Literal[
     "call_result",
     "call_error",
     "call_cancelled",
+    "key_rotated",
 ]
 
 
@@ -185,6 +187,20 @@ class CallCancelled(_Payload, frozen=True, kw_only=True):
     reason: str
 
 
+class KeyRotated(_Payload, frozen=True, kw_only=True):
+    """Written by the writer when it signs with another key than the journal last named.
+
+    Checkpoints before this event are signed with ``previous``, those after it with ``vkey``.
+    ``previous`` is a verifier key, ``hmac:<key id>`` for an HMAC-era key, or None if unknown.
+    """
+
+    kind: ClassVar[Kind] = "key_rotated"
+    description: ClassVar[str] = "checkpoints are signed with another key from here on"
+    vkey: str
+    fingerprint: str
+    previous: str | None = None
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -198,6 +214,7 @@ Payload: TypeAlias = (
     | CallResult
     | CallError
     | CallCancelled
+    | KeyRotated
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -215,6 +232,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         CallResult,
         CallError,
         CallCancelled,
+        KeyRotated,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -42,7 +42,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 BUSY_TIMEOUT_S: Final = 5.0
 
 _V1_KINDS: Final = (
@@ -239,6 +239,7 @@ def migrations() -> Migrations:
 
     registry = Migrations("agentteam_journal")
     registry(name="0001_initial")(_initial)
+    registry(name="0002_key_rotated")(_key_rotated)
     return registry
 
 
@@ -292,7 +293,20 @@ def _initial(db: Database) -> None:
         db.execute(statement)
     for name, sql in VIEWS.items():
         db.create_view(name, sql.strip())
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("PRAGMA user_version = 1")
+
+
+def _key_rotated(db: Database) -> None:
+    # Ed25519 checkpoints: a change of signing key is an event in the chain.
+    db.table("event_kinds").insert(
+        {
+            "kind": "key_rotated",
+            "kind_version": PAYLOAD_TYPES["key_rotated"].kind_version,
+            "kind_set_version": 2,
+            "description": PAYLOAD_TYPES["key_rotated"].description,
+        }
+    )
+    db.execute("PRAGMA user_version = 2")
 
 
 def create_private_file(path: Path) -> int:

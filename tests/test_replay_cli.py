@@ -10,6 +10,7 @@ import pytest
 import journal
 
 from .replay_helpers import (
+    SEED_VKEY,
     Built,
     call_event,
     cli_json,
@@ -52,7 +53,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
             call_event("c1", create, tool="task_create"),
         ],
     )
-    code, out = cli_json("verify", doubtful)
+    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY)
     assert code == 3 and out["ok"] is True
     assert [(c["call_id"], c["reason"]) for c in out["in_doubt"]] == [("c1", "no_outcome")]
 

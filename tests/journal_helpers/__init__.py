@@ -16,6 +16,7 @@ from journal import (
     DeprecatedUsage,
     Event,
     InjectedField,
+    KeyRotated,
     Payload,
     SessionEnded,
     SessionStarted,
@@ -24,7 +25,8 @@ from journal import (
     UpstreamResponse,
 )
 
-KEY: Final = bytes(range(32))
+KEY: Final = bytes(range(32))  # an Ed25519 seed: the writer signs as agentteam-bridge/seed
+VKEY: Final = journal.SigningKey("agentteam-bridge/seed", KEY).verifier  # its public half
 SESSION: Final = "session-1"
 
 SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
@@ -82,13 +84,19 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         error_code="task_conflict", retryable=False, message="stale", duration_ms=4.0
     ),
     "call_cancelled": CallCancelled(reason="client cancelled"),
+    # Names KEY itself, so the checkpoints signed after it are signed by the key in force.
+    "key_rotated": KeyRotated(
+        vkey=VKEY.to_text(),
+        fingerprint=VKEY.fingerprint,
+        previous=journal.SigningKey("example/old", bytes(32)).verifier.to_text(),
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
 
 def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task_create") -> Event:
     """The sample event of a kind, in one call of one session."""
-    session_level = kind in ("session_started", "session_ended")
+    session_level = kind in ("session_started", "session_ended", "key_rotated")
     return Event(
         session_id=SESSION,
         call_id=None if session_level else call_id,
