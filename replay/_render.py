@@ -126,9 +126,10 @@ def _findings(console: Console, findings: Sequence[Finding], omitted: int = 0) -
 
 
 def render_key(console: Console, info: KeyInfo) -> None:
-    console.print(f"public key:  {info.vkey}")
-    console.print(f"fingerprint: {info.fingerprint}")
-    console.print(f"private key: {info.path}", style="dim")
+    # One line each, never wrapped: the key is copied from here.
+    console.print(f"public key:  {info.vkey}", soft_wrap=True)
+    console.print(f"fingerprint: {info.fingerprint}", soft_wrap=True)
+    console.print(f"private key: {info.path}", style="dim", soft_wrap=True)
 
 
 def render_verify(console: Console, result: VerifyResult) -> None:
@@ -152,7 +153,7 @@ def render_verify(console: Console, result: VerifyResult) -> None:
             f" signed up to seq {j.last_checkpoint_seq}"
         )
         for vkey in j.recorded_keys:
-            console.print(f"  key named by the journal: {vkey}")
+            console.print(f"  key named by the journal: {vkey}", soft_wrap=True)
     trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"
     console.print(f"trusted keys: {trusted}")
     _findings(console, result.findings, result.findings_omitted)
