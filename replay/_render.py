@@ -143,7 +143,7 @@ def render_verify(console: Console, result: VerifyResult) -> None:
         else:
             held = f"{j.held_checkpoint}, seq {j.held_checkpoint_seq}"
             if j.held_checkpoint_beside:
-                held += " (exported beside the journal, not a witness)"
+                held += " (beside the journal: no witness)"
         console.print(f"  held checkpoint: {held}")
         signatures = f"{j.signatures_checked} signatures verified"
         if j.signatures_unchecked:

@@ -115,6 +115,7 @@ def test_the_readme_runs_every_subcommand() -> None:
         "audit",
         "rerun",
         "export",
+        "key",
     ):
         assert ("agentteam-replay", sub) in shown, sub
 
@@ -199,7 +200,10 @@ def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == quoted.group(1)
+    *first_start, said = done.stderr.strip().splitlines()
+    assert said == quoted.group(1)
+    # A first start on this (fresh) machine announces the journal signing key it created.
+    assert [line.split(" ")[1] for line in first_start] == ["created", "public", "fingerprint"]
 
 
 def test_the_append_only_refusal_quoted_is_the_schemas() -> None:
