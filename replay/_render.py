@@ -152,8 +152,8 @@ def render_verify(console: Console, result: VerifyResult) -> None:
             f"  {j.checkpoints_checked} checkpoints, {signatures};"
             f" signed up to seq {j.last_checkpoint_seq}"
         )
-        for vkey in j.recorded_keys:
-            console.print(f"  key named by the journal: {vkey}", soft_wrap=True)
+        named = ", ".join("+".join(vkey.split("+", 2)[:2]) for vkey in j.recorded_keys)
+        console.print(f"  signing keys named by the journal: {named or 'none (HMAC era)'}")
     trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"
     console.print(f"trusted keys: {trusted}")
     _findings(console, result.findings, result.findings_omitted)
