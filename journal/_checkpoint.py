@@ -19,6 +19,10 @@ Keys are in the note formats: the private key file holds
 by default ``$XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key``; the public verifier key is
 ``<name>+<hex key ID>+<base64(0x01 || public key)>``.
 
+The writer names its key in the journal (``journal_meta.signing_key`` when the journal is
+created; a ``key_rotated`` event, in the chain, when a later writer signs with another key), so an
+auditor sees which key signed what; a verifier trusts a key only when told (:class:`Trust`).
+
 Checkpoints from before Ed25519 are HMAC-SHA256 (hex ``signature`` over the sorted compact JSON of
 ``{head_hash, journal_id, key_id, seq, ts_wall}``, ``key_id`` 16 hex digits of SHA-256 of the
 key, the key in ``journal.key``): :class:`HmacKey` still verifies them, and makes such fixtures.
@@ -388,8 +392,9 @@ def default_key_name() -> str:
 def load_key(path: Path | None = None, *, create: bool = True) -> SigningKey:
     """Read the signing key at ``path`` (default :func:`default_key_path`), created if absent.
 
-    A created key is written 0600 (its directory 0700) and announced on stderr with its public
-    key and fingerprint. Raises FileNotFoundError (``create=False``) or ValueError (not a key).
+    A created key is written 0600 (its directory 0700) and announced in one line on stderr with
+    its public key and fingerprint. Raises FileNotFoundError (``create=False``) or ValueError
+    (not a key).
     """
     path = path or default_key_path()
     try:
@@ -409,10 +414,9 @@ def load_key(path: Path | None = None, *, create: bool = True) -> SigningKey:
         file.flush()
         os.fsync(file.fileno())
     verifier = key.verifier
-    print(
-        f"agentteam: created the journal signing key {path}\n"
-        f"agentteam: public key {verifier.to_text()}\n"
-        f"agentteam: fingerprint {verifier.fingerprint}",
+    print(  # one line: stderr is where a failing start says why, in one line too
+        f"agentteam: created the journal signing key {path}; public key {verifier.to_text()}"
+        f" (fingerprint {verifier.fingerprint})",
         file=sys.stderr,
     )
     return key

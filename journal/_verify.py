@@ -179,16 +179,16 @@ class CheckpointCheck:
         start_seq: int = 0,
     ) -> None:
         self._chain = chain
-        self._trust = trust
+        self._trust = Trust(trust.verifiers.values(), trust.hmac_keys.values())  # a copy
         self._accept_unverified = accept_unverified
         self._start_seq = start_seq
         self.recorded_keys = sorted(recorded_keys)
         if trust_recorded_keys:
             for _, vkey in self.recorded_keys:
                 try:
-                    trust.add(VerifierKey.parse(vkey))
+                    self._trust.add(VerifierKey.parse(vkey))
                 except ValueError:
-                    pass  # reported below, where a checkpoint needs it
+                    pass  # not a key: what it would have signed stays unverified
         self.checked = len(checkpoints)
         self.signatures_checked = 0
         self.signatures_unchecked = 0

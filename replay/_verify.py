@@ -292,7 +292,7 @@ def verify(
             check = _FileCheck(
                 reader,
                 assigned[i],
-                journal.Trust(trust.verifiers.values(), trust.hmac_keys.values()),
+                trust,
                 trust_recorded_keys=trust_recorded_keys,
                 accept_unverified=accept_unverified,
                 held_beside=i in beside,

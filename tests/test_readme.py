@@ -186,6 +186,9 @@ def test_files_the_docs_point_to_exist() -> None:
         assert path in README or path.split("/")[-1] in README
 
 
+KEY_FILE = "{home}/.config/agentteam-bridge/journal-signing.key"
+
+
 def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
     quoted = re.search(r"^\$ agentteam-bridge serve\n(.+)$", README, re.MULTILINE)
     assert quoted
@@ -203,7 +206,9 @@ def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
     *first_start, said = done.stderr.strip().splitlines()
     assert said == quoted.group(1)
     # A first start on this (fresh) machine announces the journal signing key it created.
-    assert [line.split(" ")[1] for line in first_start] == ["created", "public", "fingerprint"]
+    assert [line.split(" public key ")[0] for line in first_start] == [
+        f"agentteam: created the journal signing key {KEY_FILE.format(home=tmp_path)};"
+    ]
 
 
 def test_the_append_only_refusal_quoted_is_the_schemas() -> None:
