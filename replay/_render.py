@@ -157,6 +157,12 @@ def render_verify(console: Console, result: VerifyResult) -> None:
     trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"
     console.print(f"trusted keys: {trusted}")
     _findings(console, result.findings, result.findings_omitted)
+    if any(f.rule == "checkpoint_unverified" for f in result.findings):
+        console.print(
+            "Unverified signatures: give the public key of the machine that wrote the journal "
+            "with --trusted-key (`agentteam-replay key` prints it there), or pass "
+            "--accept-unverified to accept them unchecked."
+        )
     if result.in_doubt:
         table = _table("seq:>6", "call:16", "tool:14", "request:18", "why:19", title="In doubt")
         for c in result.in_doubt:
