@@ -264,8 +264,10 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
         assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
     call_id = cli_json("calls", everyday_journal.path)[1]["calls"][0]["call_id"]
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
+    extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
     for command in RESULTS:
-        _, out = cli_json(command, everyday_journal.path, *extra.get(command, []))
+        journals = [] if command == "key" else [everyday_journal.path]
+        _, out = cli_json(command, *journals, *extra.get(command, []))
         schema = json.loads(render_path(command).read_text())
         Draft202012Validator.check_schema(schema)
         errors = list(Draft202012Validator(schema).iter_errors(out))
