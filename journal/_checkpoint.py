@@ -15,7 +15,8 @@ The key ID is ``SHA-256(key name || 0x0A || 0x01 || public key)[:4]`` (the spec'
 ``ts_wall`` travels beside the note, unsigned (extension lines are not recommended).
 
 Keys are in the note formats: the private key file holds
-``PRIVATE+KEY+<name>+<hex key ID>+<base64(0x01 || 32-byte seed)>`` (0600, directory 0700),
+``PRIVATE+KEY+<name>+<hex key ID>+<base64(0x01 || 32-byte seed)>`` and, on a second line, its
+verifier key (0600, directory 0700),
 by default ``$XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key``; the public verifier key is
 ``<name>+<hex key ID>+<base64(0x01 || public key)>``.
 
@@ -44,12 +45,12 @@ import socket
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "ORIGIN_PREFIX",
@@ -91,11 +92,12 @@ def _check_name(name: str) -> str:
 class VerifierKey:
     """An Ed25519 public key with its signed-note name: checks signatures, cannot make them."""
 
-    __slots__ = ("_public", "key_hash", "name", "public_bytes")
+    __slots__ = ("key_hash", "name", "public_bytes")
 
     def __init__(self, name: str, public_bytes: bytes) -> None:
+        if len(public_bytes) != 32:
+            raise ValueError("an Ed25519 public key is 32 bytes")
         self.name = _check_name(name)
-        self._public = Ed25519PublicKey.from_public_bytes(public_bytes)
         self.public_bytes = public_bytes
         self.key_hash = _key_id(name, public_bytes)
 
@@ -133,9 +135,12 @@ class VerifierKey:
         return key
 
     def verify(self, message: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
-            self._public.verify(signature, message)
-        except InvalidSignature:
+            Ed25519PublicKey.from_public_bytes(self.public_bytes).verify(signature, message)
+        except (InvalidSignature, ValueError):
             return False
         return True
 
@@ -150,16 +155,28 @@ class VerifierKey:
 
 
 class SigningKey:
-    """An Ed25519 private key with its signed-note name (what the writer signs with)."""
+    """An Ed25519 private key with its signed-note name (what the writer signs with).
 
-    __slots__ = ("_private", "verifier")
+    The key file holds the signer line (Go's ``note.NewSigner`` reads it as is) and, on a second
+    line, the verifier key: a writer opening a journal needs the public half only, and so
+    starts without loading the Ed25519 code; the pair is checked at the first signature.
+    """
 
-    def __init__(self, name: str, seed: bytes) -> None:
+    __slots__ = ("_private", "_seed", "verifier")
+
+    def __init__(self, name: str, seed: bytes, public: bytes | None = None) -> None:
         if len(seed) != 32:
             raise ValueError("an Ed25519 private key is a 32-byte seed")
-        self._private = Ed25519PrivateKey.from_private_bytes(seed)
-        public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self.verifier = VerifierKey(name, public)
+        self._seed = seed
+        self._private: Ed25519PrivateKey | None = None
+        self.verifier = VerifierKey(name, public if public is not None else self._derive())
+
+    def _derive(self) -> bytes:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        self._private = Ed25519PrivateKey.from_private_bytes(self._seed)
+        return self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
     @classmethod
     def generate(cls, name: str | None = None) -> SigningKey:
@@ -171,20 +188,27 @@ class SigningKey:
 
     def sign(self, message: bytes) -> str:
         """The note signature: base64 of the 4-byte key ID and the Ed25519 signature."""
+        if self._private is None and self._derive() != self.verifier.public_bytes:
+            raise ValueError("the signing key file's public key is not its private key's")
+        assert self._private is not None
         signature = self._private.sign(message)
         return base64.b64encode(self.verifier.key_hash + signature).decode()
 
     def to_text(self) -> str:
         """The private key in the note format (``PRIVATE+KEY+<name>+<hex ID>+<base64>``)."""
-        seed = self._private.private_bytes_raw()
-        return f"{_PRIVATE_PREFIX}{self.key_id}+{base64.b64encode(ED25519 + seed).decode()}"
+        return f"{_PRIVATE_PREFIX}{self.key_id}+{base64.b64encode(ED25519 + self._seed).decode()}"
+
+    def to_file_text(self) -> str:
+        """What the key file holds: the signer line, then the verifier key."""
+        return f"{self.to_text()}\n{self.verifier.to_text()}\n"
 
     @classmethod
     def parse(cls, text: str) -> SigningKey:
-        text = text.strip()
-        if not text.startswith(_PRIVATE_PREFIX):
+        """Read a signer line, optionally followed by its verifier key (see the class)."""
+        first, _, rest = text.strip().partition("\n")
+        if not first.startswith(_PRIVATE_PREFIX):
             raise ValueError("not a signing key (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
-        parts = text[len(_PRIVATE_PREFIX) :].split("+", 2)
+        parts = first[len(_PRIVATE_PREFIX) :].split("+", 2)
         if len(parts) != 3:
             raise ValueError("a signing key reads PRIVATE+KEY+<name>+<hex ID>+<base64 key>")
         name, hash_hex, encoded = parts
@@ -194,7 +218,13 @@ class SigningKey:
             raise ValueError("the signing key's key part is not base64") from None
         if len(raw) != 33 or raw[:1] != ED25519:
             raise ValueError("not an Ed25519 signing key (type 0x01, 32 bytes)")
-        key = cls(name, raw[1:])
+        public = None
+        if rest.strip():
+            verifier = VerifierKey.parse(rest.strip())
+            if verifier.name != name:
+                raise ValueError("the signing key file's two lines name different keys")
+            public = verifier.public_bytes
+        key = cls(name, raw[1:], public)
         if key.verifier.key_hash.hex() != hash_hex.lower():
             raise ValueError("the signing key's ID does not match its name and key")
         return key
@@ -410,7 +440,7 @@ def load_key(path: Path | None = None, *, create: bool = True) -> SigningKey:
         return SigningKey.parse(path.read_text())
     with os.fdopen(fd, "w") as file:
         os.fchmod(file.fileno(), 0o600)
-        file.write(key.to_text() + "\n")
+        file.write(key.to_file_text())
         file.flush()
         os.fsync(file.fileno())
     verifier = key.verifier

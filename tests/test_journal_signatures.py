@@ -174,3 +174,18 @@ def test_the_signing_key_is_created_private_and_announced_with_its_public_half(
     assert journal.load_key().to_text() == key.to_text()  # reused, announced once
     assert capsys.readouterr().err == ""
     assert key.verifier.name.startswith("agentteam-bridge/")
+
+
+def test_the_key_file_carries_its_public_half_so_a_writer_opens_without_ed25519(
+    tmp_path: Path,
+) -> None:
+    key = journal.SigningKey("example/k", KEY)
+    signer_line, verifier_line = key.to_file_text().splitlines()
+    assert journal.SigningKey.parse(signer_line).to_file_text() == key.to_file_text()
+    assert verifier_line == key.verifier.to_text()
+    # A second line that is not the first line's public key is refused when it would sign.
+    other = journal.SigningKey("example/k", bytes(32)).verifier.to_text()
+    with pytest.raises(ValueError):
+        journal.SigningKey.parse(f"{signer_line}\n{other}\n").sign(b"x")
+    with pytest.raises(ValueError, match="different keys"):
+        journal.SigningKey.parse(f"{signer_line}\n{VKEY.to_text()}\n")
