@@ -495,7 +495,8 @@ def summarise_journal(path: Path) -> JournalSummary:
     """`agentteam-replay verify`, `audit` and `deprecations` on the journal, as data."""
     key_path = journal.default_key_path()
     key = journal.load_key(key_path, create=False) if key_path.exists() else None
-    # verify picks up the checkpoint the bridge exported beside the journal by itself.
+    # The bridge signed with this machine's key: its public half is what verify trusts (as the
+    # CLI does by default). verify picks up the checkpoint exported beside the journal itself.
     return JournalSummary(
         verified=replay.verify([path], key=key),
         audited=replay.audit([path]),
@@ -539,6 +540,7 @@ def print_summary(console: Console, summary: JournalSummary, path: Path) -> None
         ("journal", str(path)),
         ("checkpoint", report.held_checkpoint or "(none exported)"),
         ("verify", f"agentteam-replay verify {path}"),
+        ("public key", "agentteam-replay key  (what an auditor verifies with)"),
         ("audit", f"agentteam-replay audit {path}"),
         ("browse", f"datasette -i {path} -m {METADATA}"),
         ("query", f'sqlite-utils {path} "select * from calls"'),

@@ -38,8 +38,17 @@ class JournalOpenError(Exception):
 class JournalAdapter:
     """A JournalPort over `journal`'s writer: classified failures, health for fail-closed."""
 
-    def __init__(self, writer: journal.JournalWriter) -> None:
+    def __init__(
+        self,
+        writer: journal.JournalWriter,
+        key_path: Path | None = None,
+        created_key: journal.SigningKey | None = None,
+    ) -> None:
         self._writer = writer
+        self.key_path = key_path
+        # The signing key this start created: serve names it once it has started, so a failed
+        # start stays one line.
+        self.created_key = created_key
 
     @property
     def path(self) -> Path:
@@ -69,7 +78,7 @@ async def open_journal(
 ) -> AsyncIterator[JournalAdapter]:
     """Open the session's journal: ``setting`` is one file, or a pool directory (see module)."""
     key_path = key_path or journal.default_key_path()
-    target, pool = await trio.to_thread.run_sync(_prepare, setting, key_path)
+    target, pool, created = await trio.to_thread.run_sync(_prepare, setting, key_path)
     if pool:
         writer_cm, writer = await _open_from_pool(target, durable, max_bytes, key_path)
     else:
@@ -77,18 +86,21 @@ async def open_journal(
         assert opened is not None  # only a pool file is skipped
         writer_cm, writer = opened
     try:
-        yield JournalAdapter(writer)
+        yield JournalAdapter(writer, key_path, created)
     finally:
         await writer_cm.__aexit__(None, None, None)
 
 
-def _prepare(setting: str | os.PathLike[str], key_path: Path) -> tuple[Path, bool]:
-    """Check the key and make the journal's directory; (the file or pool directory, is a pool)."""
-    check_key_file(key_path)
+def _prepare(
+    setting: str | os.PathLike[str], key_path: Path
+) -> tuple[Path, bool, journal.SigningKey | None]:
+    """Check (or create) the key and make the journal's directory: the file or pool directory,
+    whether it is a pool, and the key if this start created it."""
+    created = check_key_file(key_path)
     target = Path(setting).expanduser()
     pool = is_pool(setting)
     _make_dir(target if pool else target.parent)
-    return target, pool
+    return target, pool, created
 
 
 async def _open_from_pool(
@@ -175,9 +187,10 @@ def _make_dir(directory: Path) -> None:
         raise JournalOpenError(f"the journal directory {directory} is not writable; {_FIX}")
 
 
-def check_key_file(key_path: Path) -> None:
+def check_key_file(key_path: Path) -> journal.SigningKey | None:
     """Refuse a key file or key directory other users can reach (as ssh refuses a loose private
-    key): a key that was readable may have been read, and tightening it would hide that."""
+    key): a key that was readable may have been read, and tightening it would hide that. Creates
+    the key when there is none, and returns it then (None when it existed)."""
     for path, directory in ((key_path.parent, True), (key_path, False)):
         fix = loose_mode(path, directory=directory)
         if fix is not None:
@@ -192,7 +205,7 @@ def check_key_file(key_path: Path) -> None:
                 f"the journal key file {key_path} cannot be read; fix its owner or move it away "
                 "and a new key is created"
             )
-        return
+        return None
     try:
         make_private_dir(key_path.parent)
     except OSError as exc:
@@ -200,23 +213,24 @@ def check_key_file(key_path: Path) -> None:
             f"cannot create the key directory {key_path.parent} ({exc.strerror or exc}); "
             "set XDG_CONFIG_HOME to a writable directory"
         ) from None
-    _create_key_atomically(key_path)
+    return _create_key_atomically(key_path)
 
 
-def _create_key_atomically(key_path: Path) -> None:
+def _create_key_atomically(key_path: Path) -> journal.SigningKey | None:
     """Create the key whole under a temporary name, then link it into place.
 
     Sessions starting together in a fresh home race to create the key: written in place, one
     could read it half-written (empty) and refuse to start. A link appears complete or not at all,
-    and the loser of the race uses the winner's key.
+    and the loser of the race uses the winner's key (and returns None: it created nothing).
     """
     temp = key_path.with_name(f".{key_path.name}.{os.getpid()}.tmp")
     try:
         temp.unlink(missing_ok=True)
-        journal.load_key(temp)  # creates it 0600, written and fsynced
+        key = journal.load_key(temp, announce=False)  # creates it 0600, written and fsynced
         os.link(temp, key_path)
+        return key
     except FileExistsError:
-        pass
+        return None
     except OSError as exc:
         raise JournalOpenError(
             f"cannot create the journal key {key_path} ({exc.strerror or exc}); "

@@ -24,7 +24,7 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from journal import Event, SessionEnded, SessionStarted
+from journal import Event, SessionEnded, SessionStarted, announce_key
 
 from . import __version__, _telemetry
 from ._call import Bridge, JournalFailed, JournalPort, Session
@@ -207,6 +207,8 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
             )
         )
         launch, credentials = await stack.enter_async_context(_launch(config, env))
+        if journal.created_key and journal.key_path:  # once started: a failed start is one line
+            announce_key(journal.key_path, journal.created_key)
         # Where this session's events go: clients keep a server's stderr in their MCP log.
         print(
             f"agentteam-bridge serve: session {session.session_id} journals to {journal.path}",

@@ -5,7 +5,7 @@ A journal is one SQLite file holding one ordered stream of immutable events. It 
 
 Writing, from trio (the bridge)::
 
-    async with journal.open_writer(path, key=key_path_or_bytes) as w:
+    async with journal.open_writer(path, key=signing_key_or_path) as w:
         w.add_secret(token)                       # redacted wherever it occurs, from now on
         seq = await w.append(journal.Event(
             session_id=sid, call_id=cid, mcp_method_name="tools/call",
@@ -24,8 +24,10 @@ appends are committed together, one transaction per ready batch, by one worker t
 the writer's nursery; the event loop never blocks on the disk, and a bounded queue
 (``queue_size``) gives back-pressure.
 ``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
-signed every ``checkpoint_every`` events / ``checkpoint_interval`` seconds and on close, stored in
-the ``checkpoints`` table, and exported to ``checkpoint_path`` when given. ``open_sync_writer``
+Ed25519 signed notes (C2SP signed-note / tlog-checkpoint), signed every ``checkpoint_every``
+events / ``checkpoint_interval`` seconds and on close, stored in the ``checkpoints`` table, and
+exported to ``checkpoint_path`` when given. The signing key is named in the journal
+(``journal_meta.signing_key``; a ``key_rotated`` event when it changes). ``open_sync_writer``
 is the blocking twin for tools and tests.
 
 Reading and verifying (replay, audits)::
@@ -33,7 +35,7 @@ Reading and verifying (replay, audits)::
     with journal.open_reader(path) as r:          # read-only, never locks the writer out
         for record in r.events(call_id=cid):      # also session_id=, kind=, tool=, since_seq=
             ...
-        report = journal.verify(r, checkpoint=journal.load_checkpoint(cp_path), key=key)
+        report = journal.verify(r, checkpoint=journal.load_checkpoint(cp_path), trusted=[vkey])
         report.ok, report.findings                # Finding(seq, rule, detail)
 
 Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns in
@@ -61,11 +63,17 @@ from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
 from ._checkpoint import (
     Checkpoint,
+    HmacKey,
+    SigningKey,
+    Trust,
+    VerifierKey,
+    announce_key,
     default_key_path,
     export_checkpoint,
-    key_id,
+    legacy_key_path,
     load_checkpoint,
     load_key,
+    load_legacy_key,
     sign_checkpoint,
 )
 from ._errors import (
@@ -89,6 +97,7 @@ from ._events import (
     Event,
     InjectedField,
     JournalGap,
+    KeyRotated,
     Kind,
     Payload,
     Record,
@@ -102,7 +111,7 @@ from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
-from ._verify import ChainVerifier, Finding, Rule, VerifyReport, verify
+from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
 from ._writer import SyncWriter, open_sync_writer
 
 __all__ = [
@@ -122,11 +131,13 @@ __all__ = [
     "CallResult",
     "ChainVerifier",
     "Checkpoint",
+    "CheckpointCheck",
     "ContextInjected",
     "DeprecatedUsage",
     "Event",
     "EventEncodeError",
     "Finding",
+    "HmacKey",
     "InjectedField",
     "JournalError",
     "JournalFormatError",
@@ -134,6 +145,7 @@ __all__ = [
     "JournalUnavailable",
     "JournalUnavailableReason",
     "JournalWriter",
+    "KeyRotated",
     "Kind",
     "Payload",
     "Reader",
@@ -142,24 +154,30 @@ __all__ = [
     "Rule",
     "SessionEnded",
     "SessionStarted",
+    "SigningKey",
     "SyncWriter",
     "TokenRefreshed",
+    "Trust",
     "UpstreamRequest",
     "UpstreamResponse",
+    "VerifierKey",
     "VerifyReport",
     "WriterStats",
+    "announce_key",
     "canonical_bytes",
     "default_key_path",
     "export_checkpoint",
-    "key_id",
+    "legacy_key_path",
     "load_checkpoint",
     "load_key",
+    "load_legacy_key",
     "open_reader",
     "open_sync_writer",
     "open_writer",
     "record_from_row",
     "row_hash",
     "sign_checkpoint",
+    "trust_of",
     "verify",
     "warm_up_redaction",
 ]

@@ -44,7 +44,7 @@ from ._checkpoint import Checkpoint
 from ._errors import JournalUnavailable
 from ._events import Event, JournalGap
 from ._schema import BUSY_TIMEOUT_S
-from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, _Core, open_core
+from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, SignerLike, _Core, open_core
 
 __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 
@@ -555,7 +555,7 @@ JournalWriter = AsyncWriter  # the name the bridge knows it by
 async def open_writer(
     path: str | os.PathLike[str],
     *,
-    key: bytes | Path | None = None,
+    key: SignerLike = None,
     journal_id: str | None = None,
     secrets: Iterable[str] = (),
     max_bytes: int | None = None,
@@ -569,7 +569,8 @@ async def open_writer(
 ) -> AsyncIterator[AsyncWriter]:
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
-    ``key``: the checkpoint HMAC key as bytes, a key file path, or None for the default key file.
+    ``key``: the checkpoint signer: a :class:`SigningKey`, a 32-byte Ed25519 seed, a signing key
+    file, or None for the default key file (see :func:`journal._writer.resolve_key`).
     ``journal_id``: the id of a new journal (default a UUID4); for an existing one it must match.
     ``secrets``: values to redact from the start (more with ``add_secret``).
     ``max_bytes``: cap on the database size; beyond it appends fail with reason ``disk_full``.

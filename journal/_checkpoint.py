@@ -1,45 +1,266 @@
-"""Signed checkpoints (sequence, head hash, time) and the HMAC key kept outside the database.
+"""Signed checkpoints: C2SP signed notes over (journal, sequence, head hash), and their keys.
 
-A checkpoint says "this journal had ``seq`` events and its head hash was ``head_hash`` at
-``ts_wall``", signed with HMAC-SHA256 under a key the database file does not hold. A verifier that
-holds one detects a truncated tail (fewer events than the checkpoint names) and a rewritten history
-(the event at ``seq`` no longer has that hash), which the hash chain alone cannot.
+A checkpoint says "journal ``journal_id`` had ``seq`` events and its head hash was
+``head_hash``". It is signed with Ed25519 as a `C2SP signed note`_ whose text is a
+`tlog-checkpoint`_ body, so tools outside this project (``golang.org/x/mod/sumdb/note``, any
+signed-note reader) can check it with the public key alone::
 
-The signature is the hex HMAC-SHA256 of the canonical JSON (sorted keys, compact, UTF-8) of
-``{"head_hash", "journal_id", "key_id", "seq", "ts_wall"}``; ``key_id`` is the first 16 hex digits
-of SHA-256 of the key, so a verifier can tell "signed with another key" from "forged".
+    agentteam-journal/<journal_id>
+    <seq>
+    <base64 of the 32-byte head hash>
 
-The key file holds 32 random bytes as hex; by default
-``$XDG_CONFIG_HOME/agentteam-bridge/journal.key`` (``~/.config`` when unset), created 0600.
+    — <key name> <base64(4-byte key ID || 64-byte Ed25519 signature)>
+
+The key ID is ``SHA-256(key name || 0x0A || 0x01 || public key)[:4]`` (the spec's Ed25519 rule).
+``ts_wall`` travels beside the note, unsigned (extension lines are not recommended).
+
+Keys are in the note formats: the private key file holds
+``PRIVATE+KEY+<name>+<hex key ID>+<base64(0x01 || 32-byte seed)>`` and, on a second line, its
+verifier key (0600, directory 0700),
+by default ``$XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key``; the public verifier key is
+``<name>+<hex key ID>+<base64(0x01 || public key)>``.
+
+The writer names its key in the journal (``journal_meta.signing_key`` when the journal is
+created; a ``key_rotated`` event, in the chain, when a later writer signs with another key), so an
+auditor sees which key signed what; a verifier trusts a key only when told (:class:`Trust`).
+
+Checkpoints from before Ed25519 are HMAC-SHA256 (hex ``signature`` over the sorted compact JSON of
+``{head_hash, journal_id, key_id, seq, ts_wall}``, ``key_id`` 16 hex digits of SHA-256 of the
+key, the key in ``journal.key``): :class:`HmacKey` still verifies them, and makes such fixtures.
+
+.. _C2SP signed note: https://c2sp.org/signed-note
+.. _tlog-checkpoint: https://c2sp.org/tlog-checkpoint
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import os
+import re
 import secrets
+import socket
+import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import msgspec
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 __all__ = [
+    "ORIGIN_PREFIX",
     "Checkpoint",
+    "HmacKey",
+    "SigningKey",
+    "Trust",
+    "Verdict",
+    "VerifierKey",
+    "announce_key",
     "default_key_path",
     "export_checkpoint",
-    "key_id",
+    "legacy_key_path",
     "load_checkpoint",
     "load_key",
+    "load_legacy_key",
     "sign_checkpoint",
 ]
 
-KEY_BYTES: Final = 32
+ORIGIN_PREFIX: Final = "agentteam-journal/"
+# The name given to a key passed as a bare 32-byte seed (tests, tools).
+SEED_KEY_NAME: Final = "agentteam-bridge/seed"
+ED25519: Final = b"\x01"
+_PRIVATE_PREFIX: Final = "PRIVATE+KEY+"
+_NAME_OK: Final = re.compile(r"[^\s+]+")
 _sorted: Final = msgspec.json.Encoder(order="sorted")
+Verdict: TypeAlias = Literal["valid", "invalid", "untrusted"]
+
+
+def _key_id(name: str, public: bytes) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + ED25519 + public).digest()[:4]
+
+
+def _check_name(name: str) -> str:
+    if not _NAME_OK.fullmatch(name):
+        raise ValueError(f"a key name must be non-empty, without spaces or '+': {name!r}")
+    return name
+
+
+class VerifierKey:
+    """An Ed25519 public key with its signed-note name: checks signatures, cannot make them."""
+
+    __slots__ = ("key_hash", "name", "public_bytes")
+
+    def __init__(self, name: str, public_bytes: bytes) -> None:
+        if len(public_bytes) != 32:
+            raise ValueError("an Ed25519 public key is 32 bytes")
+        self.name = _check_name(name)
+        self.public_bytes = public_bytes
+        self.key_hash = _key_id(name, public_bytes)
+
+    @property
+    def key_id(self) -> str:
+        """``<name>+<hex key ID>``: what a checkpoint names as its signer."""
+        return f"{self.name}+{self.key_hash.hex()}"
+
+    @property
+    def fingerprint(self) -> str:
+        """``SHA256:`` and the unpadded base64 SHA-256 of the public key (as OpenSSH prints)."""
+        digest = base64.b64encode(hashlib.sha256(self.public_bytes).digest()).decode()
+        return "SHA256:" + digest.rstrip("=")
+
+    def to_text(self) -> str:
+        """The verifier key in the note format: ``<name>+<hex key ID>+<base64(0x01||key)>``."""
+        return f"{self.key_id}+{base64.b64encode(ED25519 + self.public_bytes).decode()}"
+
+    @classmethod
+    def parse(cls, text: str) -> VerifierKey:
+        """Read a verifier key (raises ValueError when it is not one, or its ID does not match)."""
+        parts = text.strip().split("+", 2)  # base64 may hold "+" too
+        if len(parts) != 3:
+            raise ValueError("a verifier key reads <name>+<hex key ID>+<base64 key>")
+        name, hash_hex, encoded = parts
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise ValueError("the verifier key's key part is not base64") from None
+        if len(raw) != 33 or raw[:1] != ED25519:
+            raise ValueError("not an Ed25519 verifier key (type 0x01, 32 bytes)")
+        key = cls(name, raw[1:])
+        if key.key_hash.hex() != hash_hex.lower():
+            raise ValueError("the verifier key's ID does not match its name and key")
+        return key
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_bytes).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VerifierKey) and other.to_text() == self.to_text()
+
+    def __hash__(self) -> int:
+        return hash(self.to_text())
+
+    def __repr__(self) -> str:
+        return f"VerifierKey({self.to_text()!r})"
+
+
+class SigningKey:
+    """An Ed25519 private key with its signed-note name (what the writer signs with).
+
+    The key file holds the signer line (Go's ``note.NewSigner`` reads it as is) and, on a second
+    line, the verifier key: a writer opening a journal needs the public half only, and so
+    starts without loading the Ed25519 code; the pair is checked at the first signature.
+    """
+
+    __slots__ = ("_private", "_seed", "verifier")
+
+    def __init__(self, name: str, seed: bytes, public: bytes | None = None) -> None:
+        if len(seed) != 32:
+            raise ValueError("an Ed25519 private key is a 32-byte seed")
+        self._seed = seed
+        self._private: Ed25519PrivateKey | None = None
+        self.verifier = VerifierKey(name, public if public is not None else self._derive())
+
+    def _derive(self) -> bytes:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+        self._private = Ed25519PrivateKey.from_private_bytes(self._seed)
+        return self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    @classmethod
+    def generate(cls, name: str | None = None) -> SigningKey:
+        return cls(name or default_key_name(), secrets.token_bytes(32))
+
+    @property
+    def key_id(self) -> str:
+        return self.verifier.key_id
+
+    def sign(self, message: bytes) -> str:
+        """The note signature: base64 of the 4-byte key ID and the Ed25519 signature."""
+        if self._private is None and self._derive() != self.verifier.public_bytes:
+            raise ValueError("the signing key file's public key is not its private key's")
+        assert self._private is not None
+        signature = self._private.sign(message)
+        return base64.b64encode(self.verifier.key_hash + signature).decode()
+
+    def to_text(self) -> str:
+        """The private key in the note format (``PRIVATE+KEY+<name>+<hex ID>+<base64>``)."""
+        return f"{_PRIVATE_PREFIX}{self.key_id}+{base64.b64encode(ED25519 + self._seed).decode()}"
+
+    def to_file_text(self) -> str:
+        """What the key file holds: the signer line, then the verifier key."""
+        return f"{self.to_text()}\n{self.verifier.to_text()}\n"
+
+    @classmethod
+    def parse(cls, text: str) -> SigningKey:
+        """Read a signer line, optionally followed by its verifier key (see the class)."""
+        first, _, rest = text.strip().partition("\n")
+        if not first.startswith(_PRIVATE_PREFIX):
+            raise ValueError("not a signing key (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
+        parts = first[len(_PRIVATE_PREFIX) :].split("+", 2)
+        if len(parts) != 3:
+            raise ValueError("a signing key reads PRIVATE+KEY+<name>+<hex ID>+<base64 key>")
+        name, hash_hex, encoded = parts
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise ValueError("the signing key's key part is not base64") from None
+        if len(raw) != 33 or raw[:1] != ED25519:
+            raise ValueError("not an Ed25519 signing key (type 0x01, 32 bytes)")
+        public = None
+        if rest.strip():
+            verifier = VerifierKey.parse(rest.strip())
+            if verifier.name != name:
+                raise ValueError("the signing key file's two lines name different keys")
+            public = verifier.public_bytes
+        key = cls(name, raw[1:], public)
+        if key.verifier.key_hash.hex() != hash_hex.lower():
+            raise ValueError("the signing key's ID does not match its name and key")
+        return key
+
+    def __repr__(self) -> str:  # never the private half
+        return f"SigningKey({self.key_id!r})"
+
+
+class HmacKey:
+    """A pre-Ed25519 HMAC-SHA256 checkpoint key: verifies old checkpoints (and makes fixtures)."""
+
+    __slots__ = ("secret",)
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("the journal key must be at least 16 bytes")
+        self.secret = secret
+
+    @property
+    def key_id(self) -> str:
+        return hashlib.sha256(self.secret).hexdigest()[:16]
+
+    def mac(self, message: bytes) -> str:
+        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"HmacKey({self.key_id!r})"
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
-    """A signed statement of a journal's length and head hash at a moment."""
+    """A signed statement of a journal's length and head hash.
+
+    ``key_id`` names the signer: ``<name>+<hex key ID>`` for Ed25519 (``signature`` is the note's
+    base64 signature), 16 hex digits for a legacy HMAC key (``signature`` is hex).
+    """
 
     journal_id: str
     seq: int
@@ -48,8 +269,25 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     key_id: str
     signature: str
 
-    def signed_bytes(self) -> bytes:
-        """The bytes the signature covers."""
+    @property
+    def scheme(self) -> Literal["ed25519", "hmac"]:
+        return "ed25519" if "+" in self.key_id else "hmac"
+
+    @property
+    def key_name(self) -> str:
+        return self.key_id.rpartition("+")[0] if self.scheme == "ed25519" else self.key_id
+
+    def note_text(self) -> str:
+        """The tlog-checkpoint body the Ed25519 signature covers."""
+        root = base64.b64encode(bytes.fromhex(self.head_hash)).decode()
+        return f"{ORIGIN_PREFIX}{self.journal_id}\n{self.seq}\n{root}\n"
+
+    def note(self) -> str:
+        """The whole signed note (text, blank line, signature line)."""
+        return f"{self.note_text()}\n— {self.key_name} {self.signature}\n"
+
+    def legacy_signed_bytes(self) -> bytes:
+        """The bytes an HMAC-era signature covers."""
         return _sorted.encode(
             {
                 "head_hash": self.head_hash,
@@ -60,77 +298,174 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
             }
         )
 
-    def signature_valid(self, key: bytes) -> bool:
-        """Whether ``signature`` is this checkpoint's HMAC under ``key`` (constant time)."""
-        expected = hmac.new(key, self.signed_bytes(), hashlib.sha256).hexdigest()
-        return hmac.compare_digest(expected, self.signature)
+    def check(self, key: VerifierKey | HmacKey) -> bool:
+        """Whether ``key`` made this signature (False for a key of another scheme or name)."""
+        if isinstance(key, HmacKey):
+            if self.scheme != "hmac":
+                return False
+            expected = key.mac(self.legacy_signed_bytes())
+            return hmac.compare_digest(expected, self.signature)
+        if self.key_id != key.key_id:
+            return False
+        try:
+            raw = base64.b64decode(self.signature, validate=True)
+            body = self.note_text().encode()
+        except (binascii.Error, ValueError):
+            return False
+        return len(raw) == 68 and raw[:4] == key.key_hash and key.verify(body, raw[4:])
 
     def to_json(self) -> str:
-        """The checkpoint as a JSON object (what export_checkpoint writes)."""
-        return _sorted.encode(self).decode()
+        """The checkpoint as a JSON object, with the signed note under ``note`` when Ed25519."""
+        fields = msgspec.structs.asdict(self)
+        if self.scheme == "ed25519":
+            fields["note"] = self.note()
+        return _sorted.encode(fields).decode()
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Checkpoint:
-        """Parse a checkpoint exported by :meth:`to_json` (raises msgspec.ValidationError)."""
+        """Parse :meth:`to_json`'s output (raises msgspec.ValidationError/DecodeError)."""
         return msgspec.json.decode(text, type=cls)
 
+    @classmethod
+    def from_note(cls, text: str) -> Checkpoint:
+        """Parse a signed note of this format (its first signature line); ValueError if not."""
+        body, sep, signatures = text.rpartition("\n\n")
+        lines = body.split("\n")
+        if not sep or len(lines) < 3 or not lines[0].startswith(ORIGIN_PREFIX):
+            raise ValueError(f"not a signed journal checkpoint note (origin {ORIGIN_PREFIX}...)")
+        first = signatures.split("\n")[0]
+        if not first.startswith("— ") or first.count(" ") != 2:
+            raise ValueError("the note has no signature line (— <name> <signature>)")
+        _, name, signature = first.split(" ")
+        try:
+            seq = int(lines[1])
+            head_hash = base64.b64decode(lines[2], validate=True).hex()
+            key_hash = base64.b64decode(signature, validate=True)[:4].hex()
+        except (ValueError, binascii.Error):
+            raise ValueError("the note's size or root hash is malformed") from None
+        return cls(
+            journal_id=lines[0][len(ORIGIN_PREFIX) :],
+            seq=seq,
+            head_hash=head_hash,
+            ts_wall="",
+            key_id=f"{name}+{key_hash}",
+            signature=signature,
+        )
 
-def key_id(key: bytes) -> str:
-    """A short public identifier of a key (never enough to recover it)."""
-    return hashlib.sha256(key).hexdigest()[:16]
+
+class Trust:
+    """The keys a verifier trusts: Ed25519 public keys, and HMAC keys for old checkpoints."""
+
+    def __init__(
+        self, verifiers: Iterable[VerifierKey] = (), hmac_keys: Iterable[HmacKey] = ()
+    ) -> None:
+        self.verifiers = {v.key_id: v for v in verifiers}
+        self.hmac_keys = {k.key_id: k for k in hmac_keys}
+
+    def __bool__(self) -> bool:
+        return bool(self.verifiers or self.hmac_keys)
+
+    def add(self, key: VerifierKey) -> None:
+        self.verifiers.setdefault(key.key_id, key)
+
+    def check(self, checkpoint: Checkpoint) -> Verdict:
+        """``valid``, ``invalid`` (a trusted key, a bad signature) or ``untrusted``."""
+        keys = self.verifiers if checkpoint.scheme == "ed25519" else self.hmac_keys
+        key = keys.get(checkpoint.key_id)
+        if key is None:
+            return "untrusted"
+        return "valid" if checkpoint.check(key) else "invalid"
+
+    def describe(self) -> list[str]:
+        return [*self.verifiers, *(f"hmac:{k}" for k in self.hmac_keys)]
 
 
 def sign_checkpoint(
-    key: bytes, *, journal_id: str, seq: int, head_hash: str, ts_wall: str
+    key: SigningKey | HmacKey, *, journal_id: str, seq: int, head_hash: str, ts_wall: str
 ) -> Checkpoint:
-    """Build and sign a checkpoint."""
+    """Build and sign a checkpoint (Ed25519; an :class:`HmacKey` only makes legacy fixtures)."""
     unsigned = Checkpoint(
         journal_id=journal_id,
         seq=seq,
         head_hash=head_hash,
         ts_wall=ts_wall,
-        key_id=key_id(key),
+        key_id=key.key_id,
         signature="",
     )
-    signature = hmac.new(key, unsigned.signed_bytes(), hashlib.sha256).hexdigest()
+    if isinstance(key, HmacKey):
+        signature = key.mac(unsigned.legacy_signed_bytes())
+    else:
+        signature = key.sign(unsigned.note_text().encode())
     return msgspec.structs.replace(unsigned, signature=signature)
 
 
-def default_key_path() -> Path:
-    """``$XDG_CONFIG_HOME/agentteam-bridge/journal.key`` (``~/.config`` when unset)."""
+def _config_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "agentteam-bridge" / "journal.key"
+    return Path(base) / "agentteam-bridge"
 
 
-def load_key(path: Path | None = None, *, create: bool = True) -> bytes:
-    """Read the HMAC key at ``path`` (default: :func:`default_key_path`), created 0600 if absent."""
+def default_key_path() -> Path:
+    """``$XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key`` (``~/.config`` when unset)."""
+    return _config_dir() / "journal-signing.key"
+
+
+def legacy_key_path() -> Path:
+    """Where the HMAC key of the journals written before Ed25519 was kept."""
+    return _config_dir() / "journal.key"
+
+
+def default_key_name() -> str:
+    """``agentteam-bridge/<host>-<8 random hex>``: a note key name unique to this key."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
+    return f"agentteam-bridge/{host}-{secrets.token_hex(4)}"
+
+
+def load_key(path: Path | None = None, *, create: bool = True, announce: bool = True) -> SigningKey:
+    """Read the signing key at ``path`` (default :func:`default_key_path`), created if absent.
+
+    A created key is written 0600 (its directory 0700) and, with ``announce``, named in one line
+    on stderr with its public key and fingerprint (:func:`announce_key`). Raises
+    FileNotFoundError (``create=False``) or ValueError (not a key).
+    """
     path = path or default_key_path()
     try:
-        return _parse_key(path.read_text())
+        return SigningKey.parse(path.read_text())
     except FileNotFoundError:
         if not create:
             raise
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = SigningKey.generate()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:  # another process created it first: use theirs
-        return _parse_key(path.read_text())
+        return SigningKey.parse(path.read_text())
     with os.fdopen(fd, "w") as file:
         os.fchmod(file.fileno(), 0o600)
-        file.write(secrets.token_hex(KEY_BYTES) + "\n")
+        file.write(key.to_file_text())
         file.flush()
         os.fsync(file.fileno())
-    return _parse_key(path.read_text())
-
-
-def _parse_key(text: str) -> bytes:
-    try:
-        key = bytes.fromhex(text.strip())
-    except ValueError as exc:
-        raise ValueError("the journal key file must hold hex digits") from exc
-    if len(key) < 16:
-        raise ValueError("the journal key must be at least 16 bytes")
+    if announce:
+        announce_key(path, key)
     return key
+
+
+def announce_key(path: Path, key: SigningKey) -> None:
+    """Say in one line on stderr that ``key`` was created at ``path``, with its public key."""
+    verifier = key.verifier
+    print(  # one line: stderr is where a failing start says why, in one line too
+        f"agentteam: created the journal signing key {path}; public key {verifier.to_text()}"
+        f" (fingerprint {verifier.fingerprint})",
+        file=sys.stderr,
+    )
+
+
+def load_legacy_key(path: Path) -> HmacKey:
+    """Read an HMAC-era key file (hex digits); raises FileNotFoundError or ValueError."""
+    try:
+        secret = bytes.fromhex(path.read_text().strip())
+    except ValueError as exc:
+        raise ValueError("the HMAC journal key file must hold hex digits") from exc
+    return HmacKey(secret)
 
 
 def export_checkpoint(checkpoint: Checkpoint, path: Path) -> None:
@@ -147,5 +482,8 @@ def export_checkpoint(checkpoint: Checkpoint, path: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
-    """Read a checkpoint written by :func:`export_checkpoint`."""
-    return Checkpoint.from_json(path.read_bytes())
+    """Read a checkpoint: the JSON :func:`export_checkpoint` writes, or a bare signed note."""
+    data = path.read_bytes()
+    if data.lstrip()[:1] == b"{":
+        return Checkpoint.from_json(data)
+    return Checkpoint.from_note(data.decode("utf-8"))

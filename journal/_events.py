@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "InjectedField",
     "JournalGap",
+    "KeyRotated",
     "Kind",
     "Payload",
     "Record",
@@ -39,7 +40,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 2
+KIND_SET_VERSION: Final = 3
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -55,6 +56,7 @@ Kind: TypeAlias = Literal[
     "call_error",
     "call_cancelled",
     "journal_gap",
+    "key_rotated",
 ]
 
 
@@ -209,6 +211,20 @@ class JournalGap(_Payload, frozen=True, kw_only=True):
     calls_omitted: int = 0
 
 
+class KeyRotated(_Payload, frozen=True, kw_only=True):
+    """Written when the writer signs with another key than the journal last named (kind set 3).
+
+    Checkpoints before this event are signed with ``previous``, those after it with ``vkey``.
+    ``previous`` is a verifier key, ``hmac:<key id>`` for an HMAC-era key, or None if unknown.
+    """
+
+    kind: ClassVar[Kind] = "key_rotated"
+    description: ClassVar[str] = "checkpoints are signed with another key from here on"
+    vkey: str
+    fingerprint: str
+    previous: str | None = None
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -223,6 +239,7 @@ Payload: TypeAlias = (
     | CallError
     | CallCancelled
     | JournalGap
+    | KeyRotated
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -241,6 +258,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         CallError,
         CallCancelled,
         JournalGap,
+        KeyRotated,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -148,6 +148,25 @@ class Reader:
             for r in cursor
         ]
 
+    def recorded_keys(self) -> list[tuple[int, str]]:
+        """(seq, verifier key) of each signing key the journal names, oldest first: the
+        ``signing_key`` it was created with (seq 0), then each ``key_rotated`` event."""
+        keys: list[tuple[int, str]] = []
+        meta = self._conn.execute(
+            "SELECT value FROM journal_meta WHERE key = 'signing_key'"
+        ).fetchone()
+        if meta is not None:
+            keys.append((0, str(meta[0])))
+        cursor = self._conn.execute(
+            "SELECT seq, payload FROM events WHERE kind = 'key_rotated' ORDER BY seq"
+        )
+        for seq, payload in cursor:
+            try:
+                keys.append((int(seq), str(msgspec.json.decode(payload)["vkey"])))
+            except (msgspec.DecodeError, KeyError, TypeError):
+                continue  # payload_invalid is reported by verify's payload check
+        return keys
+
     def hash_at(self, seq: int) -> str | None:
         """The stored hash of the event at seq (GENESIS for 0), or None if there is none."""
         if seq == 0:

@@ -42,7 +42,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 BUSY_TIMEOUT_S: Final = 5.0
 
 _V1_KINDS: Final = (
@@ -240,6 +240,7 @@ def migrations() -> Migrations:
     registry = Migrations("agentteam_journal")
     registry(name="0001_initial")(_initial)
     registry(name="0002_journal_gap")(_journal_gap)
+    registry(name="0003_key_rotated")(_key_rotated)
     return registry
 
 
@@ -307,6 +308,20 @@ def _journal_gap(db: Database) -> None:
         }
     )
     db.execute("PRAGMA user_version = 2")
+
+
+def _key_rotated(db: Database) -> None:
+    """Kind set 3: ``key_rotated`` (Ed25519 checkpoints: a change of signing key is an event in
+    the chain)."""
+    db.table("event_kinds").insert(
+        {
+            "kind": "key_rotated",
+            "kind_version": PAYLOAD_TYPES["key_rotated"].kind_version,
+            "kind_set_version": 3,
+            "description": PAYLOAD_TYPES["key_rotated"].description,
+        }
+    )
+    db.execute("PRAGMA user_version = 3")
 
 
 def create_private_file(path: Path) -> int:

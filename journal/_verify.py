@@ -11,33 +11,46 @@ Findings name the seq and the rule broken:
 ``journal_id_mismatch``        the row names another journal
 ``kind_unknown``               a kind or kind_version this code does not know
 ``payload_invalid``            the payload is not JSON of its kind's shape
-``checkpoint_signature_invalid``  a checkpoint's HMAC does not verify under the key
+``checkpoint_signature_invalid``  a checkpoint names a trusted key but its signature does not
+                               verify under it (forged or altered)
+``checkpoint_unverified``      no trusted key made the checkpoint's signature (an unknown
+                               key: re-signed by someone else, or no trusted key was given)
+``checkpoint_key_unexpected``  the checkpoint is signed by another key than the one the journal
+                               names at its seq (``journal_meta.signing_key``, ``key_rotated``)
 ``checkpoint_journal_mismatch``   the checkpoint is another journal's
 ``checkpoint_hash_mismatch``   the event at the checkpoint's seq has another hash (history
                                rewritten up to there), or is missing
 ``truncated_before_checkpoint``  the journal ends before the seq a checkpoint names
 =============================  ==============================================================
 
+Signatures count only under a key the verifier trusts (:class:`journal.Trust`): a key named
+inside the journal is trusted only when asked (``trust_recorded_keys``), since whoever rewrites
+a journal records his own. ``accept_unverified`` turns ``checkpoint_unverified`` findings into a
+count of unchecked signatures. A truncated tail shows only against a checkpoint newer than the
+head: one stored in the journal (the ``checkpoints`` table is append-only), or one held
+elsewhere (``checkpoint=``); a journal cut back below its last checkpoint, with the checkpoint rows
+removed too, is indistinguishable from a shorter journal without such a witness.
+
 Verification streams (constant memory) and is incremental: ``since=`` a trusted checkpoint starts
-after it; :class:`ChainVerifier` can be fed rows one by one.
+after it; :class:`ChainVerifier` can be fed rows one by one, and :class:`CheckpointCheck` beside it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, Literal, TypeAlias
 
 import msgspec
 
 from ._canonical import GENESIS_HASH, Row, canonical_bytes
-from ._checkpoint import Checkpoint, key_id
+from ._checkpoint import SEED_KEY_NAME, Checkpoint, HmacKey, SigningKey, Trust, VerifierKey
 from ._events import PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
 
-__all__ = ["ChainVerifier", "Finding", "Rule", "VerifyReport", "verify"]
+__all__ = ["ChainVerifier", "CheckpointCheck", "Finding", "Rule", "VerifyReport", "verify"]
 
 Rule: TypeAlias = Literal[
     "sequence_gap",
@@ -48,6 +61,8 @@ Rule: TypeAlias = Literal[
     "kind_unknown",
     "payload_invalid",
     "checkpoint_signature_invalid",
+    "checkpoint_unverified",
+    "checkpoint_key_unexpected",
     "checkpoint_journal_mismatch",
     "checkpoint_hash_mismatch",
     "truncated_before_checkpoint",
@@ -75,6 +90,9 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     signatures_checked: int
     findings: list[Finding]
     findings_omitted: int = 0
+    signatures_unchecked: int = 0
+    last_checkpoint_seq: int = 0
+    recorded_keys: list[tuple[int, str]] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -142,11 +160,143 @@ class ChainVerifier:
             self.report(row[0], "payload_invalid", str(exc))
 
 
+class CheckpointCheck:
+    """Checks checkpoints (stored and held) beside a :class:`ChainVerifier` fed the same rows.
+
+    ``see(row)`` after each ``chain.feed(row)``; ``finish()`` at the end reports truncation and
+    checks every signature against ``trust``. Findings go to the chain verifier's list.
+    """
+
+    def __init__(
+        self,
+        chain: ChainVerifier,
+        checkpoints: list[tuple[str, Checkpoint]],
+        trust: Trust,
+        *,
+        recorded_keys: Iterable[tuple[int, str]] = (),
+        trust_recorded_keys: bool = False,
+        accept_unverified: bool = False,
+        start_seq: int = 0,
+    ) -> None:
+        self._chain = chain
+        self._trust = Trust(trust.verifiers.values(), trust.hmac_keys.values())  # a copy
+        self._accept_unverified = accept_unverified
+        self._start_seq = start_seq
+        self.recorded_keys = sorted(recorded_keys)
+        if trust_recorded_keys:
+            for _, vkey in self.recorded_keys:
+                try:
+                    self._trust.add(VerifierKey.parse(vkey))
+                except ValueError:
+                    pass  # not a key: what it would have signed stays unverified
+        self.checked = len(checkpoints)
+        self.signatures_checked = 0
+        self.signatures_unchecked = 0
+        self.last_seq = 0
+        self._signed: list[tuple[str, Checkpoint]] = []
+        # seq -> [(head hash, label)]; checkpoints are few (one per thousands of events).
+        self._expected: dict[int, list[tuple[str, str]]] = {}
+        self._seen: set[int] = set()
+        for label, cp in checkpoints:
+            if cp.journal_id != chain.journal_id:
+                detail = f"{label} is journal {cp.journal_id!r}"
+                chain.report(cp.seq, "checkpoint_journal_mismatch", detail)
+                continue
+            self._signed.append((label, cp))
+            self.last_seq = max(self.last_seq, cp.seq)
+            if cp.seq == 0:
+                if cp.head_hash != GENESIS_HASH:
+                    chain.report(0, "checkpoint_hash_mismatch", f"{label}: genesis hash differs")
+                continue
+            self._expected.setdefault(cp.seq, []).append((cp.head_hash, label))
+
+    def see(self, row: Row) -> None:
+        """Compare the row with any checkpoint naming its seq."""
+        named = self._expected.get(row[0])
+        if named is None:
+            return
+        self._seen.add(row[0])
+        for head_hash, label in named:
+            if row[16] != head_hash:
+                self._chain.report(row[0], "checkpoint_hash_mismatch", f"{label}: hash differs")
+
+    def finish(self) -> None:
+        """Report checkpoints beyond the end or at a missing seq; check every signature."""
+        chain = self._chain
+        for seq, named in sorted(self._expected.items()):
+            if seq <= self._start_seq or seq in self._seen:
+                continue
+            for _, label in named:
+                if seq > chain.seq:
+                    chain.report(
+                        chain.seq + 1,
+                        "truncated_before_checkpoint",
+                        f"journal ends at seq {chain.seq}; {label} names seq {seq}",
+                    )
+                else:
+                    chain.report(seq, "checkpoint_hash_mismatch", f"{label}: no event at seq {seq}")
+        for label, cp in self._signed:
+            self._check_signature(label, cp)
+            self._check_key_in_force(label, cp)
+
+    def _check_signature(self, label: str, cp: Checkpoint) -> None:
+        verdict = self._trust.check(cp)
+        if verdict == "valid":
+            self.signatures_checked += 1
+        elif verdict == "invalid":
+            detail = f"{label}: forged or altered (does not verify under the trusted {cp.key_id})"
+            self._chain.report(cp.seq, "checkpoint_signature_invalid", detail)
+        elif self._accept_unverified:
+            self.signatures_unchecked += 1
+        else:
+            why = (
+                f"signed by {_key_label(cp)}, which is not a trusted key"
+                if self._trust
+                else "no trusted key to check its signature"
+            )
+            self._chain.report(cp.seq, "checkpoint_unverified", f"{label}: {why}")
+
+    def _check_key_in_force(self, label: str, cp: Checkpoint) -> None:
+        in_force = None
+        for seq, vkey in self.recorded_keys:
+            if seq > cp.seq:
+                break
+            in_force = vkey
+        if in_force is None:
+            return  # no key named yet: an HMAC-era stretch of the journal
+        named = "+".join(in_force.split("+", 2)[:2])  # <name>+<hex ID> of the verifier key
+        if cp.key_id != named:
+            detail = f"{label}: signed by {_key_label(cp)}; the journal names {named} at that seq"
+            self._chain.report(cp.seq, "checkpoint_key_unexpected", detail)
+
+
+def _key_label(cp: Checkpoint) -> str:
+    return cp.key_id if cp.scheme == "ed25519" else f"HMAC key {cp.key_id}"
+
+
+def trust_of(
+    key: SigningKey | VerifierKey | HmacKey | bytes | None,
+    trusted: Iterable[VerifierKey | HmacKey | SigningKey] = (),
+) -> Trust:
+    """A Trust from keys as callers hold them (bytes: a 32-byte Ed25519 seed, the writer's)."""
+    keys: list[VerifierKey | HmacKey] = []
+    for item in [*trusted, *([] if key is None else [key])]:
+        if isinstance(item, bytes):
+            item = SigningKey(SEED_KEY_NAME, item)
+        keys.append(item.verifier if isinstance(item, SigningKey) else item)
+    return Trust(
+        [k for k in keys if isinstance(k, VerifierKey)], [k for k in keys if isinstance(k, HmacKey)]
+    )
+
+
 def verify(
     source: Reader | str | os.PathLike[str],
     *,
     checkpoint: Checkpoint | None = None,
-    key: bytes | None = None,
+    key: SigningKey | VerifierKey | HmacKey | bytes | None = None,
+    trusted: Iterable[VerifierKey | HmacKey | SigningKey] = (),
+    trust_recorded_keys: bool = False,
+    accept_unverified: bool = False,
     since: Checkpoint | None = None,
     check_payloads: bool = True,
     progress: Callable[[int], None] | None = None,
@@ -154,22 +304,29 @@ def verify(
 ) -> VerifyReport:
     """Verify a journal's chain, sequence and checkpoints; stream, constant memory.
 
-    ``checkpoint``: a checkpoint held outside the journal (e.g. exported by the writer); detects
-    a truncated tail and a rewritten history. ``key``: the HMAC key, to check signatures of that
-    checkpoint and of those stored in the journal. ``since``: a trusted, already verified
-    checkpoint; verification starts after it. ``progress(n)`` is called every
+    ``checkpoint``: a checkpoint held outside the journal (e.g. exported by the writer, kept
+    elsewhere); detects a truncated tail and a rewritten history. ``key`` and ``trusted``: the
+    keys whose signatures count (a :class:`SigningKey` or 32-byte seed stands for its public
+    half; :class:`HmacKey` for HMAC-era checkpoints). ``trust_recorded_keys``: also trust the
+    keys the journal names (only for a journal whose file you trust). ``accept_unverified``:
+    count signatures no trusted key made as unchecked instead of failing. ``since``: a trusted,
+    already verified checkpoint; verification starts after it. ``progress(n)`` is called every
     ``progress_every`` events.
     """
+    trust = trust_of(key, trusted)
+    options = (checkpoint, trust, trust_recorded_keys, accept_unverified, since, check_payloads)
     if isinstance(source, Reader):
-        return _verify(source, checkpoint, key, since, check_payloads, progress, progress_every)
+        return _verify(source, *options, progress, progress_every)
     with open_reader(Path(source)) as reader:
-        return _verify(reader, checkpoint, key, since, check_payloads, progress, progress_every)
+        return _verify(reader, *options, progress, progress_every)
 
 
 def _verify(
     reader: Reader,
     checkpoint: Checkpoint | None,
-    key: bytes | None,
+    trust: Trust,
+    trust_recorded_keys: bool,
+    accept_unverified: bool,
     since: Checkpoint | None,
     check_payloads: bool,
     progress: Callable[[int], None] | None,
@@ -179,51 +336,26 @@ def _verify(
     chain = ChainVerifier(
         reader.journal_id, start_seq=start_seq, start_hash=start_hash, check_payloads=check_payloads
     )
-    signatures = 0
-    # seq -> (head hash, what names it); checkpoints are few (one per thousands of events).
-    expected: dict[int, list[tuple[str, str]]] = {}
-    external = [("held checkpoint", checkpoint)] if checkpoint else []
+    given = [("since checkpoint", since)] if since else []
+    given += [("held checkpoint", checkpoint)] if checkpoint else []
     stored = [(f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(reader.checkpoints())]
-    trusted = [("since checkpoint", since)] if since else []
-    for label, cp in trusted + external + stored:
-        if cp.journal_id != reader.journal_id:
-            detail = f"{label} is journal {cp.journal_id!r}"
-            chain.report(cp.seq, "checkpoint_journal_mismatch", detail)
-            continue
-        if key is not None:
-            signatures += 1
-            if not cp.signature_valid(key):
-                why = "forged or altered"
-                if cp.key_id != key_id(key):
-                    why = f"signed with key {cp.key_id}, verified with {key_id(key)}"
-                chain.report(cp.seq, "checkpoint_signature_invalid", f"{label}: {why}")
-        expected.setdefault(cp.seq, []).append((cp.head_hash, label))
+    checks = CheckpointCheck(
+        chain,
+        given + stored,
+        trust,
+        recorded_keys=reader.recorded_keys(),
+        trust_recorded_keys=trust_recorded_keys,
+        accept_unverified=accept_unverified,
+        start_seq=start_seq,
+    )
     if since is not None and reader.hash_at(since.seq) != since.head_hash:
         chain.report(since.seq, "checkpoint_hash_mismatch", "since checkpoint: hash differs")
-    expected.pop(0, None)
-    seen: set[int] = set()
     for row in reader.rows(since_seq=start_seq):
         chain.feed(row)
-        named = expected.get(row[0])
-        if named is not None:
-            seen.add(row[0])
-            for head_hash, label in named:
-                if row[16] != head_hash:
-                    chain.report(row[0], "checkpoint_hash_mismatch", f"{label}: hash differs")
+        checks.see(row)
         if progress is not None and chain.count % progress_every == 0:
             progress(chain.count)
-    for seq, named in sorted(expected.items()):
-        if seq <= start_seq or seq in seen:
-            continue
-        for _, label in named:
-            if seq > chain.seq:
-                chain.report(
-                    chain.seq + 1,
-                    "truncated_before_checkpoint",
-                    f"journal ends at seq {chain.seq}; {label} names seq {seq}",
-                )
-            else:
-                chain.report(seq, "checkpoint_hash_mismatch", f"{label}: no event at seq {seq}")
+    checks.finish()
     if progress is not None:
         progress(chain.count)
     return VerifyReport(
@@ -231,8 +363,11 @@ def _verify(
         events=chain.count,
         head_seq=chain.seq,
         head_hash=chain.hash,
-        checkpoints_checked=len(trusted) + len(external) + len(stored),
-        signatures_checked=signatures,
+        checkpoints_checked=checks.checked,
+        signatures_checked=checks.signatures_checked,
+        signatures_unchecked=checks.signatures_unchecked,
+        last_checkpoint_seq=checks.last_seq,
+        recorded_keys=checks.recorded_keys,
         findings=chain.findings,
         findings_omitted=chain.findings_omitted,
     )

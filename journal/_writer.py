@@ -22,9 +22,17 @@ from typing import Final
 import msgspec
 
 from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash, wall_now
-from ._checkpoint import Checkpoint, export_checkpoint, load_key, sign_checkpoint
+from ._checkpoint import (
+    SEED_KEY_NAME,
+    Checkpoint,
+    HmacKey,
+    SigningKey,
+    export_checkpoint,
+    load_key,
+    sign_checkpoint,
+)
 from ._errors import EventEncodeError, JournalUnavailable, classify_sqlite_error
-from ._events import PAYLOAD_TYPES, Event, derived_columns
+from ._events import PAYLOAD_TYPES, Event, KeyRotated, derived_columns
 from ._redact import Redactor
 from ._schema import BUSY_TIMEOUT_S, connect_writer, create_private_file, ensure_identity
 
@@ -46,12 +54,21 @@ _INSERT_CHECKPOINT: Final = (
 _PAYLOAD_CLASSES: Final = tuple(PAYLOAD_TYPES.values())
 
 
-def resolve_key(key: bytes | Path | None) -> bytes:
-    """The HMAC key: given bytes, a key file path, or the default key file (created if absent)."""
-    if isinstance(key, bytes):
-        if len(key) < 16:
-            raise ValueError("the journal key must be at least 16 bytes")
+# The session id of the events the writer itself appends (a key rotation).
+WRITER_SESSION: Final = "journal-writer"
+
+SignerLike = SigningKey | HmacKey | bytes | Path | None
+
+
+def resolve_key(key: SignerLike) -> SigningKey | HmacKey:
+    """The checkpoint signer: a :class:`SigningKey`, a 32-byte Ed25519 seed (named
+    ``agentteam-bridge/seed``), a signing key file, or the default one (created if absent).
+    An :class:`HmacKey` signs legacy HMAC checkpoints (fixtures of HMAC-era journals).
+    """
+    if isinstance(key, SigningKey | HmacKey):
         return key
+    if isinstance(key, bytes):
+        return SigningKey(SEED_KEY_NAME, key)
     return load_key(key)
 
 
@@ -69,7 +86,7 @@ class _Core:
         self,
         path: Path,
         *,
-        key: bytes,
+        key: SigningKey | HmacKey,
         journal_id: str | None,
         max_bytes: int | None,
         checkpoint_every: int,
@@ -106,6 +123,46 @@ class _Core:
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
         # The chain head as built (may run ahead of the committed head while rows are queued).
         self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+        try:
+            self._record_key()
+        except BaseException:
+            self.close()
+            raise
+
+    def _record_key(self) -> None:
+        """Name the signing key in the journal: a new journal's ``journal_meta`` row
+        ``signing_key``; a ``key_rotated`` event when the key differs from the one last named."""
+        if not isinstance(self._key, SigningKey):
+            return  # an HMAC fixture writer: the journal predates recorded keys
+        verifier = self._key.verifier
+        try:
+            named = recorded_key(self._conn)
+            if named == verifier.to_text():
+                return
+            if named is None and self.committed_seq == 0 and self.last_checkpoint is None:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO journal_meta (key, value) VALUES ('signing_key', ?)",
+                    (verifier.to_text(),),
+                )
+                self._conn.execute("COMMIT")
+                return
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise classify_sqlite_error(exc) from exc
+        previous = named
+        if previous is None and self.last_checkpoint is not None:
+            previous = f"hmac:{self.last_checkpoint.key_id}"  # a journal from before Ed25519
+        rotated = KeyRotated(
+            vkey=verifier.to_text(), fingerprint=verifier.fingerprint, previous=previous
+        )
+        try:
+            self.commit(
+                [self.build(Event(session_id=WRITER_SESSION, payload=rotated))], durable=True
+            )
+        except BaseException:
+            self.rewind()
+            raise
 
     def _load_head(self) -> None:
         try:
@@ -246,9 +303,9 @@ class _Core:
         self.committed_seq, self.committed_hash = last_seq, last_hash
         self._unsynced = wanted == "NORMAL"
         if signed is not None:
+            self._export(signed)  # before it is published: a reader of it finds the file
             self.last_checkpoint = signed
             self._checkpoint_at = time.monotonic()
-            self._export(signed)
         return signed
 
     def _export(self, checkpoint: Checkpoint) -> None:
@@ -286,6 +343,18 @@ class _Core:
             self._conn.close()
         finally:
             os.close(self._lock_fd)
+
+
+def recorded_key(conn: sqlite3.Connection) -> str | None:
+    """The verifier key the journal last named: its latest ``key_rotated`` event, else the
+    ``signing_key`` it was created with (None for a journal from before Ed25519)."""
+    row = conn.execute(
+        "SELECT payload FROM events WHERE kind = 'key_rotated' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        return str(msgspec.json.decode(row[0])["vkey"])
+    meta = conn.execute("SELECT value FROM journal_meta WHERE key = 'signing_key'").fetchone()
+    return None if meta is None else str(meta[0])
 
 
 def _lock_exclusively(fd: int, path: Path) -> None:
@@ -378,7 +447,7 @@ class SyncWriter:
 def open_core(
     path: str | os.PathLike[str],
     *,
-    key: bytes | Path | None,
+    key: SignerLike,
     journal_id: str | None,
     max_bytes: int | None,
     checkpoint_every: int,
@@ -405,7 +474,7 @@ def open_core(
 def open_sync_writer(
     path: str | os.PathLike[str],
     *,
-    key: bytes | Path | None = None,
+    key: SignerLike = None,
     journal_id: str | None = None,
     secrets: Iterable[str] = (),
     max_bytes: int | None = None,

@@ -5,7 +5,8 @@ Every ``agentteam-replay`` subcommand is one function here that returns a typed 
 parses and renders. Each takes one or many journal paths (merged by journal id and sequence),
 streams the events with bounded state, and accepts ``progress(done, expected)``::
 
-    replay.verify(paths, checkpoints=[cp], key=key)    -> VerifyResult  (.ok, .findings, .in_doubt)
+    replay.verify(paths, checkpoints=[cp], trusted=[vkey]) -> VerifyResult (.ok, .findings, ...)
+    replay.signing_key()                               -> KeyInfo (vkey, fingerprint)
     replay.list_calls(paths, CallFilter(status="error"), limit=50)      -> CallList
     replay.show_call(paths, call_id)                   -> CallDetail
     replay.check_idempotency(paths)                    -> IdempotencyResult (.ok, .findings)
@@ -29,10 +30,11 @@ from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_ot
 from ._findings import Finding
 from ._grammar import Grammar
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
+from ._key import KeyInfo, signing_key
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
-from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, VerifyResult, verify
+from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, Key, VerifyResult, verify
 
 __all__ = [
     "HIDDEN_NAMES",
@@ -58,7 +60,9 @@ __all__ = [
     "InDoubtCall",
     "JournalReport",
     "Journals",
+    "Key",
     "KeyGroup",
+    "KeyInfo",
     "Latency",
     "PushError",
     "ReplayInputError",
@@ -83,5 +87,6 @@ __all__ = [
     "rerun",
     "rerun_async",
     "show_call",
+    "signing_key",
     "verify",
 ]

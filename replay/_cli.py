@@ -21,6 +21,7 @@ import journal
 from . import _render as render
 from ._source import Progress as ProgressCallback
 from ._source import ReplayInputError, journal_files
+from ._verify import Key, load_key_file, load_trusted_key
 
 PROG: Final = "agentteam-replay"
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -35,6 +36,7 @@ commands:
   audit         usage, errors, latency, truncation, mutations per board, sessions (CSV/JSON)
   rerun         re-drive recorded calls through today's bridge and diff
   export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
+  key           the public key that signs this machine's checkpoints, and its fingerprint
 
 Every command reads one or many journal files or directories of journals (merged by journal id
 and sequence); with none, where the bridge writes by default ($AGENTTEAM_JOURNAL, else the pool
@@ -50,12 +52,26 @@ _EPILOGS: Final = {
     "verify": """\
 examples:
   agentteam-replay verify                         # every session in the default location
-  agentteam-replay verify ~/.local/share/agentteam-bridge/journals/
-  agentteam-replay verify journal.db --checkpoint journal.db.checkpoint.json --key journal.key
-  agentteam-replay verify fleet/*.db --json | jq '.findings[] | {seq, rule}'
+  agentteam-replay verify copy.db --trusted-key "$(cat laptop.vkey)" --checkpoint held.json
+  agentteam-replay verify old.db --key ~/.config/agentteam-bridge/journal.key   # HMAC era
+  agentteam-replay verify fleet/*.db --trusted-key keys/a.vkey --trusted-key keys/b.vkey --json
 
-The checkpoint exported beside a journal (<journal>.checkpoint.json) is used when present;
-the key defaults to the bridge's key file ($XDG_CONFIG_HOME/agentteam-bridge/journal.key).
+Signatures count only under a trusted key: --trusted-key / --key, else this machine's own keys
+($XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key, and journal.key for HMAC-era
+checkpoints). A checkpoint no trusted key signed fails the check (checkpoint_unverified) unless
+--accept-unverified. The keys a journal names are trusted only with --trust-journal-key.
+The checkpoint exported beside a journal (<journal>.checkpoint.json) is used when no
+--checkpoint is given; it lives on the same machine, so only a copy held elsewhere can show
+that the journal was cut back below it.
+""",
+    "key": """\
+examples:
+  agentteam-replay key                   # print the public key to give auditors
+  agentteam-replay key --create --json   # create the key now if the bridge has not yet
+
+The private key stays in $XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key (0600). The
+public key is a C2SP signed-note verifier key: agentteam-replay verify --trusted-key takes it,
+and so does any signed-note reader.
 """,
     "calls": """\
 examples:
@@ -184,7 +200,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a checkpoint held outside the journal (repeatable; matched by journal id)",
     )
-    p.add_argument("--key", type=Path, metavar="FILE", help="HMAC key file of the checkpoints")
+    p.add_argument(
+        "--trusted-key",
+        action="append",
+        default=[],
+        metavar="VKEY_OR_FILE",
+        help="a public key whose signatures count (repeatable): name+hash+key, or a file",
+    )
+    p.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a key file to trust (repeatable): signing key, public key, or HMAC-era journal.key",
+    )
+    p.add_argument(
+        "--trust-journal-key",
+        action="store_true",
+        help="also trust the keys the journal itself names (only for a file you trust)",
+    )
+    p.add_argument(
+        "--accept-unverified",
+        action="store_true",
+        help="pass checkpoints no trusted key signed (counted as unchecked)",
+    )
     p.add_argument(
         "--no-auto-checkpoint",
         action="store_true",
@@ -277,6 +317,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="push the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318) in "
         "batches of 512, retrying 429/502/503/504, instead of writing a file",
     )
+
+    p = sub.add_parser(
+        "key",
+        help="the public key of this machine's checkpoints",
+        description="Print the public verifier key (C2SP signed-note format) and fingerprint of "
+        "the key the bridge signs checkpoints with on this machine.",
+        epilog=_EPILOGS["key"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--key-file", type=Path, metavar="FILE", help="another signing key file")
+    p.add_argument("--create", action="store_true", help="create the key if there is none")
+    p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -308,11 +360,19 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
 
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Compute under a progress bar, then render (so the two never interleave)."""
-    key = _key(args.key) if getattr(args, "key", None) else None
+    if args.command == "key":
+        import replay
+
+        info = replay.signing_key(args.key_file, create=args.create)
+        if args.json:
+            print(render.to_json(info), file=out.file)
+        else:
+            render.render_key(out, info)
+        return EXIT_OK
     if args.command == "rerun" and args.allow_mutations and not args.against:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
-        result, draw, code = _execute(args, key, progress)
+        result, draw, code = _execute(args, progress)
     if args.command == "audit" and args.csv is not None:
         written = render.write_audit_csv(result, args.csv)
         err.print(f"wrote {len(written)} CSV files to {args.csv}")
@@ -330,7 +390,7 @@ Drawer = Callable[[Console, Any], None]
 
 
 def _execute(
-    args: argparse.Namespace, key: bytes | None, progress: ProgressCallback | None
+    args: argparse.Namespace, progress: ProgressCallback | None
 ) -> tuple[Any, Drawer, int]:
     import replay
 
@@ -339,8 +399,9 @@ def _execute(
         verified = replay.verify(
             paths,
             checkpoints=args.checkpoint,
-            key=key,
-            default_key=None if key else _default_key(),
+            trusted=_trusted(args.trusted_key, args.key),
+            trust_recorded_keys=args.trust_journal_key,
+            accept_unverified=args.accept_unverified,
             auto_checkpoint=not args.no_auto_checkpoint,
             progress=progress,
         )
@@ -427,15 +488,14 @@ def default_journals() -> list[Path]:
     return found
 
 
-def _key(path: Path) -> bytes:
-    from ._verify import load_key_file
-
-    return load_key_file(path)
-
-
-def _default_key() -> bytes | None:
-    default = journal.default_key_path()
-    return _key(default) if default.exists() else None
+def _trusted(values: list[str], files: list[Path]) -> list[Key]:
+    """The keys given, else this machine's own (the signing key's public half, and the
+    HMAC-era key for old checkpoints), when they exist."""
+    given = [load_trusted_key(v) for v in values] + [load_key_file(f) for f in files]
+    if given:
+        return given
+    local = [journal.default_key_path(), journal.legacy_key_path()]
+    return [load_key_file(path) for path in local if path.exists()]
 
 
 # A pipe or a file gets whole lines: rich would otherwise wrap them at 80 columns, in the

@@ -23,6 +23,7 @@ from ._deprecations import DeprecationReport
 from ._export import ExportResult
 from ._findings import Finding
 from ._idempotency import IdempotencyResult
+from ._key import KeyInfo
 from ._rerun import RerunResult
 from ._verify import VerifyResult
 
@@ -32,6 +33,7 @@ __all__ = [
     "render_deprecations",
     "render_export",
     "render_idempotency",
+    "render_key",
     "render_rerun",
     "render_show",
     "render_verify",
@@ -123,19 +125,44 @@ def _findings(console: Console, findings: Sequence[Finding], omitted: int = 0) -
 # --- verify -------------------------------------------------------------------------------
 
 
+def render_key(console: Console, info: KeyInfo) -> None:
+    # One line each, never wrapped: the key is copied from here.
+    console.print(f"public key:  {info.vkey}", soft_wrap=True)
+    console.print(f"fingerprint: {info.fingerprint}", soft_wrap=True)
+    console.print(f"private key: {info.path}", style="dim", soft_wrap=True)
+
+
 def render_verify(console: Console, result: VerifyResult) -> None:
     for j in result.journals:
         console.print(f"[bold]{j.path}[/]")
         console.print(
             f"  journal {j.journal_id}: {j.events} events, {j.calls} calls, head seq {j.head_seq}"
         )
-        held = j.held_checkpoint or "none (a truncated tail cannot be detected)"
+        if j.held_checkpoint is None:
+            held = "none (a tail cut back below the last stored checkpoint cannot be detected)"
+        else:
+            held = f"{j.held_checkpoint}, seq {j.held_checkpoint_seq}"
+            if j.held_checkpoint_beside:
+                held += " (beside the journal: no witness)"
         console.print(f"  held checkpoint: {held}")
-        signatures = f"{j.signatures_checked} signatures checked"
+        signatures = f"{j.signatures_checked} signatures verified"
         if j.signatures_unchecked:
-            signatures += f", {j.signatures_unchecked} not checked (no key for them)"
-        console.print(f"  {j.checkpoints_checked} checkpoints, {signatures}")
+            signatures += f", {j.signatures_unchecked} accepted unverified"
+        console.print(
+            f"  {j.checkpoints_checked} checkpoints, {signatures};"
+            f" signed up to seq {j.last_checkpoint_seq}"
+        )
+        named = ", ".join("+".join(vkey.split("+", 2)[:2]) for vkey in j.recorded_keys)
+        console.print(f"  signing keys named by the journal: {named or 'none (HMAC era)'}")
+    trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"
+    console.print(f"trusted keys: {trusted}")
     _findings(console, result.findings, result.findings_omitted)
+    if any(f.rule == "checkpoint_unverified" for f in result.findings):
+        console.print(
+            "Unverified signatures: give the public key of the machine that wrote the journal "
+            "with --trusted-key (`agentteam-replay key` prints it there), or pass "
+            "--accept-unverified to accept them unchecked."
+        )
     if result.in_doubt:
         table = _table("seq:>6", "call:16", "tool:14", "request:18", "why:19", title="In doubt")
         for c in result.in_doubt:

@@ -4,7 +4,8 @@ Each file is checked on its own (a copy must verify as well as the original), ro
 the journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
 besides those of :mod:`journal` (``sequence_gap``, ``chain_broken``, ``hash_mismatch``,
 ``row_malformed``, ``journal_id_mismatch``, ``kind_unknown``, ``payload_invalid``, and the
-checkpoint rules ``checkpoint_signature_invalid``, ``checkpoint_journal_mismatch``,
+checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_invalid``,
+``checkpoint_unverified``, ``checkpoint_key_unexpected``, ``checkpoint_journal_mismatch``,
 ``checkpoint_hash_mismatch``, ``truncated_before_checkpoint``):
 
 ===============================  =============================================================
@@ -36,7 +37,6 @@ import msgspec
 
 import journal
 from journal import (
-    GENESIS_HASH,
     CallReceived,
     Checkpoint,
     ContextInjected,
@@ -61,10 +61,12 @@ __all__ = [
     "HIDDEN_NAMES",
     "InDoubtCall",
     "JournalReport",
+    "Key",
     "VerifyResult",
     "find_hidden_names",
     "load_checkpoint_file",
     "load_key_file",
+    "load_trusted_key",
     "verify",
 ]
 
@@ -142,6 +144,12 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     signatures_checked: int
     signatures_unchecked: int
     held_checkpoint: str | None
+    held_checkpoint_seq: int | None = None
+    # The held checkpoint is the one exported beside the journal: on the same machine, so it
+    # cannot witness a journal cut back below it (whoever cuts can re-export).
+    held_checkpoint_beside: bool = False
+    last_checkpoint_seq: int = 0
+    recorded_keys: list[str] = msgspec.field(default_factory=list)
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,7 +159,7 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[Finding]
     in_doubt: list[InDoubtCall]
     findings_omitted: int = 0
-    key_id: str | None = None
+    trusted_keys: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -185,13 +193,36 @@ def _normal(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
 
-def load_key_file(path: Path) -> bytes:
+Key = journal.SigningKey | journal.VerifierKey | journal.HmacKey
+
+
+def load_key_file(path: Path) -> Key:
+    """A key file as a trust anchor: a signing key (its public half), a verifier key, or an
+    HMAC-era key (hex), told apart by their text."""
     try:
-        return journal.load_key(path, create=False)
+        text = path.read_text().strip()
     except FileNotFoundError:
         raise ReplayInputError(f"no key file at {path}") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise ReplayInputError(f"cannot read the key file {path}: {exc.strerror}") from None
+    try:
+        if text.startswith("PRIVATE+KEY+"):
+            return journal.SigningKey.parse(text).verifier
+        if "+" in text:
+            return journal.VerifierKey.parse(text)
+        return journal.load_legacy_key(path)
+    except ValueError as exc:
         raise ReplayInputError(f"cannot use the key file {path}: {exc}") from None
+
+
+def load_trusted_key(value: str) -> Key:
+    """``--trusted-key``: a verifier key (``<name>+<hex ID>+<base64>``) or a file holding one."""
+    if "+" in value and not Path(value).exists():
+        try:
+            return journal.VerifierKey.parse(value)
+        except ValueError as exc:
+            raise ReplayInputError(f"--trusted-key {value}: {exc}") from None
+    return load_key_file(Path(value))
 
 
 def load_checkpoint_file(path: Path) -> Checkpoint:
@@ -199,7 +230,7 @@ def load_checkpoint_file(path: Path) -> Checkpoint:
         return journal.load_checkpoint(path)
     except FileNotFoundError:
         raise ReplayInputError(f"no checkpoint file at {path}") from None
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, msgspec.DecodeError) as exc:
         raise ReplayInputError(f"{path} is not a checkpoint ({exc})") from None
 
 
@@ -207,8 +238,10 @@ def verify(
     paths: Sequence[str | Path],
     *,
     checkpoints: Sequence[str | Path] = (),
-    key: bytes | None = None,
-    default_key: bytes | None = None,
+    key: Key | bytes | None = None,
+    trusted: Sequence[Key] = (),
+    trust_recorded_keys: bool = False,
+    accept_unverified: bool = False,
     auto_checkpoint: bool = True,
     progress: Progress | None = None,
 ) -> VerifyResult:
@@ -217,13 +250,15 @@ def verify(
     ``checkpoints``: checkpoint files held outside the journals (a truncated tail shows only
     against one); each applies to the journal it names (to the only journal, if one is given).
     With ``auto_checkpoint``, a journal without one uses ``<journal>.checkpoint.json`` if present
-    (what the bridge exports). ``key``: the HMAC key that signed the checkpoints, checked against
-    every one. ``default_key`` (the local key file, say) checks only the checkpoints signed with
-    it: a fleet's journals signed elsewhere stay unchecked rather than fail. Raises
-    ReplayInputError for a file that cannot be used.
+    (what the bridge exports: on the same machine, so no witness). ``key`` and ``trusted``: the
+    keys whose signatures count (a signing key stands for its public half; an HMAC key for
+    HMAC-era checkpoints). ``trust_recorded_keys``: also trust the keys each journal names.
+    ``accept_unverified``: count signatures no trusted key made as unchecked instead of failing.
+    Raises ReplayInputError for a file that cannot be used.
     """
     if not paths:
         raise ReplayInputError("no journal given")
+    trust = journal.trust_of(key, trusted)
     held = [(str(p), load_checkpoint_file(Path(p))) for p in checkpoints]
     readers = [open_reader(p) for p in journal_files(paths)]
     try:
@@ -244,11 +279,13 @@ def verify(
                 )
             for i in matches:
                 assigned[i].append((label, cp))
+        beside: set[int] = set()
         if auto_checkpoint:
             for i, reader in enumerate(readers):
-                beside = Path(f"{reader.path}.checkpoint.json")
-                if not assigned[i] and beside.exists():
-                    assigned[i].append((str(beside), load_checkpoint_file(beside)))
+                exported = Path(f"{reader.path}.checkpoint.json")
+                if not assigned[i] and exported.exists():
+                    assigned[i].append((str(exported), load_checkpoint_file(exported)))
+                    beside.add(i)
         total = sum(r.head()[0] for r in readers)
         done = [0]
 
@@ -261,7 +298,14 @@ def verify(
         in_doubt: dict[tuple[str, str], InDoubtCall] = {}
         omitted = 0
         for i, reader in enumerate(readers):
-            check = _FileCheck(reader, assigned[i], key, default_key)
+            check = _FileCheck(
+                reader,
+                assigned[i],
+                trust,
+                trust_recorded_keys=trust_recorded_keys,
+                accept_unverified=accept_unverified,
+                held_beside=i in beside,
+            )
             report = check.run(tick if progress is not None else None)
             reports.append(report)
             findings += check.findings
@@ -277,7 +321,7 @@ def verify(
             findings=unique,
             in_doubt=sorted(in_doubt.values(), key=lambda c: (c.journal_id, c.seq)),
             findings_omitted=omitted,
-            key_id=journal.key_id(used) if (used := key or default_key) else None,
+            trusted_keys=trust.describe(),
         )
     finally:
         for reader in readers:
@@ -326,15 +370,19 @@ class _FileCheck:
         self,
         reader: Reader,
         held: list[tuple[str, Checkpoint]],
-        key: bytes | None,
-        default_key: bytes | None,
+        trust: journal.Trust,
+        *,
+        trust_recorded_keys: bool,
+        accept_unverified: bool,
+        held_beside: bool,
     ):
         self.reader = reader
         self.journal_id = reader.journal_id
         self.held = held
-        self.key = key
-        self.default_key = default_key
-        self.unchecked = 0
+        self.trust = trust
+        self.trust_recorded_keys = trust_recorded_keys
+        self.accept_unverified = accept_unverified
+        self.held_beside = held_beside
         self.findings: list[Finding] = []
         self.omitted = 0
         self.in_doubt: list[InDoubtCall] = []
@@ -356,18 +404,19 @@ class _FileCheck:
         chain = journal.ChainVerifier(
             self.journal_id, check_payloads=False, max_findings=MAX_FINDINGS
         )
-        expected, checked, signatures = self._plan_checkpoints()
-        seen: set[int] = set()
+        stored = [(f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(reader.checkpoints())]
+        checkpoints = journal.CheckpointCheck(
+            chain,
+            self.held + stored,
+            self.trust,
+            recorded_keys=reader.recorded_keys(),
+            trust_recorded_keys=self.trust_recorded_keys,
+            accept_unverified=self.accept_unverified,
+        )
         pending = 0
         for row in reader.rows():
             chain.feed(row)
-            seq = row[0]
-            named = expected.get(seq)
-            if named is not None:
-                seen.add(seq)
-                for head_hash, label in named:
-                    if row[16] != head_hash:
-                        chain.report(seq, "checkpoint_hash_mismatch", f"{label}: hash differs")
+            checkpoints.see(row)
             self._check_event(row)
             pending += 1
             if tick is not None and pending == PROGRESS_EVERY:
@@ -375,18 +424,7 @@ class _FileCheck:
                 pending = 0
         if tick is not None and pending:
             tick(pending)
-        for seq, named in sorted(expected.items()):
-            if seq in seen:
-                continue
-            for _, label in named:
-                if seq > chain.seq:
-                    chain.report(
-                        chain.seq + 1,
-                        "truncated_before_checkpoint",
-                        f"journal ends at seq {chain.seq}; {label} names seq {seq}",
-                    )
-                else:
-                    chain.report(seq, "checkpoint_hash_mismatch", f"{label}: no event at {seq}")
+        checkpoints.finish()
         self._end_of_stream()
         self.omitted += chain.findings_omitted
         integrity = [
@@ -396,6 +434,7 @@ class _FileCheck:
         self.findings = sorted(
             integrity + self.findings, key=lambda f: (f.seq is None, f.seq or 0, f.rule)
         )
+        held = self.held[0] if self.held else None
         return JournalReport(
             path=str(reader.path),
             journal_id=self.journal_id,
@@ -403,48 +442,15 @@ class _FileCheck:
             head_seq=chain.seq,
             head_hash=chain.hash,
             calls=self.calls,
-            checkpoints_checked=checked,
-            signatures_checked=signatures,
-            signatures_unchecked=self.unchecked,
-            held_checkpoint=self.held[0][0] if self.held else None,
+            checkpoints_checked=checkpoints.checked,
+            signatures_checked=checkpoints.signatures_checked,
+            signatures_unchecked=checkpoints.signatures_unchecked,
+            held_checkpoint=None if held is None else held[0],
+            held_checkpoint_seq=None if held is None else held[1].seq,
+            held_checkpoint_beside=self.held_beside,
+            last_checkpoint_seq=checkpoints.last_seq,
+            recorded_keys=[vkey for _, vkey in checkpoints.recorded_keys],
         )
-
-    # --- checkpoints ------------------------------------------------------------------
-
-    def _plan_checkpoints(self) -> tuple[dict[int, list[tuple[str, str]]], int, int]:
-        """seq -> [(head hash, label)] to compare while streaming; checks, signatures."""
-        expected: dict[int, list[tuple[str, str]]] = {}
-        signatures = 0
-        stored = [
-            (f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(self.reader.checkpoints())
-        ]
-        candidates = self.held + stored
-        for label, cp in candidates:
-            if cp.journal_id != self.journal_id:
-                self.report(
-                    cp.seq, "checkpoint_journal_mismatch", f"{label} is journal {cp.journal_id!r}"
-                )
-                continue
-            key = self.key
-            if key is None and self.default_key is not None:
-                if cp.key_id == journal.key_id(self.default_key):
-                    key = self.default_key
-            if key is None:
-                self.unchecked += 1
-            else:
-                signatures += 1
-                if not cp.signature_valid(key):
-                    why = "forged or altered"
-                    used = journal.key_id(key)
-                    if cp.key_id != used:
-                        why = f"signed with key {cp.key_id}, verified with {used}"
-                    self.report(cp.seq, "checkpoint_signature_invalid", f"{label}: {why}")
-            if cp.seq == 0:
-                if cp.head_hash != GENESIS_HASH:
-                    self.report(0, "checkpoint_hash_mismatch", f"{label}: genesis hash differs")
-                continue
-            expected.setdefault(cp.seq, []).append((cp.head_hash, label))
-        return expected, len(candidates), signatures
 
     # --- events -----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import trio
@@ -38,13 +38,18 @@ class Built:
         return Path(f"{self.path}.checkpoint.json")
 
     @property
-    def key(self) -> bytes:
+    def key(self) -> journal.SigningKey:
         return journal.load_key(self.key_path, create=False)
+
+    @property
+    def vkey(self) -> str:
+        """The public key of the bridge that wrote it, as `agentteam-replay key` prints it."""
+        return self.key.verifier.to_text()
 
 
 def key_path_for(journal_path: Path) -> Path:
-    """Where `open_bridge` makes the bridge keep its HMAC key (XDG_CONFIG_HOME beside it)."""
-    return journal_path.parent / "config" / "agentteam-bridge" / "journal.key"
+    """Where `open_bridge` makes the bridge keep its signing key (XDG_CONFIG_HOME beside it)."""
+    return journal_path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
 
 
 async def drive(directory: Path, script: Script, *extra: str) -> Built:
@@ -143,7 +148,11 @@ def seq_of(path: Path, kind: str, *, call_id: str | None = None, nth: int = 0) -
     return found[nth]
 
 
-def write_events(path: Path, events: list[journal.Event], key: bytes = bytes(range(32))) -> None:
+SEED: Final = bytes(range(32))  # the hand-written journals' Ed25519 key (verify with key=SEED)
+SEED_VKEY: Final = journal.SigningKey("agentteam-bridge/seed", SEED).verifier.to_text()
+
+
+def write_events(path: Path, events: list[journal.Event], key: bytes = SEED) -> None:
     with journal.open_sync_writer(path, key=key) as writer:
         writer.append_many(events)
 

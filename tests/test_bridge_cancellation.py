@@ -113,6 +113,8 @@ async def test_a_call_cancelled_during_the_token_command_is_journaled(
     first, second = journal_calls(path).values()
     assert first == ["call_received", "context_injected", "call_cancelled"]
     assert second[-1] == "call_result"
-    key = journal.load_key(tmp_path / "config" / "agentteam-bridge" / "journal.key", create=False)
+    key = journal.load_key(
+        tmp_path / "config" / "agentteam-bridge" / "journal-signing.key", create=False
+    )
     result = replay.verify([path], key=key)
     assert result.ok, result.findings

@@ -205,7 +205,9 @@ async def test_a_hostile_http_server_never_crashes_the_bridge_subprocess(tmp_pat
             stderr = bridge.stderr()
         nursery.cancel_scope.cancel()
     assert "Traceback" not in stderr
-    key = journal.load_key(tmp_path / "config" / "agentteam-bridge" / "journal.key", create=False)
+    key = journal.load_key(
+        tmp_path / "config" / "agentteam-bridge" / "journal-signing.key", create=False
+    )
     result = replay.verify([path], key=key)
     assert result.ok, result.findings
     assert len(result.in_doubt) == 2  # the two mutations: sent, outcome unknown

@@ -37,7 +37,8 @@ async def test_every_call_is_journaled_in_order_and_the_journal_verifies(
     assert any(s.endswith("call_cancelled") for s in stories)
     with journal.open_reader(path) as reader:
         kinds = [r.kind for r in reader.events()]
-        report = journal.verify(reader)
+        key = path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
+        report = journal.verify(reader, key=journal.load_key(key, create=False))
     assert report.ok, report.findings
     assert kinds[0] == "session_started" and kinds[-1] == "session_ended"
 

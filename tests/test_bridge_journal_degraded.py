@@ -235,7 +235,9 @@ async def test_a_full_filesystem_between_request_and_outcome(
                     await trio.sleep(0.05)
             again = await bridge.ok("task_create", CREATE)
             assert "journal" not in again["meta"]
-        key = journal.load_key(fs / "config" / "agentteam-bridge" / "journal.key", create=False)
+        key = journal.load_key(
+            fs / "config" / "agentteam-bridge" / "journal-signing.key", create=False
+        )
         result = replay.verify([path], key=key)
         assert result.ok, result.findings
         assert [c.reason for c in result.in_doubt] == ["journal_gap"]

@@ -80,7 +80,9 @@ async def test_faults_answer_their_cells_and_in_doubt_calls_are_listed(
         }
         assert "updatedAt" not in json.dumps(error)
 
-    verified = replay.verify([path])
+    # The key of the bridge that wrote it (open_bridge gives it this XDG_CONFIG_HOME).
+    signing_key = path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
+    verified = replay.verify([path], key=journal.load_key(signing_key, create=False))
     assert verified.ok, verified.findings
     doubtful = {(c.tool, c.reason) for c in verified.in_doubt}
     assert doubtful == {

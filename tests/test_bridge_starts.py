@@ -120,7 +120,7 @@ def _under_a_file(home: Path) -> tuple[list[str], Path | None]:
 
 
 def _bad_key(home: Path) -> tuple[list[str], Path | None]:
-    key = home / "config" / "agentteam-bridge" / "journal.key"
+    key = home / "config" / "agentteam-bridge" / "journal-signing.key"
     key.parent.mkdir(parents=True, mode=0o700)
     key.write_text("not a key at all\n")
     os.chmod(key, 0o600)
@@ -128,7 +128,7 @@ def _bad_key(home: Path) -> tuple[list[str], Path | None]:
 
 
 def _loose_key_file(home: Path) -> tuple[list[str], Path | None]:
-    key = home / "config" / "agentteam-bridge" / "journal.key"
+    key = home / "config" / "agentteam-bridge" / "journal-signing.key"
     key.parent.mkdir(parents=True, mode=0o700)
     key.write_text("ab" * 32 + "\n")
     os.chmod(key, 0o644)
@@ -136,7 +136,7 @@ def _loose_key_file(home: Path) -> tuple[list[str], Path | None]:
 
 
 def _loose_key_dir(home: Path) -> tuple[list[str], Path | None]:
-    key = home / "config" / "agentteam-bridge" / "journal.key"
+    key = home / "config" / "agentteam-bridge" / "journal-signing.key"
     key.parent.mkdir(parents=True)
     os.chmod(key.parent, 0o777)
     key.write_text("ab" * 32 + "\n")
@@ -154,8 +154,8 @@ CASES = [
     Case("a non-runtime database", _foreign_runtime_db, ("notes.db", "--runtime-db")),
     Case("a journal as the runtime db", _journal_as_runtime_db, ("old.db", "--runtime-db")),
     Case("a directory under a file", _under_a_file, ("file", "--journal")),
-    Case("a bad key file", _bad_key, ("journal.key", "not a valid key", "move it away")),
-    Case("a loose key file", _loose_key_file, ("journal.key", "chmod 600")),
+    Case("a bad key file", _bad_key, ("journal-signing.key", "not a valid key", "move it away")),
+    Case("a loose key file", _loose_key_file, ("journal-signing.key", "chmod 600")),
     Case("a loose key directory", _loose_key_dir, ("agentteam-bridge", "chmod 700")),
 ]
 
@@ -250,7 +250,7 @@ def test_files_are_owner_only_under_umask_000(tmp_path: Path) -> None:
     assert {p.name for p in files} >= {
         "journal-1.db",
         "journal-1.db.checkpoint.json",
-        "journal.key",
+        "journal-signing.key",
         "runtime.db",
     }
     loose = [

@@ -289,6 +289,9 @@ async def test_sigterm_shuts_down_cleanly_with_a_checkpoint(
         report = journal.verify(
             reader,
             checkpoint=journal.load_checkpoint(path.with_name(path.name + ".checkpoint.json")),
+            key=journal.load_key(
+                path.parent / "agentteam-bridge" / "journal-signing.key", create=False
+            ),
         )
     assert report.ok, report.findings
     assert ended and ended[-1].payload.reason == "SIGTERM"  # type: ignore[union-attr]

@@ -57,15 +57,15 @@ def test_the_default_key_file_is_created_owner_only_and_reused(
 ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     key_path = journal.default_key_path()
-    assert key_path == tmp_path / "config" / "agentteam-bridge" / "journal.key"
+    assert key_path == tmp_path / "config" / "agentteam-bridge" / "journal-signing.key"
     write_journal_default_key = journal.open_sync_writer(tmp_path / "j.db")
     write_journal_default_key.append(event("call_received"))
     write_journal_default_key.close()
-    assert _mode(key_path) == 0o600
+    assert _mode(key_path) == 0o600 and _mode(key_path.parent) == 0o700
     key = journal.load_key()
-    assert len(key) == 32 and journal.load_key(key_path) == key
-    assert key not in (tmp_path / "j.db").read_bytes()  # the key never enters the database
-    assert key.hex().encode() not in (tmp_path / "j.db").read_bytes()
+    assert journal.load_key(key_path).to_text() == key.to_text()
+    secret = key.to_text().split("+", 4)[4]
+    assert secret.encode() not in (tmp_path / "j.db").read_bytes()  # never in the database
     assert journal.verify(tmp_path / "j.db", key=key).signatures_checked == 1
 
 
@@ -80,6 +80,7 @@ def test_the_schema_version_and_migrations_are_recorded(tmp_path: Path) -> None:
         assert applied == [
             ("agentteam_journal", "0001_initial"),
             ("agentteam_journal", "0002_journal_gap"),
+            ("agentteam_journal", "0003_key_rotated"),
         ]
         kinds = set(conn.execute("SELECT kind, kind_version FROM event_kinds").fetchall())
         assert kinds == {(k, t.kind_version) for k, t in journal.PAYLOAD_TYPES.items()}

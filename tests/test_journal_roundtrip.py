@@ -143,7 +143,7 @@ def test_append_many_is_all_or_nothing(tmp_path: Path) -> None:
         assert writer.append(event("call_result")) == 2
     with journal.open_reader(path) as reader:
         assert [r.kind for r in reader.events()] == ["call_received", "call_result"]
-        assert journal.verify(reader).ok
+        assert journal.verify(reader, key=KEY).ok
 
 
 json_values = st.recursive(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 import journal
 
-from .journal_helpers import KEY, SESSION, write_journal
+from .journal_helpers import KEY, SESSION, VKEY, write_journal
 
 N = 40
 
@@ -50,6 +51,11 @@ def _tamper(path: Path, *statements: str, params: tuple[object, ...] = ()) -> No
         conn.close()
 
 
+def _verify(path: Path, **options: Any) -> journal.VerifyReport:
+    """Verify trusting the key the journal was written with (the chain is what is tested)."""
+    return journal.verify(path, key=KEY, **options)
+
+
 def _rules(report: journal.VerifyReport) -> list[tuple[int | None, str]]:
     return [(f.seq, f.rule) for f in report.findings]
 
@@ -66,7 +72,7 @@ def test_an_edited_row_is_detected_at_its_exact_seq(
 ) -> None:
     path, _ = written
     _tamper(path, """UPDATE events SET payload = '{"arguments":{"i":999}}' WHERE seq = 17""")
-    assert _rules(journal.verify(path)) == [(17, "hash_mismatch")]
+    assert _rules(_verify(path)) == [(17, "hash_mismatch")]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +91,7 @@ def test_an_edit_of_any_column_is_detected(
 ) -> None:
     path, _ = written
     _tamper(path, f"UPDATE events SET {column_edit} WHERE seq = 5")
-    findings = _rules(journal.verify(path))
+    findings = _rules(_verify(path))
     if column_edit == "kind_version = 1":  # unchanged value: nothing to find
         assert findings == []
     else:
@@ -106,7 +112,7 @@ def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_next_seq(
     _tamper(
         path, "UPDATE events SET payload = ?, hash = ? WHERE seq = 9", params=(row[14], new_hash)
     )
-    assert _rules(journal.verify(path)) == [(10, "chain_broken")]
+    assert _rules(_verify(path)) == [(10, "chain_broken")]
 
 
 def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
@@ -131,7 +137,7 @@ def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
         for r in rows[8:]
     ]
     _tamper(path, "DELETE FROM checkpoints", *updates)
-    assert journal.verify(path).ok  # the chain alone cannot tell
+    assert _verify(path).ok  # the chain alone cannot tell
     report = journal.verify(path, checkpoint=checkpoint, key=KEY)
     assert _rules(report) == [(N, "checkpoint_hash_mismatch")]
 
@@ -141,7 +147,7 @@ def test_a_deleted_row_is_a_gap_and_a_broken_chain(
 ) -> None:
     path, _ = written
     _tamper(path, "DELETE FROM events WHERE seq = 20")
-    assert _rules(journal.verify(path)) == [(21, "sequence_gap"), (21, "chain_broken")]
+    assert _rules(_verify(path)) == [(21, "sequence_gap"), (21, "chain_broken")]
 
 
 def test_reordered_rows_are_detected(written: tuple[Path, journal.Checkpoint]) -> None:
@@ -153,7 +159,7 @@ def test_reordered_rows_are_detected(written: tuple[Path, journal.Checkpoint]) -
         " call_id = 'c11' WHERE seq = 11",
         "UPDATE events SET payload = '{\"arguments\":{\"i\":10}}', call_id = 'c10' WHERE seq = 12",
     )
-    assert _rules(journal.verify(path)) == [(11, "hash_mismatch"), (12, "hash_mismatch")]
+    assert _rules(_verify(path)) == [(11, "hash_mismatch"), (12, "hash_mismatch")]
 
 
 def test_a_truncated_tail_is_detected_against_a_held_checkpoint(
@@ -161,7 +167,7 @@ def test_a_truncated_tail_is_detected_against_a_held_checkpoint(
 ) -> None:
     path, checkpoint = written
     _tamper(path, "DELETE FROM events WHERE seq > 30", "DELETE FROM checkpoints")
-    assert journal.verify(path).ok  # a clean prefix: nothing inside the file can tell
+    assert _verify(path).ok  # a clean prefix: nothing inside the file can tell
     report = journal.verify(path, checkpoint=checkpoint, key=KEY)
     assert _rules(report) == [(31, "truncated_before_checkpoint")]
 
@@ -171,7 +177,7 @@ def test_a_truncated_tail_is_detected_by_a_stored_checkpoint_left_behind(
 ) -> None:
     path, _ = written
     _tamper(path, "DELETE FROM events WHERE seq > 30")
-    assert _rules(journal.verify(path)) == [(31, "truncated_before_checkpoint")]
+    assert _rules(_verify(path)) == [(31, "truncated_before_checkpoint")]
 
 
 def test_a_forged_checkpoint_fails_its_signature(written: tuple[Path, journal.Checkpoint]) -> None:
@@ -180,8 +186,21 @@ def test_a_forged_checkpoint_fails_its_signature(written: tuple[Path, journal.Ch
     report = journal.verify(path, checkpoint=forged, key=KEY)
     assert (N - 5, "checkpoint_signature_invalid") in _rules(report)
     other_key = journal.verify(path, checkpoint=checkpoint, key=b"k" * 32)
-    assert {f.rule for f in other_key.findings} == {"checkpoint_signature_invalid"}
-    assert "signed with key" in other_key.findings[0].detail
+    assert {f.rule for f in other_key.findings} == {"checkpoint_unverified"}
+    assert "not a trusted key" in other_key.findings[0].detail
+
+
+def test_without_a_trusted_key_signatures_fail_unless_accepted_unverified(
+    written: tuple[Path, journal.Checkpoint],
+) -> None:
+    path, _ = written
+    assert _rules(journal.verify(path)) == [(N, "checkpoint_unverified")]
+    assert "no trusted key" in journal.verify(path).findings[0].detail
+    lenient = journal.verify(path, accept_unverified=True)
+    assert lenient.ok and lenient.signatures_unchecked == 1 and lenient.signatures_checked == 0
+    # The key the journal names, trusted only when asked.
+    assert journal.verify(path, trust_recorded_keys=True).signatures_checked == 1
+    assert journal.verify(path, trusted=[VKEY]).ok
 
 
 def test_a_checkpoint_of_another_journal_is_refused(
@@ -189,31 +208,42 @@ def test_a_checkpoint_of_another_journal_is_refused(
 ) -> None:
     path, checkpoint = written
     other = journal.sign_checkpoint(
-        KEY, journal_id="other", seq=1, head_hash=checkpoint.head_hash, ts_wall=checkpoint.ts_wall
+        journal.SigningKey("agentteam-bridge/seed", KEY),
+        journal_id="other",
+        seq=1,
+        head_hash=checkpoint.head_hash,
+        ts_wall=checkpoint.ts_wall,
     )
     assert _rules(journal.verify(path, checkpoint=other, key=KEY)) == [
         (1, "checkpoint_journal_mismatch")
     ]
 
 
-def test_checkpoints_export_and_import_as_json(
+def test_checkpoints_export_and_import_as_json_with_the_signed_note(
     written: tuple[Path, journal.Checkpoint], tmp_path: Path
 ) -> None:
-    _, checkpoint = written
+    path, checkpoint = written
     exported = tmp_path / "head.json"  # written by the writer (checkpoint_path=)
     assert journal.load_checkpoint(exported) == checkpoint
     assert stat.S_IMODE(exported.stat().st_mode) == 0o600
     assert journal.Checkpoint.from_json(checkpoint.to_json()) == checkpoint
-    assert set(msgspec.json.decode(checkpoint.to_json())) == {
+    fields = msgspec.json.decode(checkpoint.to_json())
+    assert set(fields) == {
         "journal_id",
         "seq",
         "head_hash",
         "ts_wall",
         "key_id",
         "signature",
+        "note",
     }
-    assert checkpoint.signature_valid(KEY)
-    assert checkpoint.key_id == journal.key_id(KEY)
+    assert checkpoint.check(VKEY) and checkpoint.key_id == VKEY.key_id
+    # The note alone is a checkpoint too (what a witness or another tool holds).
+    note = tmp_path / "head.note"
+    note.write_text(fields["note"])
+    from_note = journal.load_checkpoint(note)
+    assert msgspec.structs.replace(from_note, ts_wall=checkpoint.ts_wall) == checkpoint
+    assert journal.verify(path, checkpoint=from_note, trusted=[VKEY]).ok
 
 
 def test_verification_is_incremental_from_a_trusted_checkpoint(tmp_path: Path) -> None:
@@ -225,8 +255,8 @@ def test_verification_is_incremental_from_a_trusted_checkpoint(tmp_path: Path) -
     report = journal.verify(path, since=middle, key=KEY)
     assert report.ok and report.events == 5 and report.head_seq == 15
     _tamper(path, "UPDATE events SET session_id = 'x' WHERE seq = 3")
-    assert journal.verify(path, since=middle).ok  # before the trusted point: not re-read
-    assert _rules(journal.verify(path)) == [(3, "hash_mismatch")]
+    assert _verify(path, since=middle).ok  # before the trusted point: not re-read
+    assert _rules(_verify(path)) == [(3, "hash_mismatch")]
 
 
 def test_a_chain_verifier_can_be_fed_row_by_row(written: tuple[Path, journal.Checkpoint]) -> None:
@@ -249,4 +279,4 @@ def test_a_payload_that_does_not_decode_is_reported(
 ) -> None:
     path, _ = written
     _tamper(path, "UPDATE events SET payload = '{\"arguments\": 3}' WHERE seq = 2")
-    assert _rules(journal.verify(path)) == [(2, "hash_mismatch"), (2, "payload_invalid")]
+    assert _rules(_verify(path)) == [(2, "hash_mismatch"), (2, "payload_invalid")]

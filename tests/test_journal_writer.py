@@ -9,7 +9,7 @@ import trio
 
 import journal
 
-from .journal_helpers import KEY, SESSION, event
+from .journal_helpers import KEY, SESSION, VKEY, event
 
 
 def _call(i: int) -> journal.Event:
@@ -116,7 +116,7 @@ async def test_checkpoints_every_n_events_and_on_close(tmp_path: Path) -> None:
     with journal.open_reader(path) as reader:
         seqs = [cp.seq for cp in reader.checkpoints()]
         assert seqs == [10, 20, 30, 35]
-        assert all(cp.signature_valid(KEY) for cp in reader.checkpoints())
+        assert all(cp.check(VKEY) for cp in reader.checkpoints())
         assert reader.checkpoints()[-1].head_hash == reader.head()[1]
 
 
@@ -139,7 +139,7 @@ async def test_an_explicit_checkpoint_covers_everything_appended(tmp_path: Path)
             await writer.append(_call(i), durable=False)
         checkpoint = await writer.checkpoint()
     assert (checkpoint.seq, checkpoint.journal_id) == (5, writer.journal_id)
-    assert checkpoint.signature_valid(KEY)
+    assert checkpoint.check(VKEY)
 
 
 async def test_cancelled_shutdown_still_commits_what_was_appended_and_checkpoints(
@@ -180,7 +180,7 @@ async def test_a_reader_runs_beside_a_live_writer(tmp_path: Path) -> None:
             assert next(stream).kind == "session_started"
             await writer.append(_call(1))  # not blocked by the open read
             assert reader.count() == 2
-            assert journal.verify(reader).ok
+            assert journal.verify(reader, key=KEY).ok
 
 
 @pytest.mark.parametrize("durable", [True, False])

@@ -115,6 +115,7 @@ def test_the_readme_runs_every_subcommand() -> None:
         "audit",
         "rerun",
         "export",
+        "key",
     ):
         assert ("agentteam-replay", sub) in shown, sub
 
@@ -186,6 +187,9 @@ def test_files_the_docs_point_to_exist() -> None:
         assert path in README or path.split("/")[-1] in README
 
 
+KEY_FILE = "{home}/.config/agentteam-bridge/journal-signing.key"
+
+
 def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
     quoted = re.search(r"^\$ agentteam-bridge serve\n(.+)$", README, re.MULTILINE)
     assert quoted
@@ -200,7 +204,10 @@ def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == quoted.group(1)
+    # One line, even on a first start that created the journal signing key: a start names the
+    # key it created only once it has started; `agentteam-replay key` names it at any time.
+    assert done.stderr.strip().splitlines() == [quoted.group(1)]
+    assert Path(KEY_FILE.format(home=tmp_path)).exists()
 
 
 def test_the_append_only_refusal_quoted_is_the_schemas() -> None:

@@ -10,6 +10,7 @@ import pytest
 import journal
 
 from .replay_helpers import (
+    SEED_VKEY,
     Built,
     call_event,
     cli_json,
@@ -52,7 +53,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
             call_event("c1", create, tool="task_create"),
         ],
     )
-    code, out = cli_json("verify", doubtful)
+    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY)
     assert code == 3 and out["ok"] is True
     assert [(c["call_id"], c["reason"]) for c in out["in_doubt"]] == [("c1", "no_outcome")]
 
@@ -263,8 +264,10 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
         assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
     call_id = cli_json("calls", everyday_journal.path)[1]["calls"][0]["call_id"]
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
+    extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
     for command in RESULTS:
-        _, out = cli_json(command, everyday_journal.path, *extra.get(command, []))
+        journals = [] if command == "key" else [everyday_journal.path]
+        _, out = cli_json(command, *journals, *extra.get(command, []))
         schema = json.loads(render_path(command).read_text())
         Draft202012Validator.check_schema(schema)
         errors = list(Draft202012Validator(schema).iter_errors(out))

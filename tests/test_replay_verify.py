@@ -16,12 +16,14 @@ from runtime import FaultSpec, Runtime
 
 from .bridge_harness import CALL_GRAMMAR
 from .replay_helpers import (
+    SEED,
     Built,
     RawBridge,
     call_event,
     copy_journal,
     everyday_journal,
     injected,
+    key_path_for,
     route,
     seq_of,
     session_started,
@@ -69,16 +71,16 @@ def test_a_truncated_tail_is_found_against_the_exported_checkpoint(copied: Built
     held = replay.verify([copied.path], checkpoints=[copied.checkpoint_path], key=copied.key)
     assert rules(held) == [(head - 2, "truncated_before_checkpoint")]
     # The chain alone cannot tell: without the held checkpoint the shorter journal looks whole.
-    assert replay.verify([copied.path], auto_checkpoint=False).ok
+    assert replay.verify([copied.path], auto_checkpoint=False, key=copied.key).ok
 
 
-def test_a_forged_checkpoint_signature_is_found(copied: Built, tmp_path: Path) -> None:
-    other_key = bytes(range(1, 33))
-    result = replay.verify([copied.path], key=other_key)
-    assert {rule for _, rule in rules(result)} == {"checkpoint_signature_invalid"}
-    # The local default key checks only what it signed: another machine's journal stays unchecked.
-    lenient = replay.verify([copied.path], default_key=other_key)
+def test_a_checkpoint_signed_by_another_key_is_unverified(copied: Built) -> None:
+    result = replay.verify([copied.path], key=bytes(range(1, 33)))
+    assert {rule for _, rule in rules(result)} == {"checkpoint_unverified"}
+    # Accepted explicitly, they are counted as unchecked, not as checked.
+    lenient = replay.verify([copied.path], accept_unverified=True)
     assert lenient.ok and lenient.journals[0].signatures_unchecked >= 2
+    assert lenient.journals[0].signatures_checked == 0
 
 
 async def test_a_bridge_killed_mid_mutation_leaves_an_in_doubt_call(
@@ -91,7 +93,7 @@ async def test_a_bridge_killed_mid_mutation_leaves_an_in_doubt_call(
     await bridge.call_soon("task_create", {"channel": "general", "tasks": [{"title": "held"}]})
     await bridge.wait_for_event("upstream_request")
     await bridge.kill()
-    result = replay.verify([path])
+    result = replay.verify([path], key=journal.load_key(key_path_for(path), create=False))
     assert result.ok, result.findings  # dying is no fault of the journal
     [doubt] = result.in_doubt
     assert (doubt.tool, doubt.reason, doubt.method) == ("task_create", "no_outcome", "POST")
@@ -179,7 +181,7 @@ def test_each_planted_call_fault_is_found_at_its_seq_by_its_rule(
 ) -> None:
     path = tmp_path / "j.db"
     _write_session(path, {"c1": [(p, "task_get") for p in steps]})
-    result = replay.verify([path])
+    result = replay.verify([path], key=SEED)
     first_call_seq = 2  # seq 1 is session_started
     assert (first_call_seq + at, rule) in rules(result), result.findings
 
@@ -194,7 +196,7 @@ def test_a_bearer_token_planted_by_hand_is_found(copied: Built) -> None:
     found = rules(replay.verify([copied.path], key=copied.key))
     assert (seq, "secret_in_payload") in found and (seq, "hash_mismatch") in found
     # the detail never repeats the secret
-    result = replay.verify([copied.path])
+    result = replay.verify([copied.path], key=copied.key)
     assert all("12345" not in f.detail for f in result.findings)
 
 
@@ -203,7 +205,7 @@ def test_many_journals_are_checked_each_and_named_in_findings(
 ) -> None:
     other = tmp_path / "other.db"
     _write_session(other, {"c1": [(_received(), "task_get"), (GET, "task_get")]})
-    result = replay.verify([everyday_journal.path, other])
+    result = replay.verify([everyday_journal.path, other], trusted=[everyday_journal.key, SEED])
     assert [j.path for j in result.journals] == [str(everyday_journal.path), str(other)]
     with journal.open_reader(other) as reader:
         other_id = reader.journal_id

@@ -30,6 +30,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "audit": replay.AuditReport,
     "rerun": replay.RerunResult,
     "export": replay.ExportResult,
+    "key": replay.KeyInfo,
 }
 
 

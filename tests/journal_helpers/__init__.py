@@ -17,6 +17,7 @@ from journal import (
     Event,
     InjectedField,
     JournalGap,
+    KeyRotated,
     Payload,
     SessionEnded,
     SessionStarted,
@@ -25,7 +26,8 @@ from journal import (
     UpstreamResponse,
 )
 
-KEY: Final = bytes(range(32))
+KEY: Final = bytes(range(32))  # an Ed25519 seed: the writer signs as agentteam-bridge/seed
+VKEY: Final = journal.SigningKey("agentteam-bridge/seed", KEY).verifier  # its public half
 SESSION: Final = "session-1"
 
 SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
@@ -93,13 +95,19 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         events_refused=1,
         calls=["s1.4"],
     ),
+    # Names KEY itself, so the checkpoints signed after it are signed by the key in force.
+    "key_rotated": KeyRotated(
+        vkey=VKEY.to_text(),
+        fingerprint=VKEY.fingerprint,
+        previous=journal.SigningKey("example/old", bytes(32)).verifier.to_text(),
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
 
 def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task_create") -> Event:
     """The sample event of a kind, in one call of one session."""
-    session_level = kind in ("session_started", "session_ended", "journal_gap")
+    session_level = kind in ("session_started", "session_ended", "journal_gap", "key_rotated")
     return Event(
         session_id=SESSION,
         call_id=None if session_level else call_id,
