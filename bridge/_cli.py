@@ -159,6 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
         durable=not args.no_durable,
         journal_max_bytes=args.journal_max_bytes,
         upstream_timeout_seconds=args.upstream_timeout,
+        upstream_keepalive_seconds=args.upstream_keepalive,
     )
     try:
         trio.run(serve, config)
@@ -252,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds to wait for the Agent Runtime API (default 10)",
+    )
+    sv.add_argument(
+        "--upstream-keepalive",
+        type=float,
+        default=4.0,
+        metavar="SECONDS",
+        help="close an idle connection to the API after this long; keep it below the server's "
+        "idle timeout (default 4)",
     )
     sv.add_argument(
         "--journal-max-bytes",
