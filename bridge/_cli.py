@@ -9,12 +9,15 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from . import __version__
 from ._paths import default_journal, default_runtime_db
 
 _EPILOG_RUNTIME = """\
 examples:
   agentteam-bridge runtime --port 8765 --db ./runtime.db
-  eval "$(agentteam-bridge runtime --port 8765 &)"   # exports AGENTTEAM_* for a bridge
+  # in the background, then the AGENTTEAM_* exports it prints, in this shell:
+  agentteam-bridge runtime --port 8765 > runtime.env &
+  until grep -q TOKEN runtime.env; do sleep 0.2; done; . ./runtime.env
 """
 
 
@@ -191,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agentteam-bridge",
         description="The AgentTeam Task MCP bridge and its reference runtime.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     rt = sub.add_parser(
         "runtime",

@@ -540,7 +540,7 @@ def print_summary(console: Console, summary: JournalSummary, path: Path) -> None
         ("checkpoint", report.held_checkpoint or "(none exported)"),
         ("verify", f"agentteam-replay verify {path}"),
         ("audit", f"agentteam-replay audit {path}"),
-        ("browse", f"datasette -i {path} -m {METADATA}"),
+        ("browse", f"datasette {path} -m {METADATA}"),  # not -i: it would ignore the WAL
         ("query", f'sqlite-utils {path} "select * from calls"'),
     ]
     for name, value in rows:
