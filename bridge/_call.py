@@ -214,6 +214,7 @@ class Bridge:
                 suggested_action=error.suggested_action,
                 candidates=error.candidates,
                 retry_after_seconds=error.retry_after_seconds,
+                reason=error.reason,
             ),
             durable=True,
         )
@@ -434,7 +435,9 @@ class Bridge:
             try:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
-                raise classify_transport(failure, kind) from None
+                error = classify_transport(failure, kind)
+                error.reason = failure.reason
+                raise error from None
             body, problem = _decode_body(reply.body)
             await call.record(
                 UpstreamResponse(

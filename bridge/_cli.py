@@ -9,12 +9,15 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from . import __version__
 from ._paths import default_journal_dir, default_runtime_db, journal_setting
 
 _EPILOG_RUNTIME = """\
 examples:
   agentteam-bridge runtime --port 8765 --db ./runtime.db
-  eval "$(agentteam-bridge runtime --port 8765 &)"   # exports AGENTTEAM_* for a bridge
+  # in the background, then the AGENTTEAM_* exports it prints, in this shell:
+  agentteam-bridge runtime --port 8765 > runtime.env &
+  until grep -q TOKEN runtime.env; do sleep 0.2; done; . ./runtime.env
 """
 
 
@@ -162,6 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
         durable=not args.no_durable,
         journal_max_bytes=args.journal_max_bytes,
         upstream_timeout_seconds=args.upstream_timeout,
+        upstream_keepalive_seconds=args.upstream_keepalive,
     )
     try:
         trio.run(serve, config)
@@ -196,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agentteam-bridge",
         description="The AgentTeam Task MCP bridge and its reference runtime.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     rt = sub.add_parser(
         "runtime",
@@ -259,6 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds to wait for the Agent Runtime API (default 10)",
+    )
+    sv.add_argument(
+        "--upstream-keepalive",
+        type=float,
+        default=4.0,
+        metavar="SECONDS",
+        help="close an idle connection to the API after this long; keep it below the server's "
+        "idle timeout (default 4)",
     )
     sv.add_argument(
         "--journal-max-bytes",

@@ -542,7 +542,7 @@ def print_summary(console: Console, summary: JournalSummary, path: Path) -> None
         ("verify", f"agentteam-replay verify {path}"),
         ("public key", "agentteam-replay key  (what an auditor verifies with)"),
         ("audit", f"agentteam-replay audit {path}"),
-        ("browse", f"datasette -i {path} -m {METADATA}"),
+        ("browse", f"datasette {path} -m {METADATA}"),  # not -i: it would ignore the WAL
         ("query", f'sqlite-utils {path} "select * from calls"'),
     ]
     for name, value in rows:

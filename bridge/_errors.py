@@ -317,6 +317,7 @@ class ToolError(Exception):
         self.suggested_action = suggested_action
         self.candidates = candidates
         self.retry_after_seconds = retry_after_seconds
+        self.reason: str | None = None  # for the journal only: why no upstream answer came
 
     def envelope(self) -> dict[str, Any]:
         error: dict[str, Any] = {

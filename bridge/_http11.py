@@ -2,7 +2,13 @@
 connections.
 
 The bridge sends one small request per tool call to one origin, so it needs little of a general
-HTTP client: no redirects, cookies, proxies, auth flows or content decoding (it asks for none).
+HTTP client: no redirects, cookies, auth flows or content decoding (it asks for none). What an
+operator's network needs it does: an HTTP forward proxy chosen from ``HTTP_PROXY`` /
+``HTTPS_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` (:mod:`bridge._proxy`; a CONNECT tunnel for https,
+absolute-form targets for http, ``Proxy-Authorization`` from the proxy URL's userinfo), the
+system trust store or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``, IPv6 literals, and a named reason for
+every failed connection (a TLS certificate, hostname or protocol failure, a refused tunnel). All
+of it is decided once per origin, when the pool is built: the per-request path is unchanged.
 What it does need is to be cheap and to hold up under concurrency. httpx 0.28 over httpcore 1.0
 under trio was measured at about 0.25 ms of bridge CPU per request more than this, and under 16
 requests in flight its pool reassigns requests between connections (several connection attempts
@@ -29,10 +35,13 @@ import re
 import select
 import ssl
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 import trio
+
+if TYPE_CHECKING:
+    from ._network import Proxy
 
 MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
 MAX_HEAD_BYTES: Final = 64 * 1024  # status line and header fields of one response
@@ -47,12 +56,18 @@ _NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
 class TransportFailure(Exception):
-    """No HTTP answer: `sent` says whether the request may have reached the server."""
+    """No HTTP answer: `sent` says whether the request may have reached the server; `reason`,
+    for a connection that could not be made, says why (for operators: stderr and the journal)."""
 
-    def __init__(self, kind: str, sent: bool) -> None:
+    def __init__(self, kind: str, sent: bool, reason: str | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
         self.sent = sent
+        self.reason = reason
+
+
+class _TunnelRefused(Exception):
+    """The proxy did not open the CONNECT tunnel; the message says how it answered."""
 
 
 class _TooLarge(Exception):
@@ -211,6 +226,40 @@ class _Connection:
         return bool(readable)
 
 
+_PROXY_STATUS: Final = {
+    401: "proxy authentication required",  # tinyproxy's answer to CONNECT
+    403: "forbidden by the proxy",
+    407: "proxy authentication required",
+    502: "the proxy could not reach the server",
+    503: "the proxy is unavailable",
+    504: "the proxy timed out reaching the server",
+}
+_HOSTNAME_MISMATCH: Final = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def connect_failure_reason(exc: BaseException, where: str) -> str:
+    """Why a connection could not be made, in one line with a stable prefix: ``TLS certificate
+    verify failed: ...``, ``TLS hostname mismatch: ...``, ``TLS protocol error: ...``, or
+    ``cannot connect to host:port: ...``. trio reports TLS failures as BrokenResourceError
+    caused by the ssl error, so the chain is walked."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        message = cause.verify_message or cause.reason or "the certificate was refused"
+        if cause.verify_code in _HOSTNAME_MISMATCH or "mismatch" in message.lower():
+            return f"TLS hostname mismatch: {message}"
+        return f"TLS certificate verify failed: {message}"
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS protocol error: {(cause.reason or str(cause)).lower().replace('_', ' ')}"
+    if isinstance(exc, _Malformed):  # only the proxy's answer to CONNECT is read here
+        return f"the proxy's answer to CONNECT is not HTTP/1.1 ({exc})"
+    if isinstance(exc, trio.BrokenResourceError):
+        return f"the connection to {where} closed during set-up"
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"cannot connect to {where}: {text}"
+
+
 class Http11Pool:
     """Keep-alive connections to one origin; `request` is the whole exchange."""
 
@@ -221,26 +270,38 @@ class Http11Pool:
         timeout_seconds: float,
         connect_timeout_seconds: float,
         max_connections: int = 64,
-        keepalive_expiry_seconds: float = 30.0,
+        keepalive_expiry_seconds: float = 4.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         user_agent: str,
+        proxy: Proxy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self._https = parts.scheme == "https"
-        self._host = parts.hostname
+        self._host = parts.hostname  # an IPv6 literal without its brackets, as sockets take it
         self._port = parts.port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/").encode()
         default_port = self._port == (443 if self._https else 80)
-        authority = parts.netloc.rpartition("@")[2]  # never send userinfo
-        self._host_header = (authority if not default_port else self._host).encode()
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._authority = f"{host}:{self._port}".encode()
+        self._host_header = host.encode() if default_port else self._authority
+        self._prefix = parts.path.rstrip("/").encode()
+        self.proxy = proxy
+        # Where the socket goes: the origin, or the proxy (a tunnel for https, absolute-form
+        # request targets for http; either way decided here, once).
+        self._dial = (proxy.host, proxy.port) if proxy else (self._host, self._port)
+        self._tunnel = proxy is not None and self._https
         fixed = b"host: %s\r\nuser-agent: %s\r\naccept: application/json\r\n" % (
             self._host_header,
             user_agent.encode(),
         )
+        if proxy is not None and not self._https:
+            self._prefix = b"http://" + self._host_header + self._prefix
+            if proxy.authorization is not None:
+                fixed += b"proxy-authorization: %s\r\n" % proxy.authorization
         if _UNSAFE_VALUE.search(fixed.replace(b"\r\n", b"")):
-            raise ValueError("a control character in the host or user agent")
+            raise ValueError("a control character in the host, user agent or proxy credentials")
         self._fixed = fixed
         self._timeout = timeout_seconds
         self._connect_timeout = min(connect_timeout_seconds, timeout_seconds)
@@ -248,7 +309,9 @@ class Http11Pool:
         self._max_body = max_response_bytes
         self._slots = trio.Semaphore(max_connections)
         self._idle: list[_Connection] = []
-        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self._https else None
+        self._ssl: ssl.SSLContext | None = None
+        if self._https:
+            self._ssl = ssl_context or ssl.create_default_context()
         self._closed = False
 
     async def aclose(self) -> None:
@@ -330,19 +393,56 @@ class Http11Pool:
             connection.close_now()
         return None
 
+    async def probe(self) -> None:
+        """Open one connection (through the proxy, tunnel and TLS handshake included) and keep
+        it for the first request; raises TransportFailure with the reason when none can be."""
+        connection = await self._connect(trio.current_time() + self._connect_timeout)
+        await self._release(connection, True)
+
     async def _connect(self, deadline: float) -> _Connection:
+        host, port = self._dial
+        via = f" through the proxy {self.proxy}" if self.proxy else ""
         try:
             with trio.fail_at(min(deadline, trio.current_time() + self._connect_timeout)):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(self._host, self._port)
-                if self._ssl is not None:
-                    tls = trio.SSLStream(stream, self._ssl, server_hostname=self._host)
-                    await tls.do_handshake()
-                    stream = tls
+                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+                try:
+                    if self._tunnel:
+                        await self._open_tunnel(stream)
+                    if self._ssl is not None:
+                        tls = trio.SSLStream(stream, self._ssl, server_hostname=self._host)
+                        await tls.do_handshake()
+                        stream = tls
+                except BaseException:
+                    await trio.aclose_forcefully(stream)
+                    raise
         except trio.TooSlowError:
-            raise TransportFailure("connect_timeout", sent=False) from None
-        except (OSError, trio.BrokenResourceError, ssl.SSLError):
-            raise TransportFailure("connect_failed", sent=False) from None
+            raise TransportFailure(
+                "connect_timeout", sent=False, reason=f"connecting{via} timed out"
+            ) from None
+        except (OSError, trio.BrokenResourceError, ssl.SSLError, _Malformed) as exc:
+            reason = connect_failure_reason(exc, f"{host}:{port}")
+            raise TransportFailure("connect_failed", sent=False, reason=reason + via) from None
+        except _TunnelRefused as exc:
+            raise TransportFailure("connect_failed", sent=False, reason=str(exc)) from None
         return _Connection(stream)
+
+    async def _open_tunnel(self, stream: trio.abc.Stream) -> None:
+        """CONNECT host:port through the proxy; any 2xx opens the tunnel (RFC 9110 9.3.6)."""
+        assert self.proxy is not None
+        head = b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n" % (self._authority, self._authority)
+        if self.proxy.authorization is not None:
+            head += b"proxy-authorization: %s\r\n" % self.proxy.authorization
+        await stream.send_all(head + b"\r\n")
+        answer = _Connection(stream)
+        status, _, _ = await answer._read_head()
+        if not 200 <= status < 300:
+            what = _PROXY_STATUS.get(status, "refused")
+            raise _TunnelRefused(
+                f"the proxy {self.proxy} answered {status} ({what}) to CONNECT "
+                f"{self._authority.decode()}"
+            )
+        if answer.buffer:
+            raise _Malformed("bytes after the proxy's answer to CONNECT")
 
     async def _exchange(
         self, connection: _Connection, request: bytes, method: str

@@ -17,7 +17,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import mcp_types as types
 import trio
@@ -31,10 +30,11 @@ from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
 from ._journaling import open_journal
+from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
 from ._stdio import trio_stdio
-from ._upstream import UpstreamClient
+from ._upstream import TransportFailure, UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
 SERVER_NAME = "agentteam-tasks"
@@ -53,6 +53,7 @@ class ServeConfig:
     durable: bool = True
     journal_max_bytes: int | None = None
     upstream_timeout_seconds: float = 10.0
+    upstream_keepalive_seconds: float = 4.0
 
 
 class _SessionLog:
@@ -169,7 +170,7 @@ async def _launch(
 ) -> AsyncIterator[tuple[LaunchContext, Credentials]]:
     if not config.embedded:
         launch = load_launch_context(env, api_url=config.api_url)
-        await probe_api(launch.api_url)
+        await probe_api(launch.api_url, env)
         yield launch, Credentials(launch.token_source)
         return
     from ._embedded import open_embedded
@@ -178,20 +179,27 @@ async def _launch(
         yield launch, Credentials(launch.token_source)
 
 
-async def probe_api(api_url: str) -> None:
-    """Fail at start, in one line, when nothing listens at the API URL (any HTTP answer will do)."""
-    parts = urlsplit(api_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+async def probe_api(api_url: str, env: Mapping[str, str]) -> None:
+    """Fail at start, in one line saying why, when no connection to the API can be made
+    (through the proxy the environment chooses, TLS handshake included)."""
+    hint = "check AGENTTEAM_API_URL or --api-url, or use --embedded for the local reference runtime"
+    try:
+        upstream = UpstreamClient(api_url, env=env)
+    except NetworkConfigError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         with trio.fail_after(_PROBE_SECONDS):
-            stream = await trio.open_tcp_stream(parts.hostname or "", port)
-            await stream.aclose()
-    except (OSError, trio.TooSlowError) as exc:
-        reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
+            await upstream.probe()
+    except (TransportFailure, trio.TooSlowError) as exc:
+        await upstream.aclose()
+        reason = exc.reason if isinstance(exc, TransportFailure) else None
         raise ConfigError(
-            f"cannot reach the Agent Runtime API at {redact_url(api_url)} ({reason}); check "
-            "AGENTTEAM_API_URL or --api-url, or use --embedded for the local reference runtime"
+            f"cannot reach the Agent Runtime API at {redact_url(api_url)} "
+            f"({reason or 'timed out'}); {hint}"
         ) from None
+    if upstream.proxy is not None:
+        log.info("upstream requests go through the proxy %s", upstream.proxy)
+    await upstream.aclose()
 
 
 async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> None:
@@ -216,7 +224,12 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
             flush=True,
         )
         credentials.on_token = journal.add_secret
-        upstream = UpstreamClient(launch.api_url, timeout_seconds=config.upstream_timeout_seconds)
+        upstream = UpstreamClient(
+            launch.api_url,
+            timeout_seconds=config.upstream_timeout_seconds,
+            keepalive_seconds=config.upstream_keepalive_seconds,
+            env={} if config.embedded else env,  # the in-process runtime is never proxied
+        )
         stack.push_async_callback(upstream.aclose)
         tracing = _telemetry.start(env, launch.api_url, __version__)
         if tracing is not None:

@@ -8,15 +8,17 @@ decides about refresh, replay and journaling, so every step stays visible in one
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
 
 from ._errors import Failure, OperationKind, ToolError, failure_error
 from ._http11 import Http11Pool, TransportFailure
+from ._network import Proxy, proxy_for, tls_context
 from ._registry import ToolSpec
 
 if TYPE_CHECKING:
@@ -119,16 +121,26 @@ class UpstreamClient:
         base_url: str,
         *,
         timeout_seconds: float = 10.0,
+        keepalive_seconds: float = 4.0,
+        env: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``env`` holds the proxy and CA variables (see :mod:`bridge._network`); without it
+        the connection is direct and trusts the system store. Raises NetworkConfigError for a
+        proxy or CA setting that cannot be used."""
         self._pool: Http11Pool | None = None
         self._client: httpx.AsyncClient | None = None
         if transport is None:
+            env = env or {}
+            https = urlsplit(base_url).scheme == "https"
             self._pool = Http11Pool(
                 base_url,
                 timeout_seconds=timeout_seconds,
                 connect_timeout_seconds=3.0,
+                keepalive_expiry_seconds=keepalive_seconds,
                 user_agent=_USER_AGENT,
+                proxy=proxy_for(base_url, env),
+                ssl_context=tls_context(env) if https else None,
             )
         else:
             import httpx  # only tests and replay reach this: keep it off the start-up path
@@ -140,6 +152,16 @@ class UpstreamClient:
                 transport=transport,
                 trust_env=False,
             )
+
+    @property
+    def proxy(self) -> Proxy | None:
+        """The proxy every request goes through, if the environment chose one."""
+        return self._pool.proxy if self._pool is not None else None
+
+    async def probe(self) -> None:
+        """Open a connection now (proxy, tunnel, TLS); TransportFailure says why it cannot."""
+        if self._pool is not None:
+            await self._pool.probe()
 
     async def aclose(self) -> None:
         if self._pool is not None:

@@ -181,6 +181,9 @@ class CallError(_Payload, frozen=True, kw_only=True):
     # The rest of the error the model saw (absent from journals written before they existed).
     candidates: list[dict[str, Any]] | None = None
     retry_after_seconds: float | None = None
+    # Why no upstream answer came, for operators (never shown to the model): e.g.
+    # "TLS certificate verify failed: unable to get local issuer certificate".
+    reason: str | None = None
 
 
 class CallCancelled(_Payload, frozen=True, kw_only=True):

@@ -107,7 +107,8 @@ examples:
 examples:
   agentteam-replay rerun journal.db                       # against the recorded answers
   agentteam-replay rerun journal.db --call s1a2405dba5b1.3 --all
-  eval "$(agentteam-bridge runtime --port 8765 &)"
+  agentteam-bridge runtime --port 8765 > runtime.env &
+  until grep -q TOKEN runtime.env; do sleep 0.2; done; . ./runtime.env
   agentteam-replay rerun journal.db --against http://127.0.0.1:8765 --allow-mutations
 
 With --against, the credential comes from AGENTTEAM_TOKEN_COMMAND, AGENTTEAM_TOKEN_FILE or
@@ -156,12 +157,25 @@ def _positive(text: str) -> int:
 # --- parser -------------------------------------------------------------------------------
 
 
+class _Version(argparse.Action):
+    """--version: the distribution's version, looked up only when asked (it costs an import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from importlib.metadata import version
+
+        print(f"{PROG} {version('agentteam-task-bridge')}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Verify, debug and audit agentteam-bridge journals offline.",
         epilog=_MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

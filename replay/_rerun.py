@@ -484,7 +484,7 @@ class _Drivers:
             upstream = UpstreamClient(info.api_url or "http://replay.invalid", transport=transport)
             credentials = Credentials(tokens)
         else:
-            upstream = UpstreamClient(self.against)
+            upstream = UpstreamClient(self.against, env=self.env)  # proxies and CAs as serve
             credentials = self._live_credentials(workspace, agent)
         launch = LaunchContext(
             info.api_url or self.against or "http://replay.invalid",

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -14,11 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+import journal
 from bridge import _cli as bridge_cli
 from bridge._compat import POLICIES, TOOL_MIGRATIONS
 from bridge._context import META_CALLBACK, META_RUN
 from replay import _cli as replay_cli
+
+from .bridge_harness import BridgeSession
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -214,3 +220,123 @@ def test_the_append_only_refusal_quoted_is_the_schemas() -> None:
     schema = (ROOT / "journal" / "_schema.py").read_text()
     assert "journal is append-only: {} on " in schema
     assert "journal is append-only: DELETE on events refused" in README
+
+
+def test_both_clis_print_their_version() -> None:
+    from bridge import __version__
+
+    for program in PARSERS:
+        module = "bridge._cli" if program == "agentteam-bridge" else "replay._cli"
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60
+        )
+        assert (done.returncode, done.stdout) == (0, f"{program} {__version__}\n"), done.stderr
+
+
+def _help_examples() -> Iterator[tuple[str, str]]:
+    """(program, line) of every example in the `--help` epilogs of both CLIs."""
+    for program, build in PARSERS.items():
+        parsers = [build()]
+        while parsers:
+            parser = parsers.pop()
+            for action in parser._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    parsers.extend(action.choices.values())
+            examples = (parser.epilog or "").partition("examples:\n")[2]
+            for line in examples.replace("\\\n", " ").splitlines():
+                if line.startswith("  ") and not line.strip().startswith("#"):
+                    yield program, line.strip()
+
+
+def test_every_help_example_parses_and_none_waits_on_a_background_server() -> None:
+    shown = list(_help_examples())
+    assert len(shown) > 10
+    for _, line in shown:
+        assert not re.search(r"\$\([^)]*&\s*\)", line), f"hangs: {line}"  # $(server &) waits
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+        for i, token in enumerate(tokens):
+            if token in PARSERS:
+                rest = tokens[i + 1 :]
+                end = next((j for j, t in enumerate(rest) if set(t) <= set("();<>|&")), len(rest))
+                _parse(token, rest[:end])
+
+
+def test_the_runtime_in_the_background_example_exports_the_environment(tmp_path: Path) -> None:
+    lines = [line for p, line in _help_examples() if "runtime.env" in line]
+    assert lines and any(line.endswith("> runtime.env &") for line in lines), lines
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = "\n".join(line.replace("8765", str(port)) for line in dict.fromkeys(lines))
+    script = script.replace("agentteam-bridge", f"{shlex.quote(sys.executable)} -m bridge._cli")
+    script += '\necho "$AGENTTEAM_API_URL"\nkill %1\n'
+    done = subprocess.run(
+        ["bash", "-ec", script],
+        cwd=tmp_path,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")},
+        capture_output=True,
+        text=True,
+        timeout=120,  # bounds a hang: the example must return on its own
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"http://127.0.0.1:{port}"
+
+
+def test_the_docs_name_the_inspector_version_the_tests_run() -> None:
+    from .test_inspector import INSPECTOR
+
+    commands = [line for line in _command_lines(CLIENTS) if line.startswith("npx ")]
+    assert commands and all(line.split()[1] == INSPECTOR for line in commands), commands
+    assert "Node.js 22.19 or later" in CLIENTS
+
+
+def _datasette(path: Path) -> int:
+    """The README's Datasette command on path, asked for the highest sequence number."""
+    (command,) = [line for line in _command_lines(README) if line.startswith("datasette ")]
+    args = shlex.split(command)[1:]
+    args = [
+        str(path) if a == "journal.db" else str(ROOT / a) if a.endswith(".json") else a
+        for a in args
+    ]
+    datasette = Path(sys.executable).with_name("datasette")
+    done = subprocess.run(
+        [str(datasette), *args, "--get", "/journal.json?sql=select+max(seq)+m+from+events"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    return int(rows[0][0])
+
+
+def test_the_datasette_command_reads_an_uncleanly_closed_journal(tmp_path: Path) -> None:
+    """A writer killed mid-stream leaves its newest events in the WAL; -i would miss them."""
+    path = tmp_path / "journal.db"
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "journal_helpers" / "crash_writer.py"),
+            str(path),
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline() == "ready\n"
+    promised = [int(writer.stdout.readline().split()[0]) for _ in range(50)]
+    writer.send_signal(signal.SIGKILL)
+    writer.communicate(timeout=30)
+    assert path.with_name("journal.db-wal").stat().st_size > 0
+    assert _datasette(path) >= max(promised)
+
+
+async def test_the_datasette_command_reads_a_live_journal(bridge: BridgeSession) -> None:
+    for _ in range(3):
+        await bridge.ok("task_list", {"channel": "general"})
+    with journal.open_reader(bridge.journal) as reader:
+        head = max(record.seq for record in reader.events())
+    assert await trio.to_thread.run_sync(_datasette, bridge.journal) == head

@@ -1,0 +1,172 @@
+"""Where the upstream connection goes and what it trusts: the proxy the environment chooses for
+a URL, and the TLS context.
+
+Proxy variables are read as curl and httpx read them. ``http_proxy`` / ``https_proxy`` (the
+lowercase spelling wins over the uppercase one; uppercase ``HTTP_PROXY`` is ignored when
+``REQUEST_METHOD`` says we run under CGI, the "httpoxy" rule), then ``all_proxy``; an empty value
+is unset. A proxy URL without a scheme is ``http://``; only ``http://`` proxies are spoken to (a
+TLS or SOCKS proxy is refused by name rather than misused). ``no_proxy`` is a comma-separated list
+whose entries are matched against the origin's host, no name is resolved, and loopback is not
+special:
+
+* ``*`` alone: no proxy for any host;
+* ``example.com``, ``.example.com`` or ``*.example.com``: that domain and every name under it
+  (curl's reading; httpx reads ``.example.com`` as subdomains only);
+* an IP address (``10.1.2.3``, ``::1`` or ``[::1]``): that address; a CIDR block
+  (``10.0.0.0/8``, ``fd00::/8``): every address literal in it (curl 7.86+);
+* any entry with ``:port``: only that port (httpx and urllib).
+
+The TLS context: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set (those CAs only, as OpenSSL reads
+them), else the operating system's trust store through ``truststore`` (Keychain on macOS; on Linux
+the distribution's CA bundle), else Python's default context.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["NetworkConfigError", "Proxy", "bypasses_proxy", "proxy_for", "tls_context"]
+
+
+class NetworkConfigError(ValueError):
+    """A proxy variable or a CA setting that cannot be used; the message names it (redacted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """An HTTP forward proxy: where to connect, and the Proxy-Authorization value if any."""
+
+    host: str
+    port: int
+    authorization: bytes | None
+    shown: str  # the proxy URL with any password replaced by ***, for logs and errors
+    variable: str  # the environment variable it came from
+
+    def __str__(self) -> str:
+        return self.shown
+
+
+def _lookup(env: Mapping[str, str], name: str) -> tuple[str, str] | None:
+    for variable in (name, name.upper()):
+        if variable == "HTTP_PROXY" and "REQUEST_METHOD" in env:
+            continue  # httpoxy: under CGI a client's Proxy: header arrives as HTTP_PROXY
+        value = env.get(variable, "").strip()
+        if value:
+            return variable, value
+    return None
+
+
+def proxy_for(url: str, env: Mapping[str, str]) -> Proxy | None:
+    """The proxy the environment chooses for url, or None for a direct connection."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    found = _lookup(env, f"{parts.scheme}_proxy") or _lookup(env, "all_proxy")
+    if found is None:
+        return None
+    no_proxy = _lookup(env, "no_proxy")
+    if no_proxy is not None and bypasses_proxy(host, port, no_proxy[1]):
+        return None
+    return parse_proxy(*found)
+
+
+def parse_proxy(variable: str, value: str) -> Proxy:
+    raw = value if "://" in value else "http://" + value
+    parts = urlsplit(raw)
+    shown = _redacted(parts.scheme, parts.netloc)
+    if parts.scheme.lower() != "http":
+        raise NetworkConfigError(
+            f"{variable}={shown}: only http:// proxies are supported (a {parts.scheme}:// proxy "
+            "is not); use the proxy's plain HTTP address, https is tunnelled through it"
+        )
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise NetworkConfigError(f"{variable}={shown}: the port is not a number") from None
+    if not parts.hostname:
+        raise NetworkConfigError(f"{variable}={shown}: no proxy host")
+    authorization = None
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = b"Basic " + base64.b64encode(credentials.encode())
+    return Proxy(parts.hostname, port, authorization, shown, variable)
+
+
+def _redacted(scheme: str, netloc: str) -> str:
+    userinfo, at, hostport = netloc.rpartition("@")
+    if not at:
+        return f"{scheme}://{hostport}"
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:***@{hostport}" if ":" in userinfo else f"{scheme}://***@{hostport}"
+
+
+def bypasses_proxy(host: str, port: int, no_proxy: str) -> bool:
+    """Whether a no_proxy list covers host:port (host as urlsplit gives it: no brackets)."""
+    host = host.lower().rstrip(".")
+    address = _address(host)
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, entry_port = _split_port(entry)
+        if entry_port is not None and entry_port != port:
+            continue
+        if "/" in name:
+            try:
+                block = ipaddress.ip_network(name, strict=False)
+            except ValueError:
+                continue
+            if address is not None and address.version == block.version and address in block:
+                return True
+            continue
+        entry_address = _address(name)
+        if entry_address is not None:
+            if address == entry_address:
+                return True
+            continue
+        domain = name.removeprefix("*").lstrip(".").rstrip(".")
+        if domain and (host == domain or host.endswith("." + domain)):
+            return True
+    return False
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """`name[:port]`, `[v6][:port]`, a bare IPv6 address (no port) or a CIDR block."""
+    if entry.startswith("["):
+        inside, _, rest = entry[1:].partition("]")
+        return inside, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if entry.count(":") == 1:
+        name, _, port = entry.partition(":")
+        if port.isdigit():
+            return name, int(port)
+    return entry, None
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
+    """The client context: SSL_CERT_FILE / SSL_CERT_DIR if set, else the system trust store."""
+    cafile = env.get("SSL_CERT_FILE") or None
+    capath = env.get("SSL_CERT_DIR") or None
+    if cafile or capath:
+        try:
+            return ssl.create_default_context(cafile=cafile, capath=capath)
+        except (OSError, ssl.SSLError) as exc:
+            where = f"SSL_CERT_FILE={cafile}" if cafile else f"SSL_CERT_DIR={capath}"
+            raise NetworkConfigError(f"{where}: cannot load CA certificates ({exc})") from None
+    try:
+        import truststore
+    except ImportError:  # pragma: no cover - truststore is a dependency; a stripped install
+        return ssl.create_default_context()
+    return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
