@@ -6,7 +6,6 @@ from what the code generates, so the table is written once, in code.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from bridge._errors import (
@@ -22,6 +21,7 @@ from bridge._errors import (
     OperationKind,
 )
 from bridge._registry import REGISTRY
+from tools._generated import write_or_check
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 ERRORS = DOCS / "errors.md"
@@ -126,20 +126,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
-    text = render()
-    if check:
-        if not ERRORS.exists() or ERRORS.read_text() != text:
-            print(
-                "errors_doc: docs/errors.md out of date; run `python -m tools.errors_doc`",
-                file=sys.stderr,
-            )
-            return 1
-        print("errors_doc: docs/errors.md current")
-        return 0
-    ERRORS.write_text(text)
-    print("errors_doc: docs/errors.md written")
-    return 0
+    return write_or_check("errors_doc", {ERRORS: render()}, argv)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@ what the registry generates, so the committed files can never drift from the cod
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from bridge import __version__
 from bridge._compat import ARGUMENT_ALIASES, POLICIES, REMOVAL_GATE, TOOL_MIGRATIONS
 from bridge._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, describe
+from tools._generated import write_or_check
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 INVENTORY = DOCS / "inventory.json"
@@ -156,20 +156,7 @@ def render() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
-    stale = []
-    for path, text in render().items():
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        else:
-            path.write_text(text)
-    if stale:
-        names = ", ".join(str(p.relative_to(DOCS.parent)) for p in stale)
-        print(f"inventory: {names} out of date; run `python -m tools.inventory`", file=sys.stderr)
-        return 1
-    print("inventory: docs/inventory.json and docs/tools.md " + ("current" if check else "written"))
-    return 0
+    return write_or_check("inventory", render(), argv)
 
 
 if __name__ == "__main__":

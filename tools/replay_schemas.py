@@ -9,13 +9,13 @@ from what the code generates, so the published shapes can never drift from the t
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 import replay
+from tools._generated import write_or_check
 
 DIRECTORY = Path(__file__).resolve().parent.parent / "docs" / "replay-json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -61,20 +61,7 @@ def render() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
-    stale = []
-    for path, text in render().items():
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        names = ", ".join(p.name for p in stale)
-        print(f"out of date: {names}; run python -m tools.replay_schemas", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check("replay_schemas", render(), argv)
 
 
 if __name__ == "__main__":
