@@ -8,6 +8,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+import journal
 from runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
@@ -315,4 +316,11 @@ async def test_a_full_journal_fails_mutations_closed_and_lets_reads_say_so(
         assert again.structured_content["error"]["code"] == "journal_unavailable"  # type: ignore[index]
         assert file_runtime.store.stats()["tasks"] == created  # nothing sent without a record
         read = await bridge.ok("task_list", {"channel": "general", "limit": 1})
-        assert read["meta"]["journal"] == {"recorded": False, "reason": "disk_full"}
+        note = read["meta"].get("journal")
+        if note is None:
+            # The writer re-probes by itself (from 0.05 s) and a small row fits under the cap
+            # again: then the journal holds the gap before anything later, and the read is in it.
+            with journal.open_reader(bridge.journal) as reader:
+                assert any(True for _ in reader.events(kind="journal_gap"))
+        else:
+            assert note == {"recorded": False, "reason": "disk_full"}
