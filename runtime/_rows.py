@@ -14,6 +14,7 @@ A field that is not a column of the aliased table names its SQL expression:
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ class Row(msgspec.Struct, frozen=True):
 R = TypeVar("R", bound=Row)
 
 
+@functools.cache
 def columns(row: type[Row], alias: str = "t", **exprs: str) -> str:
     """The select list of ``row``: ``alias.field AS field`` each, or ``expr AS field``."""
     return ", ".join(
@@ -39,13 +41,23 @@ def columns(row: type[Row], alias: str = "t", **exprs: str) -> str:
 
 def one(c: sqlite3.Connection, row: type[R], sql: str, params: Sequence[Any] = ()) -> R | None:
     """The first row of a query that selected ``columns(row)``, or None."""
-    found = c.execute(sql, params).fetchone()
+    cursor = _checked(c.execute(sql, params), row)
+    found = cursor.fetchone()
     return None if found is None else row(*found)
 
 
 def many(c: sqlite3.Connection, row: type[R], sql: str, params: Sequence[Any] = ()) -> list[R]:
     """Every row of a query that selected ``columns(row)``."""
-    return [row(*found) for found in c.execute(sql, params).fetchall()]
+    return [row(*found) for found in _checked(c.execute(sql, params), row).fetchall()]
+
+
+def _checked(cursor: sqlite3.Cursor, row: type[Row]) -> sqlite3.Cursor:
+    """The cursor, once its column names are the row's fields in order (so filling the Struct
+    positionally is filling it by name)."""
+    names = tuple(name for name, *_ in cursor.description)
+    if names != row.__struct_fields__:
+        raise TypeError(f"{row.__name__} read from columns {names}")
+    return cursor
 
 
 def scalar(c: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:

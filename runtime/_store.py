@@ -20,6 +20,7 @@ Where things are::
     _shapes.py   response shapes: a task's compact form and its detail
     _rows.py     typed rows: one Struct per query shape, `SELECT` lists built from its fields
     _schema.py   the migrations (append-only)
+    _seed.py, _local.py  the local workspace, and `agentteam-bridge runtime board|callback`
 
 Several processes (every `serve --embedded` session) may share one database file: writes take
 SQLite's write lock first (`BEGIN IMMEDIATE`), and `now()` is read under it so instants stay

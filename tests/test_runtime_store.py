@@ -65,6 +65,9 @@ def test_rows_are_read_by_name_and_a_one_column_query_by_value() -> None:
     assert scalar(c, "SELECT count(*) FROM t") == 2
     assert scalar(c, "SELECT label FROM t WHERE number = 9") is None
     assert values(c, "SELECT number FROM t ORDER BY number DESC") == [2, 1]
+    # Columns in another order than the fields are refused, never silently swapped.
+    with pytest.raises(TypeError):
+        many(c, Pair, "SELECT t.label AS label, t.number AS number FROM t")
 
 
 def test_a_cursor_round_trips_and_binds_to_its_query_and_secret() -> None:
