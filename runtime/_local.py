@@ -56,13 +56,7 @@ def add_board(db: str, slug: str, name: str | None = None) -> BoardRow:
         )
     store = _open(db)
     try:
-        members = [
-            m
-            for (m,) in store.query(
-                "SELECT id FROM members WHERE workspace_id = ?", (WORKSPACE_ID,)
-            )
-        ]
-        store.add_board(WORKSPACE_ID, slug, members, name)
+        store.add_board(WORKSPACE_ID, slug, store.member_ids(WORKSPACE_ID), name)
         return next(b for b in _boards(store) if b.slug == slug)
     finally:
         store.close()
@@ -77,14 +71,7 @@ def list_boards(db: str) -> list[BoardRow]:
 
 
 def _boards(store: Store) -> list[BoardRow]:
-    rows = store.query(
-        "SELECT b.slug, b.name,"
-        " (SELECT count(*) FROM board_members m WHERE m.board_id = b.id),"
-        " (SELECT count(*) FROM tasks t WHERE t.board_id = b.id)"
-        " FROM boards b WHERE b.workspace_id = ? ORDER BY b.slug",
-        (WORKSPACE_ID,),
-    )
-    return [BoardRow(slug, name, members, tasks) for slug, name, members, tasks in rows]
+    return [BoardRow(b.slug, b.name, b.members, b.tasks) for b in store.boards(WORKSPACE_ID)]
 
 
 def open_callback(db: str, run_id: str, callback_effect_id: str, agent_id: str = AGENT_ID) -> None:
@@ -94,10 +81,7 @@ def open_callback(db: str, run_id: str, callback_effect_id: str, agent_id: str =
             raise LocalError(f"{value!r} is not a {what}: 1-128 of A-Z, a-z, 0-9 and '._:-'")
     store = _open(db)
     try:
-        known = store.query(
-            "SELECT 1 FROM members WHERE workspace_id = ? AND id = ?", (WORKSPACE_ID, agent_id)
-        )
-        if not known:
+        if agent_id not in store.member_ids(WORKSPACE_ID):
             raise LocalError(f"no member {agent_id!r} in the local workspace")
         store.open_callback(WORKSPACE_ID, run_id, callback_effect_id, agent_id)
     finally:
@@ -127,9 +111,7 @@ def list_callbacks(db: str) -> list[CallbackRow]:
 
 
 def _callbacks(store: Store) -> list[CallbackRow]:
-    rows = store.query(
-        "SELECT run_id, callback_effect_id, responder_agent_id, state FROM workflow_callbacks"
-        " WHERE workspace_id = ? ORDER BY run_id, callback_effect_id",
-        (WORKSPACE_ID,),
-    )
-    return [CallbackRow(*row) for row in rows]
+    return [
+        CallbackRow(c.run_id, c.callback_effect_id, c.responder_agent_id, c.state)
+        for c in store.callbacks(WORKSPACE_ID)
+    ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from ._rows import scalar
+
 # Each entry is one migration; the list index + 1 is the schema version it brings the file to.
 # Migrations are only ever appended: a shipped migration is never edited.
 MIGRATIONS: tuple[str, ...] = (
@@ -151,8 +153,7 @@ def migrate(conn: sqlite3.Connection) -> int:
         "CREATE TABLE IF NOT EXISTS schema_migrations"
         " (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
     )
-    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-    current = int(row[0] or 0)
+    current = int(scalar(conn, "SELECT max(version) FROM schema_migrations") or 0)
     if current > SCHEMA_VERSION:
         raise RuntimeError(
             f"database schema version {current} is newer than this runtime ({SCHEMA_VERSION})"

@@ -23,4 +23,4 @@ def seed_local(store: Store) -> None:
     for member_id, handle, kind, name in _MEMBERS:
         store.add_member(WORKSPACE_ID, member_id, handle, kind, name)
     for slug in BOARDS:
-        store.add_board(WORKSPACE_ID, slug, [m[0] for m in _MEMBERS], slug.title())
+        store.add_board(WORKSPACE_ID, slug, [member_id for member_id, *_ in _MEMBERS], slug.title())

@@ -88,10 +88,10 @@ async def test_another_payload_honoured_under_the_same_key_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def script(bridge: BridgeSession, rt: Runtime) -> None:
-        import runtime._store as store_module
+        import runtime._create as create_module
 
         # A broken store: every payload digests the same, so no conflict is ever seen.
-        monkeypatch.setattr(store_module, "_payload_digest", lambda req: "same")
+        monkeypatch.setattr(create_module, "_payload_digest", lambda req: "same")
         await _keyed_twice(bridge, rt)
         await bridge.ok("task_create", {**KEYED, "tasks": [{"title": "other"}]}, meta=META)
 

@@ -59,10 +59,10 @@ class _ShiftedClock:
 
 
 async def test_token_expires(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime._store
+    import runtime._tokens
 
     clock = _ShiftedClock()
-    monkeypatch.setattr(runtime._store, "time", clock)
+    monkeypatch.setattr(runtime._tokens, "time", clock)
     async with open_runtime(RuntimeConfig(token_ttl_seconds=60)) as rt:
         async with httpx.AsyncClient(base_url=rt.url) as http:
             api = Api(http, rt)
