@@ -45,8 +45,25 @@ class _Writer:
         await self.write_refusal(text)
 
     async def write_refusal(self, text: str) -> None:
-        async with self._lock:
-            await self._stream.send_all(text.encode("utf-8"))
+        data = text.encode("utf-8")
+        if self._lock.locked():
+            async with self._lock:
+                await self._stream.send_all(data)
+            return
+        # Nobody is writing: the frame goes at once, without the two scheduling points of the
+        # lock and `send_all` (~15 us each). What the pipe does not take now is sent under the
+        # lock, taken before any scheduling point, so frames stay whole.
+        try:
+            sent = os.write(self._stream.fileno(), data)
+        except (OSError, trio.ClosedResourceError):
+            sent = 0  # `send_all` meets it again and raises it as trio does
+        if sent == len(data):
+            return
+        self._lock.acquire_nowait()
+        try:
+            await self._stream.send_all(data[sent:])
+        finally:
+            self._lock.release()
 
     async def flush(self) -> None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import mcp_types as types
@@ -11,6 +12,7 @@ import trio
 from mcp.server.runner import MODERN_PROTOCOL_VERSIONS
 from mcp_types import methods
 
+from bridge import _stdio
 from bridge._answer import Answer
 from bridge._direct import DIRECT_VERSIONS, DirectCalls
 
@@ -127,3 +129,20 @@ async def test_answers_cancellation_and_shutdown() -> None:
         {"jsonrpc": "2.0", "id": "quick", "result": ANSWERS[0].wire()},
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32000, "message": "Connection closed"}},
     ]
+
+
+async def test_frames_stay_whole_when_the_pipe_is_full() -> None:
+    # Frames far over the pipe's buffer, from several tasks at once: written in part at once,
+    # the rest under the lock, never interleaved.
+    read_fd, write_fd = os.pipe()
+    writer = _stdio._Writer(trio.lowlevel.FdStream(write_fd), _stdio.FrameScreen())
+    frames = [json.dumps({"id": i, "pad": str(i) * (300_000 + i)}) + "\n" for i in range(6)]
+    received = bytearray()
+    async with trio.lowlevel.FdStream(read_fd) as source:
+        async with trio.open_nursery() as nursery:
+            for frame in frames:
+                nursery.start_soon(writer.write, frame)
+            while len(received) < sum(len(f) for f in frames):
+                received += await source.receive_some(1 << 16)
+    lines = received.decode().splitlines(keepends=True)
+    assert sorted(lines) == sorted(frames)
