@@ -134,8 +134,6 @@ class DirectCalls:
         meta: dict[str, Any] | None,
         flight: _InFlight,
     ) -> None:
-        assert self._write is not None
-        write_started = False
         try:
             answer = None
             with flight.scope:
@@ -146,19 +144,26 @@ class DirectCalls:
                         del self._in_flight[_key(rid)]
             if answer is None or flight.peer_cancelled:
                 return  # the peer cancelled it: nothing more is sent for this id
-            # Outside the call's scope: a late cancellation must not cut a frame in half.
-            write_started = True
-            line = {"jsonrpc": "2.0", "id": rid, "result": answer.wire()}
-            await self._write(_encode(line).decode() + "\n")
+            line = _encode({"jsonrpc": "2.0", "id": rid, "result": answer.wire()}).decode()
         except trio.Cancelled:
-            if not write_started and not flight.peer_cancelled:
+            if not flight.peer_cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_WRITE_S):
-                    await self._write(_error(rid, -32000, "Connection closed"))
+                    await self._send(_error(rid, -32000, "Connection closed"))
             raise
         except Exception as exc:  # the call flow answers every failure itself; this is a bug
             log.error("direct tools/call failed: %s", type(exc).__name__)
-            if not write_started and not flight.peer_cancelled:
-                await self._write(_error(rid, -32603, "Internal error"))
+            if not flight.peer_cancelled:
+                await self._send(_error(rid, -32603, "Internal error"))
+            return
+        # Outside the call's scope: a late cancellation cannot cut the frame or answer it twice.
+        await self._send(line + "\n")
+
+    async def _send(self, text: str) -> None:
+        assert self._write is not None
+        try:
+            await self._write(text)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.debug("dropped an answer: stdout is closed")  # the client is gone
 
 
 def _key(rid: int | str) -> int | str:

@@ -146,3 +146,30 @@ async def test_frames_stay_whole_when_the_pipe_is_full() -> None:
                 received += await source.receive_some(1 << 16)
     lines = received.decode().splitlines(keepends=True)
     assert sorted(lines) == sorted(frames)
+
+
+async def test_a_bug_is_answered_without_its_text_and_a_closed_stdout_is_survived() -> None:
+    async def broken(*args: Any) -> Answer:
+        raise ValueError("secret detail")
+
+    wire = _Wire()
+    direct = DirectCalls(broken)
+    direct.bind(wire.write)
+    direct.enable("2025-11-25")
+    async with direct.serving():
+        assert direct.take(_frame(1))
+    assert wire.lines == [
+        {"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "Internal error"}}
+    ]
+
+    async def answer(*args: Any) -> Answer:
+        return ANSWERS[0]
+
+    async def closed(text: str) -> None:
+        raise trio.BrokenResourceError
+
+    direct = DirectCalls(answer)
+    direct.bind(closed)
+    direct.enable("2025-11-25")
+    async with direct.serving():  # the answer is dropped; the session goes on
+        assert direct.take(_frame(2))
