@@ -44,6 +44,7 @@ from journal import (
 )
 
 from . import _inputs as inp
+from ._answer import Answer
 from ._budget import decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
@@ -138,6 +139,17 @@ class Bridge:
         meta: Mapping[str, Any] | None,
         request_id: str | int | None,
     ) -> types.CallToolResult:
+        """One tool call, answered as the SDK's result model."""
+        return (await self.answer(name, arguments, meta, request_id)).result()
+
+    async def answer(
+        self,
+        name: str,
+        arguments: Any,
+        meta: Mapping[str, Any] | None,
+        request_id: str | int | None,
+    ) -> Answer:
+        """One tool call, answered as an `Answer` (the direct stdio path writes its JSON)."""
         started = time.perf_counter()
         call = _Call(self, f"{self.session.session_id}.{next(self._ids)}", name, request_id)
         self.session.calls += 1
@@ -200,7 +212,7 @@ class Bridge:
 
     async def _fail(
         self, call: _Call, error: ToolError, started: float, notices: list[dict[str, str]]
-    ) -> types.CallToolResult:
+    ) -> Answer:
         """Journal an error outcome durably and answer it (saying so if it was not recorded)."""
         if not call.received_recorded and call.received is None:
             call.received = CallReceived(arguments={}, jsonrpc_request_id=call.request_id)
@@ -306,7 +318,7 @@ class Bridge:
         meta: Mapping[str, Any],
         started: float,
         notices: list[dict[str, str]],
-    ) -> types.CallToolResult:
+    ) -> Answer:
         injected, fields = self._inject(spec, args, meta)
         await call.record(ContextInjected(fields=fields))
         key_scope = self._key_scope(args, injected)
@@ -361,12 +373,7 @@ class Bridge:
             envelope.setdefault("meta", {})["journal"] = note
             fit(spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
             text = render(spec.name, envelope) + "\n" + _unrecorded_line(note)
-        return types.CallToolResult(
-            content=[types.TextContent(text=text)],
-            structured_content=envelope,
-            is_error=False,
-            _meta=_routing_meta(spec, envelope["data"]),
-        )
+        return Answer(text, envelope, False, _routing_meta(spec, envelope["data"]))
 
     def _inject(
         self,
@@ -731,17 +738,13 @@ def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None
 
 def _error_result(
     error: ToolError, notices: list[dict[str, str]], note: dict[str, Any] | None = None
-) -> types.CallToolResult:
+) -> Answer:
     envelope = error.envelope()
     if notices:
         envelope["meta"] = {"deprecation": {"uses": notices}}
     if note is not None:
         envelope.setdefault("meta", {})["journal"] = note
-    return types.CallToolResult(
-        content=[types.TextContent(text=render_error(envelope))],
-        structured_content=envelope,
-        is_error=True,
-    )
+    return Answer(render_error(envelope), envelope, True, None)
 
 
 def _decode_body(raw: bytes) -> tuple[Any, str | None]:

@@ -29,6 +29,7 @@ from . import __version__, _telemetry
 from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
+from ._direct import DirectCalls
 from ._journaling import open_journal
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
@@ -95,8 +96,12 @@ class _SessionLog:
         )
 
 
-def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
-    """The SDK server over the call flow; its OpenTelemetry middleware only when tracing is live."""
+def build_server(
+    bridge: Bridge, session_log: _SessionLog, direct: DirectCalls | None = None
+) -> Server[Any]:
+    """The SDK server over the call flow; its OpenTelemetry middleware only when tracing is live.
+    With `direct`, plain `tools/call` requests skip the SDK once the handshake is done (never
+    with tracing: the SDK's middleware makes the spans)."""
 
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -112,6 +117,8 @@ def build_server(bridge: Bridge, session_log: _SessionLog) -> Server[Any]:
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
         await session_log.start(ctx)
+        if direct is not None and bridge.tracing is None:
+            direct.enable(ctx.protocol_version)
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -236,7 +243,8 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
             stack.push_async_callback(_shutdown_tracing, tracing)
         bridge = Bridge(launch, credentials, upstream, journal, session, config.compat, tracing)
         session_log = _SessionLog(journal, session, launch, config.compat)
-        server = build_server(bridge, session_log)
+        direct = DirectCalls(bridge.answer)
+        server = build_server(bridge, session_log, direct)
         reason = "stdin closed"
         async with trio.open_nursery() as nursery:
 
@@ -249,7 +257,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
                         return
 
             nursery.start_soon(stop_on_sigterm)
-            async with trio_stdio() as (read_stream, write_stream):
+            async with trio_stdio(direct) as (read_stream, write_stream), direct.serving():
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
         with trio.CancelScope(shield=True):

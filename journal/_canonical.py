@@ -94,7 +94,8 @@ _raw_encoder: Final = msgspec.json.Encoder()
 
 
 def encode_payload(obj: Any) -> str:
-    """Canonical JSON text of a payload already converted to JSON types."""
+    """Canonical JSON text of a payload: its Struct, or the same converted to JSON types (the
+    encoder sorts a Struct's fields as it sorts a dict's keys, so both give one text)."""
     return _encoder.encode(obj).decode()
 
 

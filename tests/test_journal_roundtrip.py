@@ -210,6 +210,17 @@ def test_payload_text_is_sorted_compact_json(tmp_path: Path) -> None:
     assert ", " not in payload and '": ' not in payload
 
 
+@pytest.mark.parametrize("kind", journal.KINDS)
+def test_the_stored_payload_is_the_canonical_text_of_its_json_image(
+    tmp_path: Path, kind: str
+) -> None:
+    # The writer encodes the Struct itself; the rule is stated for its JSON image.
+    path = tmp_path / "j.db"
+    write_journal(path, [event(kind)])
+    image = msgspec.to_builtins(SAMPLE_PAYLOADS[kind])
+    assert _row(path, 1)[14] == msgspec.json.encode(image, order="sorted").decode()
+
+
 def _row(path: Path, seq: int) -> tuple[Any, ...]:
     conn = sqlite3.connect(path)
     try:
