@@ -43,13 +43,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import mcp_types as types
 import trio
-from mcp.client import ClientSession
-from mcp.shared.memory import create_client_server_memory_streams
 
 from journal import Event, SessionEnded
 
@@ -57,6 +54,10 @@ from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import Credentials, LaunchContext, TokenSource
 from ._upstream import UpstreamClient
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.client import ClientSession
 
 __all__ = [
     "MemoryJournal",
@@ -162,21 +163,20 @@ def bridge_over(
 ) -> Bridge:
     """The real call flow over a fake or real upstream (close it with ``bridge.upstream.aclose``
     when ``upstream`` is a URL: the bridge's pool holds connections)."""
-    if isinstance(upstream, str):
-        url, transport = upstream, None
-    else:
-        url = "http://upstream.test"
-        transport = (
-            upstream
-            if isinstance(upstream, httpx.AsyncBaseTransport)
-            else httpx.MockTransport(upstream)
-        )
+    transport: httpx.AsyncBaseTransport | None = None
+    if isinstance(upstream, httpx.AsyncBaseTransport):
+        transport = upstream
+    elif not isinstance(upstream, str):
+        transport = httpx.MockTransport(upstream)
     tokens = tokens or ScriptedTokens(["tok-1", "tok-2", "tok-3"])
-    launch = launch or launch_context(url, tokens, workspace_id=workspace_id, agent_id=agent_id)
+    if launch is None:
+        url = upstream if isinstance(upstream, str) else "http://upstream.test"
+        launch = launch_context(url, tokens, workspace_id=workspace_id, agent_id=agent_id)
+    base_url = upstream if isinstance(upstream, str) else launch.api_url
     return Bridge(
         launch,
         credentials or Credentials(launch.token_source),
-        UpstreamClient(launch.api_url, timeout_seconds=timeout_seconds, transport=transport),
+        UpstreamClient(base_url, timeout_seconds=timeout_seconds, transport=transport),
         journal or MemoryJournal(),
         session or Session("s_test"),
         compat,
@@ -192,6 +192,10 @@ async def serve_in_memory(
 ) -> AsyncIterator[ClientSession]:
     """One MCP session as `serve` runs it, over memory streams: the SDK's server on the real call
     flow, its client initialized; the session's start and end are journaled as `serve` does."""
+    # Imported here: the MCP client is for tests; `rerun` uses the rest of this module.
+    from mcp.client import ClientSession
+    from mcp.shared.memory import create_client_server_memory_streams
+
     from ._server import _SessionLog, build_server
 
     session = bridge.session
