@@ -93,8 +93,8 @@ async def inprocess_bridge(
 
 
 def key_path_for(journal_path: Path) -> Path:
-    """Where the subprocess harness has the bridge keep its HMAC key (XDG_CONFIG_HOME beside it)."""
-    return journal_path.parent / "config" / "agentteam-bridge" / "journal.key"
+    """Where `open_bridge` makes the bridge keep its signing key (XDG_CONFIG_HOME beside it)."""
+    return journal_path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
 
 
 def minted_tokens(runtime: Runtime, agent_id: str | None = None) -> ScriptedTokens:

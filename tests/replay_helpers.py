@@ -20,6 +20,7 @@ import journal
 from runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, bridge_command, open_bridge
+from .bridge_inprocess import inprocess_session, key_path_for
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
 Script = Callable[[BridgeSession, Runtime], Awaitable[None]]
@@ -47,27 +48,26 @@ class Built:
         return self.key.verifier.to_text()
 
 
-def key_path_for(journal_path: Path) -> Path:
-    """Where `open_bridge` makes the bridge keep its signing key (XDG_CONFIG_HOME beside it)."""
-    return journal_path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
-
-
-async def drive(directory: Path, script: Script, *extra: str) -> Built:
-    """Run a reference runtime and a real bridge subprocess; let `script` drive them."""
+async def drive(directory: Path, script: Script, *, wire: bool = False) -> Built:
+    """Run a reference runtime and a bridge session, in-process (`wire`: a real bridge
+    subprocess over stdio); let `script` drive them."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "runtime.db"
     path = directory / "journal.db"
     async with open_runtime(RuntimeConfig(db_path=str(db))) as rt:
-        async with open_bridge(rt.bridge_env(), path, *extra, runtime=rt) as bridge:
+        opened = (
+            open_bridge(rt.bridge_env(), path, runtime=rt) if wire else inprocess_session(rt, path)
+        )
+        async with opened as bridge:
             await script(bridge, rt)
     return Built(path, key_path_for(path), db)
 
 
-def build(directory: Path, script: Script, *extra: str) -> Built:
+def build(directory: Path, script: Script, *, wire: bool = False) -> Built:
     """`drive` from synchronous code (module-scoped fixtures)."""
 
     async def run() -> Built:
-        return await drive(directory, script, *extra)
+        return await drive(directory, script, wire=wire)
 
     return trio.run(run)
 
@@ -107,7 +107,8 @@ async def everyday(bridge: BridgeSession, rt: Runtime) -> None:
 
 @pytest.fixture(scope="module")
 def everyday_journal(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The `everyday` session's journal, built once per test module (read it, don't edit it)."""
+    """The `everyday` session's journal, built once per test module (read it, don't edit it);
+    in-process (test_replay_verify has it written by a bridge subprocess)."""
     return build(tmp_path_factory.mktemp("everyday"), everyday)
 
 
