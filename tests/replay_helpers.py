@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ import pytest
 import trio
 
 import journal
+from replay._cli import main as replay_cli_main
 from runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, bridge_command, open_bridge
@@ -211,8 +214,34 @@ def replay_cli(
     )
 
 
-def cli_json(*args: str | Path) -> tuple[int, Any]:
-    done = replay_cli(*args, "--json")
+def replay_main(
+    *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`agentteam-replay ARGS` in-process: `replay._cli.main` with the environment `replay_cli`
+    gives, stdout and stderr captured (for tables of cases where the process is not the point)."""
+    argv = [*map(str, args)]
+    wanted = {"COLUMNS": "80", **(env or {})}
+    saved = {name: os.environ.get(name) for name in wanted}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(wanted)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = replay_cli_main(argv)
+            except SystemExit as exc:  # --help, usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def cli_json(*args: str | Path, wire: bool = True) -> tuple[int, Any]:
+    """`agentteam-replay ARGS --json`: a subprocess, or in-process when not `wire`."""
+    done = (replay_cli if wire else replay_main)(*args, "--json")
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
 

@@ -1,4 +1,7 @@
-"""`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors."""
+"""`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors.
+
+One test per command drives the console script as a subprocess; the tables of every command
+(widths, help, JSON schemas, whole answers) call its `main` in-process."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from .replay_helpers import (
     everyday_journal,
     injected,
     replay_cli,
+    replay_main,
     route,
     seq_of,
     session_started,
@@ -145,14 +149,14 @@ def test_export(everyday_journal: Built, tmp_path: Path) -> None:
 def test_tables_fit_the_columns_asked_and_pipes_are_not_wrapped(
     everyday_journal: Built, command: str
 ) -> None:
-    done = replay_cli(
+    done = replay_main(
         command, everyday_journal.path, *(["-o", "/dev/null"] * (command == "export"))
     )
     assert done.returncode in (0, 1), done.stderr
     assert done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
     assert "\x1b[" not in done.stdout
     # Piped with no $COLUMNS, nothing is wrapped: the journal's path stands whole on a line.
-    done = replay_cli(
+    done = replay_main(
         command,
         everyday_journal.path,
         *(["-o", "/dev/null"] * (command == "export")),
@@ -166,7 +170,7 @@ def test_tables_fit_the_columns_asked_and_pipes_are_not_wrapped(
 
 @pytest.mark.parametrize("command", (*COMMANDS, "show"))
 def test_help_has_examples(command: str) -> None:
-    done = replay_cli(command, "--help")
+    done = replay_main(command, "--help")
     assert done.returncode == 0 and "examples:" in done.stdout
     assert f"agentteam-replay {command}" in done.stdout
 
@@ -187,9 +191,9 @@ def test_errors_a_person_hits_are_one_line_without_traceback(tmp_path: Path) -> 
 
 
 def test_show_prints_the_whole_answer_the_model_saw(everyday_journal: Built) -> None:
-    _, listed = cli_json("calls", everyday_journal.path, "--status", "rejected")
+    _, listed = cli_json("calls", everyday_journal.path, "--status", "rejected", wire=False)
     rejected = {c["error_code"]: c["call_id"] for c in listed["calls"]}
-    code, out = cli_json("show", everyday_journal.path, rejected["deprecated_tool"])
+    code, out = cli_json("show", everyday_journal.path, rejected["deprecated_tool"], wire=False)
     error = out["outcome"]["error"]
     assert code == 0 and error["retryable"] is False
     assert error["suggested_action"] == {
@@ -197,17 +201,19 @@ def test_show_prints_the_whole_answer_the_model_saw(everyday_journal: Built) -> 
         "arguments": {"channel": "general"},
     }
     # Piped with no $COLUMNS: nothing is cut or wrapped, the answer is all there.
-    text = replay_cli(
+    text = replay_main(
         "show", everyday_journal.path, rejected["deprecated_tool"], env={"COLUMNS": ""}
     )
     saw = text.stdout.split("The model saw", 1)[1].split("Timeline", 1)[0]
     assert '"suggested_action": {' in saw and '"retryable": false' in saw
     assert '"tool": "task_list"' in saw and "…" not in text.stdout
-    _, errors = cli_json("calls", everyday_journal.path, "--error-code", "idempotency_conflict")
-    code, out = cli_json("show", everyday_journal.path, errors["calls"][0]["call_id"])
+    _, errors = cli_json(
+        "calls", everyday_journal.path, "--error-code", "idempotency_conflict", wire=False
+    )
+    code, out = cli_json("show", everyday_journal.path, errors["calls"][0]["call_id"], wire=False)
     assert out["outcome"]["error"]["retryable"] is False
     received = out["arguments"]
-    shown = replay_cli(
+    shown = replay_main(
         "show", everyday_journal.path, errors["calls"][0]["call_id"], env={"COLUMNS": ""}
     )
     line = next(ln for ln in shown.stdout.splitlines() if ln.startswith("  arguments "))
@@ -262,12 +268,12 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
 
     for path, text in render().items():
         assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
-    call_id = cli_json("calls", everyday_journal.path)[1]["calls"][0]["call_id"]
+    call_id = cli_json("calls", everyday_journal.path, wire=False)[1]["calls"][0]["call_id"]
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
     extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
     for command in RESULTS:
         journals = [] if command == "key" else [everyday_journal.path]
-        _, out = cli_json(command, *journals, *extra.get(command, []))
+        _, out = cli_json(command, *journals, *extra.get(command, []), wire=False)
         schema = json.loads(render_path(command).read_text())
         Draft202012Validator.check_schema(schema)
         errors = list(Draft202012Validator(schema).iter_errors(out))
