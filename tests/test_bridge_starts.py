@@ -3,10 +3,12 @@ and touches no file the bridge does not own; a session whose journal failed ends
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import stat
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import journal
+from bridge._cli import main as bridge_main
 from bridge._context import redact_url
 from journal import Event, SessionStarted
 from runtime import Runtime
@@ -41,6 +44,38 @@ def serve(
         check=False,
         preexec_fn=None if umask is None else (lambda: os.umask(umask)),
     )
+
+
+def serve_inprocess(
+    home: Path, capfd: pytest.CaptureFixture[str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """What `serve` gives, run in-process by `bridge._cli.main`: the same environment, stdin at
+    EOF, stdout and stderr captured at the file descriptors, the CLI's log on stderr."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+    }
+    saved = dict(os.environ)
+    stdin = os.dup(0)
+    handler = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(handler)
+    capfd.readouterr()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        with open(os.devnull) as devnull:
+            os.dup2(devnull.fileno(), 0)
+        code = bridge_main(["serve", *args])
+    finally:
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        os.environ.clear()
+        os.environ.update(saved)
+        logging.getLogger().removeHandler(handler)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["serve", *args], code, out, err)
 
 
 def one_line(done: subprocess.CompletedProcess[str], *mentioned: str, code: int = 2) -> str:
@@ -161,10 +196,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_bad_start_is_one_line_exit_2_and_touches_nothing(case: Case, tmp_path: Path) -> None:
+def test_a_bad_start_is_one_line_exit_2_and_touches_nothing(
+    case: Case, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In-process, through the CLI's `main`; the first case also runs as the console script."""
     args, kept = case.prepare(tmp_path)
     before = snapshot(kept) if kept is not None and kept.is_file() else None
-    one_line(serve(tmp_path, *args), *case.mentioned)
+    one_line(serve_inprocess(tmp_path, capfd, *args), *case.mentioned)
+    if case is CASES[0]:
+        one_line(serve(tmp_path, *args), *case.mentioned)
     if before is not None:
         assert kept is not None and snapshot(kept) == before
 
