@@ -16,21 +16,26 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import secrets
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import mcp_types as types
+import pytest
 import trio
 
 import journal
 import replay
 from bridge._call import Bridge, Session
+from bridge._cli import main as bridge_main
 from bridge._compat import Policy
-from bridge._context import TokenSource
+from bridge._context import TokenSource, load_launch_context
 from bridge._journaling import JournalAdapter, open_journal
 from bridge.testing import ScriptedTokens, bridge_over, launch_context, serve_in_memory
 from bridge.testing import upstream_task as upstream_task
@@ -114,10 +119,13 @@ async def inprocess_session(
     upstream_timeout: float = 10.0,
     journal_max_bytes: int | None = None,
     tokens: TokenSource | None = None,
+    env: Mapping[str, str] | None = None,
     check_journal: bool = True,
 ) -> AsyncIterator[BridgeSession]:
     """`serve --journal PATH` in-process against `runtime`: what `open_bridge` gives, minus the
-    process (its stderr is the bridge's log)."""
+    process (its stderr is the bridge's log). The token is minted in-process, unless `env` is
+    given: then the launch context is read from it as `serve` reads it (the token command, file
+    or static token of that environment)."""
     errlog = io.StringIO()
     handler = logging.StreamHandler(errlog)
     logger = logging.getLogger("agentteam")
@@ -126,11 +134,15 @@ async def inprocess_session(
         async with open_journal(
             journal_path, max_bytes=journal_max_bytes, key_path=key_path_for(journal_path)
         ) as port:
-            launch = launch_context(
-                runtime.url,
-                tokens or minted_tokens(runtime),
-                workspace_id=runtime.workspace_id,
-                agent_id=runtime.agent_id,
+            launch = (
+                load_launch_context(env)
+                if env is not None
+                else launch_context(
+                    runtime.url,
+                    tokens or minted_tokens(runtime),
+                    workspace_id=runtime.workspace_id,
+                    agent_id=runtime.agent_id,
+                )
             )
             bridge = bridge_over(
                 launch.api_url,
@@ -152,6 +164,43 @@ async def inprocess_session(
         logger.removeHandler(handler)
     if check_journal:
         assert_journal_sound(journal_path)
+
+
+def serve_inprocess(
+    home: Path,
+    capfd: pytest.CaptureFixture[str],
+    *args: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`agentteam-bridge serve ARGS` for a user whose home is `home`, run in-process by the CLI's
+    `main` (for tables of start-up cases): only `env` and the home in the environment, stdin at
+    EOF, stdout and stderr captured at the file descriptors, the CLI's log on stderr."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        **(env or {}),
+    }
+    saved = dict(os.environ)
+    stdin = os.dup(0)
+    handler = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(handler)
+    capfd.readouterr()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        with open(os.devnull) as devnull:
+            os.dup2(devnull.fileno(), 0)
+        code = bridge_main(["serve", *args])
+    finally:
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        os.environ.clear()
+        os.environ.update(saved)
+        logging.getLogger().removeHandler(handler)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["serve", *args], code, out, err)
 
 
 def verified(path: Path) -> replay.VerifyResult:

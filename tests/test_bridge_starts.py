@@ -3,12 +3,10 @@ and touches no file the bridge does not own; a session whose journal failed ends
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import stat
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import journal
-from bridge._cli import main as bridge_main
 from bridge._context import redact_url
 from journal import Event, SessionStarted
 from runtime import Runtime
 from tests.bridge_harness import bridge_command, open_bridge
+from tests.bridge_inprocess import serve_inprocess
 from tests.test_bridge_sessions import default_bridge, home_env
 
 
@@ -44,38 +42,6 @@ def serve(
         check=False,
         preexec_fn=None if umask is None else (lambda: os.umask(umask)),
     )
-
-
-def serve_inprocess(
-    home: Path, capfd: pytest.CaptureFixture[str], *args: str
-) -> subprocess.CompletedProcess[str]:
-    """What `serve` gives, run in-process by `bridge._cli.main`: the same environment, stdin at
-    EOF, stdout and stderr captured at the file descriptors, the CLI's log on stderr."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-    }
-    saved = dict(os.environ)
-    stdin = os.dup(0)
-    handler = logging.StreamHandler(sys.stderr)
-    logging.getLogger().addHandler(handler)
-    capfd.readouterr()
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        with open(os.devnull) as devnull:
-            os.dup2(devnull.fileno(), 0)
-        code = bridge_main(["serve", *args])
-    finally:
-        os.dup2(stdin, 0)
-        os.close(stdin)
-        os.environ.clear()
-        os.environ.update(saved)
-        logging.getLogger().removeHandler(handler)
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(["serve", *args], code, out, err)
 
 
 def one_line(done: subprocess.CompletedProcess[str], *mentioned: str, code: int = 2) -> str:
@@ -262,7 +228,10 @@ async def test_a_session_whose_journal_failed_ends_in_one_line(tmp_path: Path) -
 SECRET_URL = "http://agent:pa55w0rd-s3cret@127.0.0.1:9/api?access_token=tok-s3cret&x=1"
 
 
-def test_a_credential_in_the_api_url_is_never_printed(tmp_path: Path) -> None:
+def test_a_credential_in_the_api_url_is_never_printed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The console script once; the other spellings in-process through the CLI's `main`."""
     env = {
         "AGENTTEAM_API_URL": SECRET_URL,
         "AGENTTEAM_WORKSPACE_ID": "ws",
@@ -271,11 +240,13 @@ def test_a_credential_in_the_api_url_is_never_printed(tmp_path: Path) -> None:
     }
     line = one_line(serve(tmp_path, env=env), "cannot reach", "REDACTED")
     assert "s3cret" not in line and "agent:" not in line
-    line = one_line(serve(tmp_path, "--api-url", SECRET_URL, env={**env, "AGENTTEAM_API_URL": ""}))
-    assert "s3cret" not in line
+    flag = serve_inprocess(
+        tmp_path, capfd, "--api-url", SECRET_URL, env={**env, "AGENTTEAM_API_URL": ""}
+    )
+    assert "s3cret" not in one_line(flag)
     bad_port = "http://u:pa55w0rd-s3cret@127.0.0.1:99999/"
-    line = one_line(serve(tmp_path, env={**env, "AGENTTEAM_API_URL": bad_port}), "not a valid URL")
-    assert "s3cret" not in line
+    done = serve_inprocess(tmp_path, capfd, env={**env, "AGENTTEAM_API_URL": bad_port})
+    assert "s3cret" not in one_line(done, "not a valid URL")
 
 
 def test_files_are_owner_only_under_umask_000(tmp_path: Path) -> None:
