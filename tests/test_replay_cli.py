@@ -1,7 +1,8 @@
 """`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors.
 
-One test per command drives the console script as a subprocess; the tables of every command
-(widths, help, JSON schemas, whole answers) call its `main` in-process."""
+One test per command drives the console script as a subprocess (its first invocation; the other
+cases of the test call `main` in-process, whose return is the exit status); the tables of every
+command (widths, help, JSON schemas, whole answers) call `main` in-process too."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
     tamper(
         broken.path, f"UPDATE events SET ts_wall = '2020-01-01T00:00:00.000000Z' WHERE seq = {seq}"
     )
-    code, out = cli_json("verify", broken.path, "--key", broken.key_path)
+    code, out = cli_json("verify", broken.path, "--key", broken.key_path, wire=False)
     assert code == 1 and out["ok"] is False
     assert [(f["seq"], f["rule"]) for f in out["findings"]] == [(seq, "hash_mismatch")]
     doubtful = tmp_path / "doubt.db"
@@ -57,7 +58,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
             call_event("c1", create, tool="task_create"),
         ],
     )
-    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY)
+    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY, wire=False)
     assert code == 3 and out["ok"] is True
     assert [(c["call_id"], c["reason"]) for c in out["in_doubt"]] == [("c1", "no_outcome")]
 
@@ -68,21 +69,25 @@ def test_calls(everyday_journal: Built) -> None:
         "task_not_found",
         "idempotency_conflict",
     ]
-    code, out = cli_json("calls", everyday_journal.path, "--tool", "task_update", "--since", "1h")
+    code, out = cli_json(
+        "calls", everyday_journal.path, "--tool", "task_update", "--since", "1h", wire=False
+    )
     assert code == 0 and out["matched"] == 2
-    done = replay_cli("calls", everyday_journal.path, "--since", "yesterday-ish")
+    done = replay_main("calls", everyday_journal.path, "--since", "yesterday-ish")
     assert done.returncode == 2 and "is not a time" in done.stderr
 
 
 def test_show(everyday_journal: Built) -> None:
-    _, listed = cli_json("calls", everyday_journal.path, "--error-code", "task_not_found")
+    _, listed = cli_json(
+        "calls", everyday_journal.path, "--error-code", "task_not_found", wire=False
+    )
     call_id = listed["calls"][0]["call_id"]
     code, out = cli_json("show", everyday_journal.path, call_id)
     assert code == 0 and out["outcome"]["error"]["code"] == "task_not_found"
     assert out["exchanges"][0]["status"] == 404
-    text = replay_cli("show", everyday_journal.path, call_id)
+    text = replay_main("show", everyday_journal.path, call_id)
     assert "The model sent" in text.stdout and "The model saw" in text.stdout
-    missing = replay_cli("show", everyday_journal.path, "nope.1")
+    missing = replay_main("show", everyday_journal.path, "nope.1")
     assert missing.returncode == 2
     assert missing.stderr.strip() == "agentteam-replay: no call 'nope.1' in the journals given"
 
@@ -105,7 +110,7 @@ def test_idempotency(everyday_journal: Built, tmp_path: Path) -> None:
             ),
         ],
     )
-    code, out = cli_json("idempotency", broken)
+    code, out = cli_json("idempotency", broken, wire=False)
     assert code == 1 and [f["rule"] for f in out["findings"]] == ["key_outside_callback"]
 
 
@@ -113,10 +118,16 @@ def test_deprecations(everyday_journal: Built) -> None:
     code, out = cli_json("deprecations", everyday_journal.path)
     assert code == 1 and out["ok"] is False  # just used: no gate is met
     assert {n["old_name"] for n in out["names"]} == {"list_tasks", "$.includeSubtasks"}
-    code, out = cli_json("deprecations", everyday_journal.path, "--as-of", "2099-01-01")
+    code, out = cli_json("deprecations", everyday_journal.path, "--as-of", "2099-01-01", wire=False)
     assert code == 0 and all(n["gate"]["met"] for n in out["names"])
     code, out = cli_json(
-        "deprecations", everyday_journal.path, "--name", "task_claim", "--as-of", "2099-01-01"
+        "deprecations",
+        everyday_journal.path,
+        "--name",
+        "task_claim",
+        "--as-of",
+        "2099-01-01",
+        wire=False,
     )
     assert code == 0 and [n["old_name"] for n in out["names"]] == ["task_claim"]
 
@@ -131,7 +142,7 @@ def test_audit(everyday_journal: Built, tmp_path: Path) -> None:
 def test_rerun(everyday_journal: Built) -> None:
     code, out = cli_json("rerun", everyday_journal.path)
     assert code == 0 and out["ok"] is True and out["same"] == 18
-    done = replay_cli("rerun", everyday_journal.path, "--allow-mutations")
+    done = replay_main("rerun", everyday_journal.path, "--allow-mutations")
     assert done.returncode == 2 and "only with --against" in done.stderr
 
 
@@ -140,7 +151,7 @@ def test_export(everyday_journal: Built, tmp_path: Path) -> None:
     code, out = cli_json("export", everyday_journal.path, "--output", spans)
     assert code == 0 and out["spans"] == 34 and out["calls"] == 18
     assert json.loads(spans.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    done = replay_cli("export", everyday_journal.path, "--format", "jsonl")
+    done = replay_main("export", everyday_journal.path, "--format", "jsonl")
     assert done.returncode == 0 and len(done.stdout.splitlines()) > 18
     assert "exported" in done.stderr  # the summary stays off the data on stdout
 
