@@ -4,10 +4,10 @@ Each recorded call is sent to a :class:`bridge._call.Bridge` built from its sess
 (``session_started``: API URL, workspace, agent, client, compat policy; the injected sources of
 ``context_injected``), with the same arguments, JSON-RPC id and ``_meta`` (the run and callback
 ids come from the recorded injection; other ``_meta`` values are not journaled and are sent as
-``"<unrecorded>"``). The bridge journals into memory; today's events are compared with the
-recorded ones: the story (event kinds), the injected context, the upstream requests
-(method, route, body) and the outcome (result envelope and truncation, or error code, message and
-retryability; durations are ignored).
+``"<unrecorded>"``). The bridge journals into memory (``bridge.testing.MemoryJournal``); today's
+events are compared with the recorded ones: the story (event kinds), the injected context, the
+upstream requests (method, route, body) and the outcome (result envelope and truncation, or error
+code, message and retryability; durations are ignored).
 
 Upstream, by default, is an ``httpx.MockTransport`` that answers from the recorded responses of
 that call: a request matches a recorded one on method, route and canonical body (for ``GET``,
@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import httpx
 import msgspec
@@ -44,12 +44,14 @@ from journal import (
     CallRejected,
     CallResult,
     ContextInjected,
-    Event,
     Payload,
     Redactor,
     UpstreamRequest,
     UpstreamResponse,
 )
+
+if TYPE_CHECKING:
+    from bridge.testing import MemoryJournal, ScriptedTokens
 
 from ._diff import Difference, diff, normalize
 from ._source import Progress, ReplayInputError, open_journals
@@ -270,44 +272,6 @@ def _as_dict(value: Any) -> dict[str, Any]:
 # --- the bridge of one recorded session -------------------------------------------------
 
 
-class _MemoryJournal:
-    """A JournalPort that keeps today's events of the call being re-driven."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    @property
-    def healthy(self) -> bool:
-        return True
-
-    async def append(self, event: Event, *, durable: bool = False) -> None:
-        self.events.append(event)
-
-
-@dataclass
-class _ReplayTokens:
-    """Refreshable stand-in tokens of the recorded source kind; never a real credential."""
-
-    sources: dict[str, str]
-    fetched: int = 0
-
-    @property
-    def kind(self) -> str:
-        return self.sources["bearer_token"]
-
-    @kind.setter
-    def kind(self, value: str) -> None:
-        self.sources["bearer_token"] = value
-
-    async def fetch(self) -> str:
-        self.fetched += 1
-        return f"replay-token-{self.fetched}"
-
-    @property
-    def refreshable(self) -> bool:
-        return True
-
-
 @dataclass
 class _Recorded:
     """The recorded upstream exchanges of the call being re-driven, consumed in order."""
@@ -387,12 +351,14 @@ class _Driver:
     def __init__(
         self,
         bridge: Any,
-        journal: _MemoryJournal,
+        journal: MemoryJournal,
+        tokens: ScriptedTokens,
         recorded: _Recorded | None,
         sources: dict[str, str],
     ) -> None:
         self.bridge = bridge
         self.journal = journal
+        self.tokens = tokens
         self.recorded = recorded
         self.sources = sources  # the launch's, updated from each call's recorded injection
 
@@ -400,10 +366,11 @@ class _Driver:
         received = story.received
         assert received is not None
         self.sources.update(_sources(story))
+        self.tokens.kind = self.sources["bearer_token"]
         if self.recorded is not None:
             self.recorded.exchanges = _exchanges(story)
             self.recorded.failure = story.error_code
-        self.journal.events.clear()
+        self.journal.clear()
         first = story.records[0]
         request_id: str | int | None = received.jsonrpc_request_id
         if request_id is None:
@@ -411,7 +378,7 @@ class _Driver:
         await self.bridge.call(
             story.requested_tool or "", received.arguments, _meta(story), request_id
         )
-        return [e.payload for e in self.journal.events]
+        return [e.payload for e, _ in self.journal.events]
 
 
 def _exchanges(story: CallStory) -> list[tuple[UpstreamRequest, UpstreamResponse | None]]:
@@ -462,6 +429,7 @@ class _Drivers:
         from bridge._call import Bridge, Session
         from bridge._context import Credentials, LaunchContext
         from bridge._upstream import UpstreamClient
+        from bridge.testing import MemoryJournal, ScriptedTokens
 
         info = story.session or SessionInfo(
             journal_id=story.journal_id, session_id=story.session_id, seq=0, started_at=""
@@ -476,7 +444,8 @@ class _Drivers:
         }
         workspace = info.workspace_id or injected.get("workspace_id") or UNRECORDED
         agent = info.agent_id or injected.get("agent_id") or UNRECORDED
-        tokens = _ReplayTokens(sources)
+        # Refreshable stand-ins of the recorded source kind; never a real credential.
+        tokens = ScriptedTokens(lambda n: f"replay-token-{n}", kind=sources["bearer_token"])
         recorded: _Recorded | None = None
         if self.against is None:
             recorded = _Recorded()
@@ -493,7 +462,7 @@ class _Drivers:
             tokens,
             sources,
         )
-        journal = _MemoryJournal()
+        journal = MemoryJournal()
         session = Session(
             session_id=story.session_id,
             client_name=info.client_name,
@@ -501,7 +470,7 @@ class _Drivers:
         )
         compat: Any = info.compat_policy or "hint"
         bridge = Bridge(launch, credentials, upstream, journal, session, compat=compat)
-        return _Driver(bridge, journal, recorded, sources), upstream
+        return _Driver(bridge, journal, tokens, recorded, sources), upstream
 
     def _live_credentials(self, workspace: str, agent: str) -> Any:
         from bridge._context import ConfigError, Credentials, load_launch_context

@@ -14,6 +14,7 @@ from hypothesis import settings
 from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, open_bridge
+from .bridge_inprocess import inprocess_session
 
 # In CI a run checks a commit, so hypothesis draws the same examples every time there (a failure
 # is the commit's, and reproduces); elsewhere every run explores new ones, and keeps what failed
@@ -130,8 +131,18 @@ async def file_runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 
 @pytest.fixture
-async def bridge(file_runtime: Runtime, tmp_path: Path) -> AsyncIterator[BridgeSession]:
-    async with open_bridge(
-        file_runtime.bridge_env(), tmp_path / "journal.db", runtime=file_runtime
-    ) as session:
+async def bridge(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BridgeSession]:
+    """A bridge session on a fresh runtime (`bridge.runtime`): the MCP session `serve` runs,
+    in-process (see tests/bridge_inprocess.py); a test marked `wire` gets `agentteam-bridge
+    serve` as a subprocess over stdio instead, to prove its behaviour on the wire."""
+    path = tmp_path / "journal.db"
+    if request.node.get_closest_marker("wire") is None:
+        async with open_runtime(RuntimeConfig()) as rt, inprocess_session(rt, path) as session:
+            yield session
+        return
+    config = RuntimeConfig(db_path=str(tmp_path / "runtime.db"))  # its token command reads it
+    async with (
+        open_runtime(config) as rt,
+        open_bridge(rt.bridge_env(), path, runtime=rt) as session,
+    ):
         yield session

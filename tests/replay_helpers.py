@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -17,9 +19,11 @@ import pytest
 import trio
 
 import journal
+from replay._cli import main as replay_cli_main
 from runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, bridge_command, open_bridge
+from .bridge_inprocess import inprocess_session, key_path_for
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
 Script = Callable[[BridgeSession, Runtime], Awaitable[None]]
@@ -47,27 +51,26 @@ class Built:
         return self.key.verifier.to_text()
 
 
-def key_path_for(journal_path: Path) -> Path:
-    """Where `open_bridge` makes the bridge keep its signing key (XDG_CONFIG_HOME beside it)."""
-    return journal_path.parent / "config" / "agentteam-bridge" / "journal-signing.key"
-
-
-async def drive(directory: Path, script: Script, *extra: str) -> Built:
-    """Run a reference runtime and a real bridge subprocess; let `script` drive them."""
+async def drive(directory: Path, script: Script, *, wire: bool = False) -> Built:
+    """Run a reference runtime and a bridge session, in-process (`wire`: a real bridge
+    subprocess over stdio); let `script` drive them."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "runtime.db"
     path = directory / "journal.db"
     async with open_runtime(RuntimeConfig(db_path=str(db))) as rt:
-        async with open_bridge(rt.bridge_env(), path, *extra, runtime=rt) as bridge:
+        opened = (
+            open_bridge(rt.bridge_env(), path, runtime=rt) if wire else inprocess_session(rt, path)
+        )
+        async with opened as bridge:
             await script(bridge, rt)
     return Built(path, key_path_for(path), db)
 
 
-def build(directory: Path, script: Script, *extra: str) -> Built:
+def build(directory: Path, script: Script, *, wire: bool = False) -> Built:
     """`drive` from synchronous code (module-scoped fixtures)."""
 
     async def run() -> Built:
-        return await drive(directory, script, *extra)
+        return await drive(directory, script, wire=wire)
 
     return trio.run(run)
 
@@ -107,7 +110,8 @@ async def everyday(bridge: BridgeSession, rt: Runtime) -> None:
 
 @pytest.fixture(scope="module")
 def everyday_journal(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The `everyday` session's journal, built once per test module (read it, don't edit it)."""
+    """The `everyday` session's journal, built once per test module (read it, don't edit it);
+    in-process (test_replay_verify has it written by a bridge subprocess)."""
     return build(tmp_path_factory.mktemp("everyday"), everyday)
 
 
@@ -210,8 +214,34 @@ def replay_cli(
     )
 
 
-def cli_json(*args: str | Path) -> tuple[int, Any]:
-    done = replay_cli(*args, "--json")
+def replay_main(
+    *args: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`agentteam-replay ARGS` in-process: `replay._cli.main` with the environment `replay_cli`
+    gives, stdout and stderr captured (for tables of cases where the process is not the point)."""
+    argv = [*map(str, args)]
+    wanted = {"COLUMNS": "80", **(env or {})}
+    saved = {name: os.environ.get(name) for name in wanted}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(wanted)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = replay_cli_main(argv)
+            except SystemExit as exc:  # --help, usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def cli_json(*args: str | Path, wire: bool = True) -> tuple[int, Any]:
+    """`agentteam-replay ARGS --json`: a subprocess, or in-process when not `wire`."""
+    done = (replay_cli if wire else replay_main)(*args, "--json")
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
 

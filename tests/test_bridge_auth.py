@@ -1,4 +1,7 @@
-"""Credentials through the real bridge: refresh-once on 401, no fallback, start-up errors."""
+"""Credentials through the real bridge: refresh-once on 401, no fallback, start-up errors.
+
+The token command's refresh and one start-up error run `serve` as a subprocess; the other token
+sources and start-up errors run in-process, from the same environment."""
 
 from __future__ import annotations
 
@@ -6,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runtime import OTHER_AGENT_ID, FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import bridge_command, open_bridge
+from .bridge_inprocess import inprocess_session, serve_inprocess
 
 
 async def test_expired_tokens_are_refreshed_by_the_token_command(tmp_path: Path) -> None:
@@ -28,7 +34,7 @@ async def test_token_file_is_reread_on_401(tmp_path: Path) -> None:
         token_file.write_text("not-yet")
         env = {**rt.bridge_env(), "AGENTTEAM_TOKEN_FILE": str(token_file)}
         del env["AGENTTEAM_TOKEN_COMMAND"]
-        async with open_bridge(env, tmp_path / "j.db", runtime=rt) as bridge:
+        async with inprocess_session(rt, tmp_path / "j.db", env=env) as bridge:
             token_file.write_text(rt.mint_token())  # read at the first call
             await bridge.ok("task_list", {"channel": "general"})
             token_file.write_text(rt.mint_token())
@@ -42,7 +48,7 @@ async def test_a_static_token_is_not_replayed_after_a_401(
 ) -> None:
     env = {**file_runtime.bridge_env(), "AGENTTEAM_TOKEN": file_runtime.mint_token()}
     del env["AGENTTEAM_TOKEN_COMMAND"]
-    async with open_bridge(env, tmp_path / "j.db", runtime=file_runtime) as bridge:
+    async with inprocess_session(file_runtime, tmp_path / "j.db", env=env) as bridge:
         file_runtime.faults.arm(FaultSpec(kind="unauthorized", times=5))
         error = await bridge.fails("task_list", {"channel": "general"}, code="unauthorized")
         assert error["retryable"] is False
@@ -52,9 +58,7 @@ async def test_a_static_token_is_not_replayed_after_a_401(
 async def test_a_401_storm_ends_in_unauthorized_after_one_replay(
     file_runtime: Runtime, tmp_path: Path
 ) -> None:
-    async with open_bridge(
-        file_runtime.bridge_env(), tmp_path / "j.db", runtime=file_runtime
-    ) as bridge:
+    async with inprocess_session(file_runtime, tmp_path / "j.db") as bridge:
         file_runtime.faults.arm(FaultSpec(kind="unauthorized", times=50))
         await bridge.fails(
             "task_create", {"channel": "general", "tasks": [{"title": "x"}]}, code="unauthorized"
@@ -68,7 +72,7 @@ async def test_a_token_of_another_agent_is_refused_not_swapped(
 ) -> None:
     env = {**file_runtime.bridge_env(), "AGENTTEAM_TOKEN": file_runtime.mint_token(OTHER_AGENT_ID)}
     del env["AGENTTEAM_TOKEN_COMMAND"]
-    async with open_bridge(env, tmp_path / "j.db") as bridge:
+    async with inprocess_session(file_runtime, tmp_path / "j.db", env=env) as bridge:
         await bridge.fails("task_list", {"channel": "general"}, code="credential_mismatch")
 
 
@@ -89,30 +93,38 @@ def _serve(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[s
     )
 
 
-def test_missing_context_fails_at_start_in_one_clear_line(tmp_path: Path) -> None:
-    cases = [
-        ({}, "AGENTTEAM_API_URL"),
-        ({"AGENTTEAM_API_URL": "http://127.0.0.1:9"}, "AGENTTEAM_WORKSPACE_ID"),
-        (
-            {
-                "AGENTTEAM_API_URL": "http://127.0.0.1:9",
-                "AGENTTEAM_WORKSPACE_ID": "ws",
-                "AGENTTEAM_AGENT_ID": "agt",
-            },
-            "AGENTTEAM_TOKEN_COMMAND",
-        ),
-        (
-            {
-                "AGENTTEAM_API_URL": "http://127.0.0.1:9",
-                "AGENTTEAM_WORKSPACE_ID": "ws",
-                "AGENTTEAM_AGENT_ID": "agt",
-                "AGENTTEAM_TOKEN": "t",
-            },
-            "cannot reach",
-        ),
-    ]
-    for env, mentioned in cases:
-        done = _serve(env, tmp_path)
+MISSING = [
+    ({}, "AGENTTEAM_API_URL"),
+    ({"AGENTTEAM_API_URL": "http://127.0.0.1:9"}, "AGENTTEAM_WORKSPACE_ID"),
+    (
+        {
+            "AGENTTEAM_API_URL": "http://127.0.0.1:9",
+            "AGENTTEAM_WORKSPACE_ID": "ws",
+            "AGENTTEAM_AGENT_ID": "agt",
+        },
+        "AGENTTEAM_TOKEN_COMMAND",
+    ),
+    (
+        {
+            "AGENTTEAM_API_URL": "http://127.0.0.1:9",
+            "AGENTTEAM_WORKSPACE_ID": "ws",
+            "AGENTTEAM_AGENT_ID": "agt",
+            "AGENTTEAM_TOKEN": "t",
+        },
+        "cannot reach",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "mentioned"), MISSING, ids=[m for _, m in MISSING])
+def test_missing_context_fails_at_start_in_one_clear_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], env: dict[str, str], mentioned: str
+) -> None:
+    """In-process through the CLI's `main`; the last case also as the console script."""
+    runs = [serve_inprocess(tmp_path, capfd, "--journal", str(tmp_path / "j.db"), env=env)]
+    if mentioned == "cannot reach":
+        runs.append(_serve(env, tmp_path))
+    for done in runs:
         assert done.returncode == 2, done.stderr
         assert done.stdout == ""
         lines = done.stderr.strip().splitlines()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -12,80 +11,19 @@ import pytest
 import trio
 import trio.testing
 
-from bridge._call import Bridge, JournalFailed, Session
-from bridge._context import Credentials, LaunchContext
-from bridge._upstream import UpstreamClient
-from journal import Event
+from bridge._call import Bridge
+from bridge.testing import MemoryJournal, ScriptedTokens, bridge_over, upstream_task
 
-TASK = {
-    "channel": "general",
-    "number": 1,
-    "scopeId": "tsk_1",
-    "title": "t",
-    "status": "todo",
-    "priority": None,
-    "assignee": None,
-    "labels": [],
-    "parent": None,
-    "subtaskCount": 0,
-    "updatedAt": "2026-12-02T00:00:00.000000Z",
-}
-
-
-@dataclass
-class ListJournal:
-    events: list[tuple[Event, bool]] = field(default_factory=list)
-    broken: bool = False
-
-    @property
-    def healthy(self) -> bool:
-        return not self.broken
-
-    async def append(self, event: Event, *, durable: bool = False) -> None:
-        if self.broken:
-            raise JournalFailed("disk full", "disk_full")
-        self.events.append((event, durable))
-
-    def kinds(self) -> list[str]:
-        return [e.kind for e, _ in self.events]
-
-
-@dataclass
-class CountingTokens:
-    tokens: list[str]
-    kind: str = "test:tokens"
-    fetched: int = 0
-
-    async def fetch(self) -> str:
-        token = self.tokens[min(self.fetched, len(self.tokens) - 1)]
-        self.fetched += 1
-        return token
-
-    @property
-    def refreshable(self) -> bool:
-        return True
+TASK = upstream_task()
 
 
 def make_bridge(
     handler: Callable[[httpx.Request], httpx.Response],
-    journal: ListJournal,
-    tokens: CountingTokens | None = None,
-) -> tuple[Bridge, CountingTokens]:
-    tokens = tokens or CountingTokens(["tok-1", "tok-2", "tok-3"])
-    launch = LaunchContext(
-        "http://upstream.test",
-        "ws_1",
-        "agt_1",
-        tokens,
-        {
-            "api_url": "test",
-            "workspace_id": "test",
-            "agent_id": "test",
-            "bearer_token": tokens.kind,
-        },
-    )
-    upstream = UpstreamClient("http://upstream.test", transport=httpx.MockTransport(handler))
-    return Bridge(launch, Credentials(tokens), upstream, journal, Session("s_test")), tokens
+    journal: MemoryJournal,
+    tokens: ScriptedTokens | None = None,
+) -> tuple[Bridge, ScriptedTokens]:
+    tokens = tokens or ScriptedTokens(["tok-1", "tok-2", "tok-3"])
+    return bridge_over(handler, journal=journal, tokens=tokens), tokens
 
 
 async def test_a_401_refreshes_once_and_replays_the_same_request() -> None:
@@ -108,7 +46,7 @@ async def test_a_401_refreshes_once_and_replays_the_same_request() -> None:
             },
         )
 
-    journal = ListJournal()
+    journal = MemoryJournal()
     bridge, tokens = make_bridge(handler, journal)
     result = await bridge.call(
         "task_checkpoint", {"channel": "general", "number": 1, "summary": "s"}, {}, 7
@@ -139,7 +77,7 @@ async def test_a_second_401_is_unauthorized_with_no_third_attempt() -> None:
         calls += 1
         return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "no"}})
 
-    bridge, _ = make_bridge(handler, ListJournal())
+    bridge, _ = make_bridge(handler, MemoryJournal())
     result = await bridge.call("task_get", {"channel": "general", "number": 1}, {}, 1)
     assert result.is_error and result.structured_content["error"]["code"] == "unauthorized"  # type: ignore[index]
     assert calls == 2
@@ -151,7 +89,7 @@ async def test_a_401_storm_refreshes_the_token_once() -> None:
             return httpx.Response(401, json={})
         return httpx.Response(200, json={"channel": "general", "items": []})
 
-    bridge, tokens = make_bridge(handler, ListJournal())
+    bridge, tokens = make_bridge(handler, MemoryJournal())
     async with trio.open_nursery() as nursery:
         for _ in range(16):
             nursery.start_soon(bridge.call, "task_list", {"channel": "general"}, {}, 1)
@@ -165,7 +103,7 @@ async def test_a_broken_journal_refuses_mutations_before_sending() -> None:
         sent.append(request)
         return httpx.Response(200, json={"channel": "general", "items": []})
 
-    journal = ListJournal(broken=True)
+    journal = MemoryJournal(broken=True)
     bridge, _ = make_bridge(handler, journal)
     result = await bridge.call(
         "task_create", {"channel": "general", "tasks": [{"title": "x"}]}, {}, 1
@@ -192,9 +130,8 @@ async def test_the_same_key_in_flight_answers_idempotency_in_progress() -> None:
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             return await slow(request)
 
-    journal = ListJournal()
-    bridge, _ = make_bridge(lambda r: httpx.Response(500), journal)
-    bridge.upstream = UpstreamClient("http://upstream.test", transport=Slow())
+    journal = MemoryJournal()
+    bridge = bridge_over(Slow(), journal=journal)
     meta = {"agentteam/workflow_run_id": "r", "agentteam/callback_effect_id": "c"}
     args = {"channel": "general", "tasks": [{"title": "t"}], "idempotency_key": "k"}
     results: list[Any] = []
@@ -222,7 +159,7 @@ async def test_hidden_workflow_context_comes_only_from_meta() -> None:
             200, json={"channel": "general", "parent": None, "tasks": [TASK], "reused": False}
         )
 
-    journal = ListJournal()
+    journal = MemoryJournal()
     bridge, _ = make_bridge(handler, journal)
     result = await bridge.call(
         "task_create",
@@ -286,7 +223,7 @@ async def test_workflow_ids_are_measured_in_utf8_bytes_and_never_cut(
             200, json={"channel": "general", "parent": None, "tasks": [TASK], "reused": False}
         )
 
-    journal = ListJournal()
+    journal = MemoryJournal()
     bridge, _ = make_bridge(handler, journal)
     args = {"channel": "general", "tasks": [{"title": "t"}], "idempotency_key": "k"}
     meta = {"agentteam/workflow_run_id": run, "agentteam/callback_effect_id": callback}

@@ -1,18 +1,24 @@
-"""Old tool names and argument spellings under each `--compat` policy, over real stdio."""
+"""Old tool names and argument spellings under each `--compat` policy.
+
+The policy tables run in-process (the MCP session `serve` runs, without the process); the strict
+row of the tool-name table runs `serve --compat strict` as a subprocess, proving the flag and the
+wire once."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import journal
+from bridge._compat import Policy
 from runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
+from .bridge_inprocess import inprocess_session
 
 # old tool name -> (arguments an old client sends, the canonical tool it maps to)
 OLD_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
@@ -28,10 +34,16 @@ OLD_TOOLS: dict[str, tuple[dict[str, Any], str]] = {
 
 
 @asynccontextmanager
-async def _bridge(runtime: Runtime, tmp_path: Path, policy: str) -> AsyncIterator[BridgeSession]:
-    async with open_bridge(
-        runtime.bridge_env(), tmp_path / f"{policy}.db", "--compat", policy, runtime=runtime
-    ) as bridge:
+async def _bridge(
+    runtime: Runtime, tmp_path: Path, policy: str, *, wire: bool = False
+) -> AsyncIterator[BridgeSession]:
+    path = tmp_path / f"{policy}.db"
+    opened = (
+        open_bridge(runtime.bridge_env(), path, "--compat", policy, runtime=runtime)
+        if wire
+        else inprocess_session(runtime, path, compat=cast(Policy, policy))
+    )
+    async with opened as bridge:
         await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "seed"}]})
         yield bridge
 
@@ -45,7 +57,7 @@ def _deprecations(path: Path) -> list[journal.DeprecatedUsage]:
 async def test_old_tool_names_under_each_policy(
     file_runtime: Runtime, tmp_path: Path, policy: str
 ) -> None:
-    async with _bridge(file_runtime, tmp_path, policy) as bridge:
+    async with _bridge(file_runtime, tmp_path, policy, wire=policy == "strict") as bridge:
         assert not {t.name for t in bridge.tools} & set(OLD_TOOLS)
         for old, (args, canonical) in OLD_TOOLS.items():
             result = await bridge.call(old, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from runtime import FaultSpec
@@ -24,6 +25,7 @@ async def test_concurrent_calls_all_succeed_with_distinct_numbers(bridge: Bridge
     assert sorted(numbers) == list(range(1, 33))
 
 
+@pytest.mark.wire
 async def test_calls_overlap_instead_of_queueing(bridge: BridgeSession) -> None:
     runtime = bridge.runtime
     assert runtime is not None
@@ -46,6 +48,7 @@ async def test_calls_overlap_instead_of_queueing(bridge: BridgeSession) -> None:
     await bridge.ok("task_list", {"channel": "general"})
 
 
+@pytest.mark.wire
 async def test_cancellation_abandons_the_call_and_the_session_goes_on(
     bridge: BridgeSession,
 ) -> None:

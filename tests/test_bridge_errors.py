@@ -12,6 +12,7 @@ import journal
 from runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
+from .bridge_inprocess import inprocess_session
 from .test_runtime_concurrency import open_port
 
 
@@ -109,6 +110,31 @@ def _schema(bridge: BridgeSession, tool: str) -> dict[str, Any]:
     ],
 )
 async def test_invalid_arguments_are_refused_before_any_upstream_request(
+    bridge: BridgeSession, tool: str, args: dict[str, Any], code: str, path: str
+) -> None:
+    await _refused(bridge, tool, args, code, path)
+
+
+@pytest.mark.wire
+async def test_arguments_are_refused_over_the_wire(bridge: BridgeSession) -> None:
+    """The table above runs in-process; one row of each code proves it through stdio."""
+    await _refused(
+        bridge,
+        "task_update",
+        {"channel": "general", "number": 1, "patch": {"agentId": "agt_helper"}},
+        "hidden_context_field",
+        "$.patch.agentId",
+    )
+    await _refused(
+        bridge,
+        "task_create",
+        {"channel": "general", "tasks": [{"title": "a"}, {"title": "b", "labels": ["x"]}]},
+        "invalid_arguments",
+        "$.tasks[1].labels",
+    )
+
+
+async def _refused(
     bridge: BridgeSession, tool: str, args: dict[str, Any], code: str, path: str
 ) -> None:
     result = await bridge.call(tool, args)
@@ -233,7 +259,7 @@ async def test_stale_update_suggests_a_refresh_and_recovers(bridge: BridgeSessio
     ],
 )
 async def test_upstream_faults_are_classified(
-    file_runtime: Runtime,
+    runtime: Runtime,
     tmp_path: Path,
     spec: FaultSpec,
     tool: str,
@@ -241,6 +267,14 @@ async def test_upstream_faults_are_classified(
     code: str,
     retryable: bool,
 ) -> None:
+    async with inprocess_session(runtime, tmp_path / "j.db", upstream_timeout=1) as bridge:
+        await _classified(bridge, spec, tool, args, code, retryable)
+
+
+async def test_an_upstream_fault_is_classified_over_the_wire(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    """The table above runs in-process; its timeout row proves `--upstream-timeout` and stdio."""
     async with open_bridge(
         file_runtime.bridge_env(),
         tmp_path / "j.db",
@@ -248,16 +282,35 @@ async def test_upstream_faults_are_classified(
         "1",
         runtime=file_runtime,
     ) as bridge:
-        await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "seed"}]})
-        file_runtime.faults.arm(spec)
-        result = await bridge.call(tool, args)
-        assert result.is_error, result.structured_content
-        error = result.structured_content["error"]  # type: ignore[index]
-        assert (error["code"], error["retryable"]) == (code, retryable), error
-        if code == "rate_limited":
-            assert error["retry_after_seconds"] == 3
-        jsonschema.validate(result.structured_content, _schema(bridge, tool))
-        await bridge.ok("task_list", {"channel": "general"})  # the bridge is fine afterwards
+        await _classified(
+            bridge,
+            FaultSpec(kind="latency", delay_ms=3000),
+            "task_get",
+            {"channel": "general", "number": 1},
+            "upstream_timeout",
+            True,
+        )
+
+
+async def _classified(
+    bridge: BridgeSession,
+    spec: FaultSpec,
+    tool: str,
+    args: dict[str, Any],
+    code: str,
+    retryable: bool,
+) -> None:
+    assert bridge.runtime is not None
+    await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "seed"}]})
+    bridge.runtime.faults.arm(spec)
+    result = await bridge.call(tool, args)
+    assert result.is_error, result.structured_content
+    error = result.structured_content["error"]  # type: ignore[index]
+    assert (error["code"], error["retryable"]) == (code, retryable), error
+    if code == "rate_limited":
+        assert error["retry_after_seconds"] == 3
+    jsonschema.validate(result.structured_content, _schema(bridge, tool))
+    await bridge.ok("task_list", {"channel": "general"})  # the bridge is fine afterwards
 
 
 async def test_outcome_unknown_with_an_idempotency_key_is_retryable(

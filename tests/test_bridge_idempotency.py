@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .bridge_harness import BridgeSession, journal_calls
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
@@ -15,6 +17,7 @@ def _open_callback(bridge: BridgeSession) -> None:
     rt.store.open_callback(rt.workspace_id, "run_1", "cb_1", rt.agent_id)
 
 
+@pytest.mark.wire
 async def test_a_replay_reuses_the_original_tasks_and_allocates_nothing(
     bridge: BridgeSession,
 ) -> None:

@@ -17,27 +17,14 @@ import pytest
 import trio
 
 import journal
+from bridge.testing import upstream_task
 
 from .bridge_inprocess import inprocess_bridge, verified
 
 CREATED = {
     "channel": "general",
     "parent": None,
-    "tasks": [
-        {
-            "channel": "general",
-            "number": 1,
-            "scopeId": "tsk_1",
-            "title": "x",
-            "status": "todo",
-            "priority": None,
-            "assignee": None,
-            "labels": [],
-            "parent": None,
-            "subtaskCount": 0,
-            "updatedAt": "2026-12-02T00:00:00.000000Z",
-        }
-    ],
+    "tasks": [upstream_task(title="x")],
     "reused": False,
 }
 CREATE = {"channel": "general", "tasks": [{"title": "x"}]}

@@ -30,15 +30,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from mcp.client import ClientSession
-from mcp.client._memory import InMemoryTransport
 
-from bridge._call import Bridge, Session
-from bridge._context import META_CALLBACK, META_RUN, Credentials, LaunchContext
+from bridge._call import Session
+from bridge._context import META_CALLBACK, META_RUN
 from bridge._journaling import open_journal
 from bridge._registry import TOOLS
-from bridge._server import _SessionLog, build_server
-from bridge._upstream import UpstreamClient
-from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
+from bridge.testing import ScriptedTokens, bridge_over, serve_in_memory
+from runtime import AGENT_ID, RuntimeConfig, open_runtime
 from tools.reliability.portal import Portal, background
 
 EXAMPLES = int(os.environ.get("AGENTTEAM_SCHEMA_EXAMPLES", "150"))
@@ -48,22 +46,6 @@ NEVER = {"upstream_malformed", "outcome_unknown", "internal_error", "upstream_fa
 RUN, CALLBACK = "run_schema", "cb_schema"
 RICH = 51  # each board's task with every field at its maximum (after 50 seeded titles)
 WIDE = ("😀", "漢", "é", "a", '"', "\\", "\n", "a😀漢é")  # 4-, 3-, 2-, 1-byte, escapes, mixed
-
-
-class MintedTokens:
-    """A fresh token from the runtime on every fetch, so a long run outlives any token's TTL."""
-
-    kind = "test:minted"
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-
-    async def fetch(self) -> str:
-        return self.runtime.mint_token(AGENT_ID)
-
-    @property
-    def refreshable(self) -> bool:
-        return True
 
 
 @dataclass
@@ -77,31 +59,24 @@ class Stand:
 async def _serve(directory: Path) -> AsyncIterator[ClientSession]:
     async with open_runtime(RuntimeConfig()) as runtime:
         runtime.store.open_callback(runtime.workspace_id, RUN, CALLBACK, AGENT_ID)
-        tokens = MintedTokens(runtime)
-        launch = LaunchContext(
-            runtime.url,
-            runtime.workspace_id,
-            AGENT_ID,
-            tokens,
-            {k: "test" for k in ("api_url", "workspace_id", "agent_id")}
-            | {"bearer_token": tokens.kind},
-        )
+        # A fresh token at every fetch, so a long run outlives any token's TTL.
+        tokens = ScriptedTokens(lambda _: runtime.mint_token(AGENT_ID), kind="test:minted")
         async with open_journal(directory / "journal.db", durable=False) as journal:
-            upstream = UpstreamClient(runtime.url)
-            session = Session("s_schema")
-            bridge = Bridge(launch, Credentials(tokens), upstream, journal, session)
-            server = build_server(bridge, _SessionLog(journal, session, launch, "hint"))
+            bridge = bridge_over(
+                runtime.url,
+                journal=journal,
+                tokens=tokens,
+                workspace_id=runtime.workspace_id,
+                agent_id=AGENT_ID,
+                session=Session("s_schema"),
+            )
             try:
-                async with (
-                    InMemoryTransport(server) as (read, write),
-                    ClientSession(read, write) as client,
-                ):
-                    await client.initialize()
+                async with serve_in_memory(bridge, journal) as client:
                     await client.list_tools()
                     await _seed(client)
                     yield client
             finally:
-                await upstream.aclose()
+                await bridge.upstream.aclose()
 
 
 async def _seed(client: ClientSession) -> None:

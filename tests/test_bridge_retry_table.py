@@ -33,10 +33,11 @@ from bridge._errors import (
 from bridge._http11 import TransportFailure
 from bridge._registry import TOOLS
 from bridge._upstream import transport_error
+from bridge.testing import MemoryJournal, ScriptedTokens
 from journal import CallError
 from tools.errors_doc import ERRORS, render
 
-from .test_bridge_call_unit import CountingTokens, ListJournal, make_bridge
+from .test_bridge_call_unit import make_bridge
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
 
@@ -175,11 +176,8 @@ EXAMPLES: list[tuple[Failure, str, Handler, bool]] = [
 ]
 
 
-@dataclass
-class StaticTokens(CountingTokens):
-    @property
-    def refreshable(self) -> bool:
-        return False
+def static_token() -> ScriptedTokens:
+    return ScriptedTokens(["tok-1"], kind="env:AGENTTEAM_TOKEN", refreshable=False)
 
 
 def test_every_row_has_an_example_and_a_message() -> None:
@@ -206,8 +204,8 @@ def test_the_kind_of_each_tool_comes_from_the_registry() -> None:
 async def test_each_cell_is_answered_as_the_table_says(
     shape: Shape, failure: Failure, handler: Handler, static: bool
 ) -> None:
-    journal = ListJournal()
-    tokens = StaticTokens(["tok-1"], kind="env:AGENTTEAM_TOKEN") if static else None
+    journal = MemoryJournal()
+    tokens = static_token() if static else None
     bridge, _ = make_bridge(handler, journal, tokens)
     result = await bridge.call(shape.tool, shape.args, shape.meta, 1)
     assert result.is_error, result.structured_content
@@ -320,7 +318,7 @@ def test_retry_after_is_whole_seconds_rounded_up(value: object, seconds: int | N
 async def test_rate_limited_answers_carry_an_integer_delay(
     headers: dict[str, str], body: Any, seconds: int | None
 ) -> None:
-    bridge, _ = make_bridge(_answer(429, body, headers), ListJournal())
+    bridge, _ = make_bridge(_answer(429, body, headers), MemoryJournal())
     result = await bridge.call("task_list", {"channel": "general"}, {}, 1)
     error = result.structured_content["error"]  # type: ignore[index]
     assert (error["code"], error["retryable"]) == ("rate_limited", True)
@@ -338,13 +336,13 @@ async def test_rate_limited_answers_carry_an_integer_delay(
 async def test_a_static_token_refused_does_not_claim_a_refresh() -> None:
     bridge, _ = make_bridge(
         _answer(401, _err("token_expired")),
-        ListJournal(),
-        StaticTokens(["tok-1"], kind="env:AGENTTEAM_TOKEN"),
+        MemoryJournal(),
+        static_token(),
     )
     result = await bridge.call("task_list", {"channel": "general"}, {}, 1)
     message = result.structured_content["error"]["message"]  # type: ignore[index]
     assert "after one refresh" not in message and "cannot refresh" in message
-    refreshing, _ = make_bridge(_answer(401, _err("token_expired")), ListJournal())
+    refreshing, _ = make_bridge(_answer(401, _err("token_expired")), MemoryJournal())
     result = await refreshing.call("task_list", {"channel": "general"}, {}, 1)
     assert "after one refresh" in result.structured_content["error"]["message"]  # type: ignore[index]
 
@@ -359,7 +357,7 @@ async def test_upstream_field_names_reach_the_model_in_snake_case() -> None:
             "details": {"currentUpdatedAt": "2026-12-02T00:00:00.000000Z"},
         }
     }
-    bridge, _ = make_bridge(_answer(409, stale), ListJournal())
+    bridge, _ = make_bridge(_answer(409, stale), MemoryJournal())
     result = await bridge.call(
         "task_update",
         {
@@ -384,7 +382,7 @@ async def test_upstream_field_names_reach_the_model_in_snake_case() -> None:
             "fieldErrors": {"$.patch.assigneeId": "unknown; compare with scopeId"},
         }
     }
-    bridge, _ = make_bridge(_answer(422, invalid), ListJournal())
+    bridge, _ = make_bridge(_answer(422, invalid), MemoryJournal())
     result = await bridge.call("task_get", {"channel": "general", "number": 1}, {}, 1)
     error = result.structured_content["error"]  # type: ignore[index]
     assert error["code"] == "invalid_arguments"
@@ -418,8 +416,8 @@ def _echoing(status: int, code: str) -> Handler:
 async def test_a_token_echoed_by_the_upstream_never_reaches_the_model(
     token: str, status: int, code: str
 ) -> None:
-    journal = ListJournal()
-    bridge, _ = make_bridge(_echoing(status, code), journal, CountingTokens([token]))
+    journal = MemoryJournal()
+    bridge, _ = make_bridge(_echoing(status, code), journal, ScriptedTokens([token]))
     result = await bridge.call("task_list", {"channel": "general"}, {}, 1)
     assert result.is_error
     seen = json.dumps(result.structured_content) + result.content[0].text  # type: ignore[union-attr]
@@ -436,7 +434,7 @@ async def test_a_refreshed_token_echoed_back_is_redacted_too() -> None:
             return httpx.Response(401, json=_err("token_expired"))
         return _echoing(403, "not_a_member")(request)
 
-    bridge, _ = make_bridge(handler, ListJournal(), CountingTokens([old, new]))
+    bridge, _ = make_bridge(handler, MemoryJournal(), ScriptedTokens([old, new]))
     result = await bridge.call("task_list", {"channel": "general"}, {}, 1)
     seen = json.dumps(result.structured_content)
     assert new not in seen and old not in seen and "[REDACTED]" in seen

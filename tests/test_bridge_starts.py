@@ -18,6 +18,7 @@ from bridge._context import redact_url
 from journal import Event, SessionStarted
 from runtime import Runtime
 from tests.bridge_harness import bridge_command, open_bridge
+from tests.bridge_inprocess import serve_inprocess
 from tests.test_bridge_sessions import default_bridge, home_env
 
 
@@ -161,10 +162,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_bad_start_is_one_line_exit_2_and_touches_nothing(case: Case, tmp_path: Path) -> None:
+def test_a_bad_start_is_one_line_exit_2_and_touches_nothing(
+    case: Case, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In-process, through the CLI's `main`; the first case also runs as the console script."""
     args, kept = case.prepare(tmp_path)
     before = snapshot(kept) if kept is not None and kept.is_file() else None
-    one_line(serve(tmp_path, *args), *case.mentioned)
+    one_line(serve_inprocess(tmp_path, capfd, *args), *case.mentioned)
+    if case is CASES[0]:
+        one_line(serve(tmp_path, *args), *case.mentioned)
     if before is not None:
         assert kept is not None and snapshot(kept) == before
 
@@ -222,7 +228,10 @@ async def test_a_session_whose_journal_failed_ends_in_one_line(tmp_path: Path) -
 SECRET_URL = "http://agent:pa55w0rd-s3cret@127.0.0.1:9/api?access_token=tok-s3cret&x=1"
 
 
-def test_a_credential_in_the_api_url_is_never_printed(tmp_path: Path) -> None:
+def test_a_credential_in_the_api_url_is_never_printed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The console script once; the other spellings in-process through the CLI's `main`."""
     env = {
         "AGENTTEAM_API_URL": SECRET_URL,
         "AGENTTEAM_WORKSPACE_ID": "ws",
@@ -231,11 +240,13 @@ def test_a_credential_in_the_api_url_is_never_printed(tmp_path: Path) -> None:
     }
     line = one_line(serve(tmp_path, env=env), "cannot reach", "REDACTED")
     assert "s3cret" not in line and "agent:" not in line
-    line = one_line(serve(tmp_path, "--api-url", SECRET_URL, env={**env, "AGENTTEAM_API_URL": ""}))
-    assert "s3cret" not in line
+    flag = serve_inprocess(
+        tmp_path, capfd, "--api-url", SECRET_URL, env={**env, "AGENTTEAM_API_URL": ""}
+    )
+    assert "s3cret" not in one_line(flag)
     bad_port = "http://u:pa55w0rd-s3cret@127.0.0.1:99999/"
-    line = one_line(serve(tmp_path, env={**env, "AGENTTEAM_API_URL": bad_port}), "not a valid URL")
-    assert "s3cret" not in line
+    done = serve_inprocess(tmp_path, capfd, env={**env, "AGENTTEAM_API_URL": bad_port})
+    assert "s3cret" not in one_line(done, "not a valid URL")
 
 
 def test_files_are_owner_only_under_umask_000(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .bridge_harness import BridgeSession
 
 CANONICAL = [
@@ -17,6 +19,7 @@ CANONICAL = [
 ]
 
 
+@pytest.mark.wire
 async def test_tools_list_is_exactly_the_seven_canonical_tools(bridge: BridgeSession) -> None:
     assert [t.name for t in bridge.tools] == CANONICAL
     again = (await bridge.session.list_tools()).tools
@@ -62,6 +65,7 @@ async def test_subtasks_by_parent_and_by_scope(bridge: BridgeSession) -> None:
     assert by_scope["data"]["channel"] == "eng" and by_scope["data"]["parent"] == 1
 
 
+@pytest.mark.wire
 async def test_rich_create_update_claim_checkpoint_delete(bridge: BridgeSession) -> None:
     rich = {
         "title": "Rich",

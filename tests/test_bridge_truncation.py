@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import mcp_types as types
+import pytest
 import trio
 from jsonschema import Draft202012Validator
 
@@ -46,6 +47,7 @@ def assert_complete_text(result: types.CallToolResult) -> None:
     assert json.loads(json_text) == result.structured_content
 
 
+@pytest.mark.wire
 async def test_a_page_over_budget_is_truncated_with_a_working_continuation(
     bridge: BridgeSession,
 ) -> None:

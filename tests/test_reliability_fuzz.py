@@ -101,15 +101,15 @@ def test_the_bridge_survived_and_journaled_every_answer(fuzzed: Fuzzed) -> None:
     assert "Traceback" not in raw.stderr()
 
 
-async def test_a_call_without_arguments_keeps_the_journal_readable(tmp_path: Path) -> None:
-    async with open_stand(tmp_path) as stand, stand.bridge(tmp_path / "j.db") as raw:
-        answer = await raw.request("tools/call", {"name": "task_list"})  # arguments are optional
-        assert answer["result"]["structuredContent"]["error"]["code"] == "invalid_arguments"
-    report = audit_journal(tmp_path / "j.db", answers={raw.client_name: raw.transcript.answers})
+def test_a_call_without_arguments_keeps_the_journal_readable(fuzzed: Fuzzed) -> None:
+    """On the module's bridge (one process for the whole corpus, as the fixture says)."""
+    raw = fuzzed.raw
+    answer = fuzzed.portal.run(partial(raw.request, "tools/call", {"name": "task_list"}))
+    assert answer["result"]["structuredContent"]["error"]["code"] == "invalid_arguments"
+    report = audit_journal(fuzzed.journal, answers={raw.client_name: raw.transcript.answers})
     assert report.ok, report.findings
 
 
-async def test_a_deprecated_name_without_arguments_gets_a_tool_error(tmp_path: Path) -> None:
-    async with open_stand(tmp_path) as stand, stand.bridge(tmp_path / "j.db") as raw:
-        answer = await raw.request("tools/call", {"name": "create_tasks"})
+def test_a_deprecated_name_without_arguments_gets_a_tool_error(fuzzed: Fuzzed) -> None:
+    answer = fuzzed.portal.run(partial(fuzzed.raw.request, "tools/call", {"name": "create_tasks"}))
     assert answer["result"]["structuredContent"]["error"]["code"] == "deprecated_tool"

@@ -1,4 +1,8 @@
-"""`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors."""
+"""`agentteam-replay` as a person and a script run it: exit codes, --json, tables, errors.
+
+One test per command drives the console script as a subprocess (its first invocation; the other
+cases of the test call `main` in-process, whose return is the exit status); the tables of every
+command (widths, help, JSON schemas, whole answers) call `main` in-process too."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from .replay_helpers import (
     everyday_journal,
     injected,
     replay_cli,
+    replay_main,
     route,
     seq_of,
     session_started,
@@ -39,7 +44,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
     tamper(
         broken.path, f"UPDATE events SET ts_wall = '2020-01-01T00:00:00.000000Z' WHERE seq = {seq}"
     )
-    code, out = cli_json("verify", broken.path, "--key", broken.key_path)
+    code, out = cli_json("verify", broken.path, "--key", broken.key_path, wire=False)
     assert code == 1 and out["ok"] is False
     assert [(f["seq"], f["rule"]) for f in out["findings"]] == [(seq, "hash_mismatch")]
     doubtful = tmp_path / "doubt.db"
@@ -53,7 +58,7 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
             call_event("c1", create, tool="task_create"),
         ],
     )
-    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY)
+    code, out = cli_json("verify", doubtful, "--trusted-key", SEED_VKEY, wire=False)
     assert code == 3 and out["ok"] is True
     assert [(c["call_id"], c["reason"]) for c in out["in_doubt"]] == [("c1", "no_outcome")]
 
@@ -64,21 +69,25 @@ def test_calls(everyday_journal: Built) -> None:
         "task_not_found",
         "idempotency_conflict",
     ]
-    code, out = cli_json("calls", everyday_journal.path, "--tool", "task_update", "--since", "1h")
+    code, out = cli_json(
+        "calls", everyday_journal.path, "--tool", "task_update", "--since", "1h", wire=False
+    )
     assert code == 0 and out["matched"] == 2
-    done = replay_cli("calls", everyday_journal.path, "--since", "yesterday-ish")
+    done = replay_main("calls", everyday_journal.path, "--since", "yesterday-ish")
     assert done.returncode == 2 and "is not a time" in done.stderr
 
 
 def test_show(everyday_journal: Built) -> None:
-    _, listed = cli_json("calls", everyday_journal.path, "--error-code", "task_not_found")
+    _, listed = cli_json(
+        "calls", everyday_journal.path, "--error-code", "task_not_found", wire=False
+    )
     call_id = listed["calls"][0]["call_id"]
     code, out = cli_json("show", everyday_journal.path, call_id)
     assert code == 0 and out["outcome"]["error"]["code"] == "task_not_found"
     assert out["exchanges"][0]["status"] == 404
-    text = replay_cli("show", everyday_journal.path, call_id)
+    text = replay_main("show", everyday_journal.path, call_id)
     assert "The model sent" in text.stdout and "The model saw" in text.stdout
-    missing = replay_cli("show", everyday_journal.path, "nope.1")
+    missing = replay_main("show", everyday_journal.path, "nope.1")
     assert missing.returncode == 2
     assert missing.stderr.strip() == "agentteam-replay: no call 'nope.1' in the journals given"
 
@@ -101,7 +110,7 @@ def test_idempotency(everyday_journal: Built, tmp_path: Path) -> None:
             ),
         ],
     )
-    code, out = cli_json("idempotency", broken)
+    code, out = cli_json("idempotency", broken, wire=False)
     assert code == 1 and [f["rule"] for f in out["findings"]] == ["key_outside_callback"]
 
 
@@ -109,10 +118,16 @@ def test_deprecations(everyday_journal: Built) -> None:
     code, out = cli_json("deprecations", everyday_journal.path)
     assert code == 1 and out["ok"] is False  # just used: no gate is met
     assert {n["old_name"] for n in out["names"]} == {"list_tasks", "$.includeSubtasks"}
-    code, out = cli_json("deprecations", everyday_journal.path, "--as-of", "2099-01-01")
+    code, out = cli_json("deprecations", everyday_journal.path, "--as-of", "2099-01-01", wire=False)
     assert code == 0 and all(n["gate"]["met"] for n in out["names"])
     code, out = cli_json(
-        "deprecations", everyday_journal.path, "--name", "task_claim", "--as-of", "2099-01-01"
+        "deprecations",
+        everyday_journal.path,
+        "--name",
+        "task_claim",
+        "--as-of",
+        "2099-01-01",
+        wire=False,
     )
     assert code == 0 and [n["old_name"] for n in out["names"]] == ["task_claim"]
 
@@ -127,7 +142,7 @@ def test_audit(everyday_journal: Built, tmp_path: Path) -> None:
 def test_rerun(everyday_journal: Built) -> None:
     code, out = cli_json("rerun", everyday_journal.path)
     assert code == 0 and out["ok"] is True and out["same"] == 18
-    done = replay_cli("rerun", everyday_journal.path, "--allow-mutations")
+    done = replay_main("rerun", everyday_journal.path, "--allow-mutations")
     assert done.returncode == 2 and "only with --against" in done.stderr
 
 
@@ -136,7 +151,7 @@ def test_export(everyday_journal: Built, tmp_path: Path) -> None:
     code, out = cli_json("export", everyday_journal.path, "--output", spans)
     assert code == 0 and out["spans"] == 34 and out["calls"] == 18
     assert json.loads(spans.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    done = replay_cli("export", everyday_journal.path, "--format", "jsonl")
+    done = replay_main("export", everyday_journal.path, "--format", "jsonl")
     assert done.returncode == 0 and len(done.stdout.splitlines()) > 18
     assert "exported" in done.stderr  # the summary stays off the data on stdout
 
@@ -145,14 +160,14 @@ def test_export(everyday_journal: Built, tmp_path: Path) -> None:
 def test_tables_fit_the_columns_asked_and_pipes_are_not_wrapped(
     everyday_journal: Built, command: str
 ) -> None:
-    done = replay_cli(
+    done = replay_main(
         command, everyday_journal.path, *(["-o", "/dev/null"] * (command == "export"))
     )
     assert done.returncode in (0, 1), done.stderr
     assert done.stdout and max(len(line) for line in done.stdout.splitlines()) <= 80
     assert "\x1b[" not in done.stdout
     # Piped with no $COLUMNS, nothing is wrapped: the journal's path stands whole on a line.
-    done = replay_cli(
+    done = replay_main(
         command,
         everyday_journal.path,
         *(["-o", "/dev/null"] * (command == "export")),
@@ -166,7 +181,7 @@ def test_tables_fit_the_columns_asked_and_pipes_are_not_wrapped(
 
 @pytest.mark.parametrize("command", (*COMMANDS, "show"))
 def test_help_has_examples(command: str) -> None:
-    done = replay_cli(command, "--help")
+    done = replay_main(command, "--help")
     assert done.returncode == 0 and "examples:" in done.stdout
     assert f"agentteam-replay {command}" in done.stdout
 
@@ -187,9 +202,9 @@ def test_errors_a_person_hits_are_one_line_without_traceback(tmp_path: Path) -> 
 
 
 def test_show_prints_the_whole_answer_the_model_saw(everyday_journal: Built) -> None:
-    _, listed = cli_json("calls", everyday_journal.path, "--status", "rejected")
+    _, listed = cli_json("calls", everyday_journal.path, "--status", "rejected", wire=False)
     rejected = {c["error_code"]: c["call_id"] for c in listed["calls"]}
-    code, out = cli_json("show", everyday_journal.path, rejected["deprecated_tool"])
+    code, out = cli_json("show", everyday_journal.path, rejected["deprecated_tool"], wire=False)
     error = out["outcome"]["error"]
     assert code == 0 and error["retryable"] is False
     assert error["suggested_action"] == {
@@ -197,17 +212,19 @@ def test_show_prints_the_whole_answer_the_model_saw(everyday_journal: Built) -> 
         "arguments": {"channel": "general"},
     }
     # Piped with no $COLUMNS: nothing is cut or wrapped, the answer is all there.
-    text = replay_cli(
+    text = replay_main(
         "show", everyday_journal.path, rejected["deprecated_tool"], env={"COLUMNS": ""}
     )
     saw = text.stdout.split("The model saw", 1)[1].split("Timeline", 1)[0]
     assert '"suggested_action": {' in saw and '"retryable": false' in saw
     assert '"tool": "task_list"' in saw and "…" not in text.stdout
-    _, errors = cli_json("calls", everyday_journal.path, "--error-code", "idempotency_conflict")
-    code, out = cli_json("show", everyday_journal.path, errors["calls"][0]["call_id"])
+    _, errors = cli_json(
+        "calls", everyday_journal.path, "--error-code", "idempotency_conflict", wire=False
+    )
+    code, out = cli_json("show", everyday_journal.path, errors["calls"][0]["call_id"], wire=False)
     assert out["outcome"]["error"]["retryable"] is False
     received = out["arguments"]
-    shown = replay_cli(
+    shown = replay_main(
         "show", everyday_journal.path, errors["calls"][0]["call_id"], env={"COLUMNS": ""}
     )
     line = next(ln for ln in shown.stdout.splitlines() if ln.startswith("  arguments "))
@@ -262,12 +279,12 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
 
     for path, text in render().items():
         assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
-    call_id = cli_json("calls", everyday_journal.path)[1]["calls"][0]["call_id"]
+    call_id = cli_json("calls", everyday_journal.path, wire=False)[1]["calls"][0]["call_id"]
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
     extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
     for command in RESULTS:
         journals = [] if command == "key" else [everyday_journal.path]
-        _, out = cli_json(command, *journals, *extra.get(command, []))
+        _, out = cli_json(command, *journals, *extra.get(command, []), wire=False)
         schema = json.loads(render_path(command).read_text())
         Draft202012Validator.check_schema(schema)
         errors = list(Draft202012Validator(schema).iter_errors(out))

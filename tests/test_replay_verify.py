@@ -19,9 +19,10 @@ from .replay_helpers import (
     SEED,
     Built,
     RawBridge,
+    build,
     call_event,
     copy_journal,
-    everyday_journal,
+    everyday,
     injected,
     key_path_for,
     route,
@@ -31,7 +32,12 @@ from .replay_helpers import (
     write_events,
 )
 
-__all__ = ["everyday_journal"]  # a fixture, shared through the helpers
+
+@pytest.fixture(scope="module")
+def everyday_journal(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The `everyday` session written by `agentteam-bridge serve` as a subprocess: the journal
+    the other replay tests read in-process, proven here on the wire."""
+    return build(tmp_path_factory.mktemp("everyday"), everyday, wire=True)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import journal
 import replay
+from bridge.testing import upstream_task
 
 KEY = b"bench-replay-key-0123456789abcde"
 WORKSPACE, AGENT = "ws_bench", "agt_bench"
@@ -35,19 +36,13 @@ T = TypeVar("T")
 
 
 def _task(number: int, title: str) -> dict[str, Any]:
-    return {
-        "channel": "eng",
-        "number": number,
-        "scopeId": f"tsk_{number:016x}",
-        "title": title,
-        "status": "todo",
-        "priority": None,
-        "assignee": None,
-        "labels": [],
-        "parent": None,
-        "subtaskCount": 0,
-        "updatedAt": "2026-12-02T16:48:24.526760Z",
-    }
+    return upstream_task(
+        channel="eng",
+        number=number,
+        scopeId=f"tsk_{number:016x}",
+        title=title,
+        updatedAt="2026-12-02T16:48:24.526760Z",
+    )
 
 
 def _snake(task: dict[str, Any]) -> dict[str, Any]:
