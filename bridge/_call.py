@@ -27,6 +27,8 @@ import msgspec
 import trio
 
 from journal import (
+    META_CALLBACK,
+    META_RUN,
     CallCancelled,
     CallError,
     CallReceived,
@@ -41,13 +43,14 @@ from journal import (
     TokenRefreshed,
     UpstreamRequest,
     UpstreamResponse,
+    tasks_route,
 )
 
 from . import _inputs as inp
 from ._answer import Answer
 from ._budget import decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
-from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
+from ._context import CredentialError, Credentials, LaunchContext
 from ._errors import (
     CODES,
     OperationKind,
@@ -60,7 +63,7 @@ from ._errors import (
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._telemetry import Tracing, client_trace, passthrough_headers
-from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
+from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, prepare
 from ._upstream import transport_error as classify_transport
 from ._validate import canonical_arguments, validate
 
@@ -124,7 +127,7 @@ class Bridge:
         self.upstream = upstream
         self.journal = journal
         self.session = session
-        self._route = base_route(launch.workspace_id, launch.agent_id)
+        self._route = tasks_route(launch.workspace_id, launch.agent_id)
         self._ids = itertools.count(1)
         self._keys_in_flight: set[tuple[str, ...]] = set()
         # Every token this bridge has sent: an upstream that echoes one back in an error body

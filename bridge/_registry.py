@@ -13,6 +13,8 @@ from typing import Any, Literal
 import mcp_types as types
 import msgspec
 
+from journal import TASKS_ROUTE_TEMPLATE
+
 from . import _inputs as inp
 from . import _outputs as out
 from ._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS
@@ -39,7 +41,7 @@ class Upstream:
     suffix: str
 
     def route(self) -> str:
-        return "/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks" + self.suffix
+        return TASKS_ROUTE_TEMPLATE + self.suffix
 
 
 @dataclass(frozen=True)

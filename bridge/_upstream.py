@@ -30,7 +30,6 @@ __all__ = [
     "Reply",
     "TransportFailure",
     "UpstreamClient",
-    "base_route",
     "camelize",
     "prepare",
     "transport_error",
@@ -102,13 +101,6 @@ def _query_value(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return _encode(value).decode()
     return str(value)
-
-
-def base_route(workspace_id: str, agent_id: str) -> str:
-    return (
-        f"/api/v1/workspaces/{quote(workspace_id, safe='')}/agents/"
-        f"{quote(agent_id, safe='')}/runtime/tasks"
-    )
 
 
 class UpstreamClient:

@@ -17,10 +17,18 @@ from typing import Any
 
 import msgspec
 
-from bridge._budget import keeps_identities
-from bridge._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS, ArgumentAlias, ToolMigration
-from bridge._context import is_hidden_name
-from bridge._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, describe
+import journal
+from bridge import (
+    ARGUMENT_ALIASES,
+    BUDGET_BYTES,
+    INSTRUCTIONS,
+    REGISTRY,
+    TOOL_MIGRATIONS,
+    ArgumentAlias,
+    ToolMigration,
+    describe,
+    keeps_identities,
+)
 
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 PREFERRED_VERBS = ("get", "list", "search", "create", "create_batch", "update", "delete")
@@ -325,7 +333,7 @@ def rule_no_hidden_context(s: Surface) -> Iterator[Violation]:
     """6. no hidden-context field appears in any model input schema."""
     for t in s.tools:
         for path, name, _ in walk_properties(t.input_schema):
-            if is_hidden_name(name):
+            if journal.is_hidden_name(name):
                 yield Violation("no_hidden_context", t.name, path, "hidden context as input")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge._errors import (
+from bridge import (
     BRIDGE_CODES,
     FAILURE_CASES,
     FAILURES,
@@ -16,11 +16,11 @@ from bridge._errors import (
     OPERATION_KINDS,
     PASS_THROUGH,
     PRODUCT_CODES,
+    REGISTRY,
     RETRY_TABLE,
     Answer,
     OperationKind,
 )
-from bridge._registry import REGISTRY
 from tools._generated import write_or_check
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

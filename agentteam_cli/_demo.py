@@ -32,11 +32,9 @@ from rich.text import Text
 
 import journal
 import replay
+from bridge import TOOLS, __version__
+from journal import META_CALLBACK, META_RUN
 from runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
-
-from . import __version__
-from ._context import META_CALLBACK, META_RUN
-from ._registry import TOOLS
 
 CLIENT = types.Implementation(name="agentteam-demo", version=__version__)
 WIDTH = 80
@@ -348,7 +346,7 @@ async def journey(tour: Tour) -> None:
 
 async def _teammate_edits(rt: Runtime, number: int, description: str) -> None:
     """Another agent changes the task over the runtime's own API, outside this bridge."""
-    route = f"/api/v1/workspaces/{rt.workspace_id}/agents/{OTHER_AGENT_ID}/runtime/tasks/update"
+    route = journal.tasks_route(rt.workspace_id, OTHER_AGENT_ID) + "/update"
     token = rt.mint_token(OTHER_AGENT_ID)
     async with httpx.AsyncClient(base_url=rt.url, timeout=STEP_TIMEOUT_SECONDS) as http:
         response = await http.post(
