@@ -16,7 +16,7 @@ Driving one call without a client (what ``agentteam-replay rerun`` does)::
     result = await b.call("task_list", {"channel": "general"}, meta={}, request_id=1)
 
 The registry (``TOOLS``, ``REGISTRY``, ``describe``) is data; the error codes and the
-retryability table are in ``CODES`` and ``RETRY_TABLE``.
+retryability table are in ``CODES`` (keyed by the ``ErrorCode`` literal type) and ``RETRY_TABLE``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._budget import keeps_identities
+    from ._budget import PageState, keeps_identities
     from ._call import Bridge, JournalFailed, Session
     from ._cli import add_serve_command
     from ._compat import (
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         PRODUCT_CODES,
         RETRY_TABLE,
         Answer,
+        ErrorCode,
         Failure,
         OperationKind,
         ToolError,
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
 
 # public name -> the private module defining it (".name" when it is named otherwise there)
 _WHERE: dict[str, str] = {
-    **dict.fromkeys(["keeps_identities"], "_budget"),
+    **dict.fromkeys(["PageState", "keeps_identities"], "_budget"),
     **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
     **dict.fromkeys(["add_serve_command"], "_cli"),
     **dict.fromkeys(
@@ -108,6 +109,7 @@ _WHERE: dict[str, str] = {
             "PRODUCT_CODES",
             "RETRY_TABLE",
             "Answer",
+            "ErrorCode",
             "Failure",
             "OperationKind",
             "ToolError",
@@ -151,10 +153,12 @@ __all__ = [
     "ConfigError",
     "CredentialError",
     "Credentials",
+    "ErrorCode",
     "Failure",
     "JournalFailed",
     "LaunchContext",
     "OperationKind",
+    "PageState",
     "ServeConfig",
     "Session",
     "SessionJournalLost",

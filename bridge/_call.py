@@ -48,23 +48,24 @@ from journal import (
 
 from . import _inputs as inp
 from ._answer import Answer
-from ._budget import decode_cursor, fit, list_digest
+from ._budget import PageState, decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import CredentialError, Credentials, LaunchContext
+from ._dto import from_upstream
 from ._errors import (
     CODES,
     OperationKind,
     ToolError,
     classify_upstream_error,
-    failure_error,
-    snake_keys,
+    internal_error,
+    malformed_answer,
     suggest,
+    transport_error,
 )
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._telemetry import Tracing, client_trace, passthrough_headers
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, prepare
-from ._upstream import transport_error as classify_transport
 from ._validate import canonical_arguments, validate
 
 log = logging.getLogger("agentteam.bridge")
@@ -76,7 +77,7 @@ _MAX_JOURNALED_BODY = 256 * 1024
 _MAX_JOURNALED_ARGUMENTS = 256 * 1024
 _CAPPED_PREFIX = 4096
 # An upstream body nested deeper than this is malformed (the documented shapes nest ~5 deep);
-# checked before any recursive walk of it (snake_keys, conversion, the journal's encoder).
+# checked before any recursive walk of it (conversion, the journal's encoder).
 _MAX_BODY_DEPTH = 32
 _BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
 _OUTCOMES = frozenset({"call_result", "call_error", "call_rejected", "call_cancelled"})
@@ -324,7 +325,7 @@ class Bridge:
     ) -> Answer:
         injected, fields = self._inject(spec, args, meta)
         await call.record(ContextInjected(fields=fields))
-        key_scope = self._key_scope(args, injected)
+        key_scope = self._key_scope(spec, args, injected)
         if key_scope is not None and key_scope in self._keys_in_flight:
             raise ToolError(
                 "idempotency_in_progress", suggested_action={"tool": spec.name, "arguments": args}
@@ -335,7 +336,7 @@ class Bridge:
         call.mutation = spec.mutation
         list_state = None
         upstream_args = args
-        if spec.name == "task_list":
+        if spec.paged:
             upstream_args, list_state = _list_upstream(args)
         try:
             if key_scope is not None:
@@ -358,7 +359,7 @@ class Bridge:
         try:
             data, result_meta = self._normalize(spec, body, list_state)
         except _Unusable:
-            raise _malformed(kind) from None
+            raise malformed_answer(kind) from None
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
@@ -394,7 +395,7 @@ class Bridge:
             InjectedField(name="bearer_token", source=sources["bearer_token"], value="[redacted]"),
         ]
         injected: dict[str, str] = {}
-        if spec.name == "task_create" and "idempotency_key" in args:
+        if spec.operation == "keyed_create" and "idempotency_key" in args:
             run, callback = _workflow_ids(meta)
             injected = {"workflowRunId": run, "callbackEffectId": callback}
             fields += [
@@ -409,7 +410,9 @@ class Bridge:
             ]
         return injected, fields
 
-    def _key_scope(self, args: dict[str, Any], injected: dict[str, str]) -> tuple[str, ...] | None:
+    def _key_scope(
+        self, spec: ToolSpec, args: dict[str, Any], injected: dict[str, str]
+    ) -> tuple[str, ...] | None:
         key = args.get("idempotency_key")
         if key is None:
             return None
@@ -418,7 +421,7 @@ class Bridge:
             self.launch.agent_id,
             injected["workflowRunId"],
             injected["callbackEffectId"],
-            "task_create",
+            spec.name,
             key,
         )
 
@@ -445,7 +448,7 @@ class Bridge:
             try:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
-                error = classify_transport(failure, kind)
+                error = transport_error(failure, kind)
                 error.reason = failure.reason
                 raise error from None
             body, problem = _decode_body(reply.body)
@@ -531,27 +534,27 @@ class Bridge:
         if problem is None:
             return body
         if 200 <= reply.status < 300:
-            raise _malformed(kind)
+            raise malformed_answer(kind)
         return None
 
     def _normalize(
         self,
         spec: ToolSpec,
         body: Any,
-        list_state: tuple[str | None, int, str] | None,
+        list_state: PageState | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         meta: dict[str, Any] = {}
         if not isinstance(body, dict):
             raise _Unusable
-        snake_body = snake_keys(body)
-        next_cursor = snake_body.pop("next_cursor", None)
-        if list_state is not None and list_state[1]:
-            items = snake_body.get("items", [])
+        body = dict(body)
+        next_cursor = body.pop("nextCursor", None)
+        if list_state is not None and list_state.skipped:
+            items = body.get("items", [])
             if not isinstance(items, list):  # the bridge cursor slices a list, nothing else
                 raise _Unusable
-            snake_body["items"] = items[list_state[1] :]
+            body["items"] = items[list_state.skipped :]
         try:
-            data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
+            data = from_upstream(body, spec.data_type)  # camelCase in, snake_case out
         except msgspec.ValidationError:
             raise _Unusable from None
         if isinstance(next_cursor, str):
@@ -690,7 +693,7 @@ class _Call:
 
 
 class _Unusable(Exception):
-    """A 2xx body that is not the tool's documented shape (answered by `_malformed`)."""
+    """A 2xx body that is not the tool's documented shape (answered by `malformed_answer`)."""
 
 
 class _Rejected(Exception):
@@ -701,7 +704,7 @@ class _Rejected(Exception):
         self.error = error
 
 
-def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | None, int, str]]:
+def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
     """Unwrap a bridge cursor (a truncated page's continuation) into the upstream cursor."""
     digest = list_digest(args)
     upstream_args = dict(args)
@@ -714,19 +717,13 @@ def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | No
         else:
             upstream_args["cursor"] = upstream_cursor
     upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
-    return upstream_args, (upstream_cursor, skip, digest)
-
-
-def _malformed(kind: OperationKind) -> ToolError:
-    """A 2xx the bridge cannot use: for a mutation it committed, so it is in doubt, never a
-    retryable failure that would apply it twice."""
-    return failure_error("unusable_answer", kind)
+    return upstream_args, PageState(upstream_cursor, skip, digest)
 
 
 def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:
     """Where the active task is, for the runtime's routing (never hidden context)."""
     task = data.get("task")
-    if task is None and spec.name == "task_create" and len(data.get("tasks", [])) == 1:
+    if task is None and spec.receipt_lists_tasks and len(data.get("tasks", [])) == 1:
         task = data["tasks"][0]
     if not isinstance(task, dict) or "scope_id" not in task:
         return None
@@ -819,13 +816,7 @@ def _internal_error(call: _Call, exc: BaseException) -> ToolError:
         where = where.tb_next
     site = f"{where.tb_frame.f_code.co_filename}:{where.tb_lineno}" if where else "?"
     log.error("internal error in call %s: %s at %s", call.call_id, type(exc).__name__, site)
-    if call.sent:
-        return ToolError(
-            "internal_error",
-            "The bridge failed unexpectedly after sending the change; it may have been applied."
-            " Check with task_get or task_list before retrying.",
-        )
-    return ToolError("internal_error")
+    return internal_error(sent=call.sent)
 
 
 def _unrecorded_line(note: dict[str, Any]) -> str:

@@ -64,6 +64,12 @@ class ToolSpec:
     exposure: str = "default"
     deprecation: str = "active"
     cli_route: str | None = None
+    # Behaviour the call flow reads from here instead of testing tool names:
+    # `paged`: results are pages the bridge may cut and continue with its own cursor;
+    # `receipt_lists_tasks`: the result lists the tasks it made under `tasks`, and when it lists
+    # exactly one, that one is the active task the runtime routes to (`_meta.agentteam/task`).
+    paged: bool = False
+    receipt_lists_tasks: bool = False
     tool: types.Tool = field(init=False, repr=False, compare=False)
 
     @property
@@ -135,6 +141,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         budget="collection",
         operation="read",
         idempotent_hint=True,
+        paged=True,
     ),
     ToolSpec(
         name="task_get",
@@ -172,6 +179,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         budget="receipt",
         operation="keyed_create",
         hidden_context=BASE_CONTEXT + WORKFLOW_CONTEXT,
+        receipt_lists_tasks=True,
     ),
     ToolSpec(
         name="task_update",

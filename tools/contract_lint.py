@@ -25,6 +25,7 @@ from bridge import (
     REGISTRY,
     TOOL_MIGRATIONS,
     ArgumentAlias,
+    PageState,
     ToolMigration,
     describe,
     keeps_identities,
@@ -403,11 +404,11 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             yield Violation("result_budgets", t.name, "budget_class", f"unknown class {budget}")
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
-        state = (None, 0, "digest") if budget == "collection" else None
+        state = PageState(None, 0, "digest") if budget == "collection" else None
         # Only a collection has a continuation for the items it leaves out.
         if "items" in data and budget != "collection":
             yield Violation("result_budgets", t.name, "", "a page needs the collection budget")
-        if not keeps_identities(limit, {"data": data}, state):
+        if not keeps_identities(t.name, limit, {"data": data}, state):
             reason = f"worst case cannot keep its identities in {limit} bytes"
             yield Violation("result_budgets", t.name, "", reason)
 

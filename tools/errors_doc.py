@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge import (
-    BRIDGE_CODES,
+    CODES,
     FAILURE_CASES,
     FAILURES,
     OPERATION_KIND_NOTES,
@@ -119,7 +119,7 @@ def render() -> str:
     lines += [f"- `{failure}`: {text}" for failure, text in FAILURES.items()]
     lines += ["", _IN_DOUBT]
     lines += ["## Codes", "", "| code | retryable by default | meaning |", "| --- | --- | --- |"]
-    for code, (retryable, message) in {**BRIDGE_CODES, **PRODUCT_CODES}.items():
+    for code, (retryable, message) in CODES.items():
         origin = " (product)" if code in PRODUCT_CODES else ""
         lines.append(f"| `{code}`{origin} | {'yes' if retryable else 'no'} | {message} |")
     return "\n".join(lines) + "\n"
