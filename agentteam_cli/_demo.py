@@ -4,6 +4,9 @@ The reference runtime runs in-process on loopback (a fresh database in a temp di
 runs as `agentteam-bridge serve`, a real subprocess, driven by the `mcp` SDK's stdio client, the
 way Claude Code or Cursor would drive it. Every step checks its result against the contract, and
 the journal the bridge wrote is verified at the end. Exit 0 only if every check held.
+
+One module of about 600 lines: a script of steps, each a few lines of call and check, read in
+the order the demo prints them.
 """
 
 from __future__ import annotations

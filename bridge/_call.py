@@ -10,6 +10,10 @@ fail closed, and an answer whose outcome could not be recorded says so in `meta.
 (``{"recorded": false, "reason": ...}``, with ``"in_doubt": true`` for a mutation that was sent).
 Whatever happens inside a call ends in one journaled outcome: a result, an error (any unexpected
 exception becomes `internal_error`, with a fixed message), a rejection or a cancellation.
+
+Over 600 lines on purpose: the stages above and the per-call journal recorder they share are one
+flow a reader follows top to bottom (error codes live in `_errors`, the upstream spelling in
+`_dto`, budgets in `_budget`); the body parsing at the end is the seam to split at next.
 """
 
 from __future__ import annotations

@@ -592,8 +592,9 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
     if error.code == "outcome_unknown" and error.retryable:
         # Repeating is safe (a setter, or a keyed create with its key): the same call settles it.
         return {"tool": tool, "arguments": args}
-    if error.code == "outcome_unknown" and tool == "task_create" and channel:
-        titles = [t.get("title") for t in args.get("tasks", [])]
+    if error.code == "outcome_unknown" and isinstance(args.get("tasks"), list) and channel:
+        # A create in doubt: search the board for the first title it would have made.
+        titles = [t.get("title") for t in args["tasks"] if isinstance(t, dict)]
         return (
             {
                 "tool": "task_list",
