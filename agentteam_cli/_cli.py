@@ -61,7 +61,7 @@ is running; the local agent is a member of every board added here.
 def _local(args: argparse.Namespace) -> int:
     import json
 
-    from runtime import _local as local  # runtime exports no local-workspace API (h14 owns it)
+    from runtime import _local as local  # not in runtime's public face (yet)
 
     db = str(args.db)
     try:
