@@ -66,6 +66,16 @@ _MARKER_RESERVE = 2048
 _INDEX = re.compile(r"\[\d+\]")
 
 
+class PageState(NamedTuple):
+    """Where a list page came from, to continue it after a cut: the upstream cursor that fetched
+    it, how many of its items earlier answers already gave (skipped), and the digest of the list
+    arguments its cursors are bound to."""
+
+    upstream_cursor: str | None
+    skipped: int
+    digest: str
+
+
 def list_digest(arguments: dict[str, Any]) -> str:
     """What a bridge cursor is bound to: every list argument but the cursor and the limit."""
     scope = {k: v for k, v in arguments.items() if k not in ("cursor", "limit")}
@@ -119,14 +129,14 @@ def fit(
     limit: int,
     envelope: dict[str, Any],
     *,
-    list_state: tuple[str | None, int, str] | None = None,
+    list_state: PageState | None = None,
     list_arguments: dict[str, Any] | None = None,
 ) -> bool:
     """Bound the envelope to `limit` bytes of compact JSON in place; True when truncated.
 
-    `list_state` is the (upstream cursor of this page, items skipped, digest) needed to continue
-    a cut `task_list` page, and `list_arguments` the call's arguments, repeated in
-    `meta.continuation`. Never raises: at worst it logs that the floor is over the budget.
+    `list_state` is the PageState needed to continue a cut page (of a `paged` tool), and
+    `list_arguments` the call's arguments, repeated in `meta.continuation`. Never raises: at
+    worst it logs that the floor is over the budget.
     """
     if size(envelope) <= limit:
         return False
@@ -150,7 +160,7 @@ def _cut(
     tool: str,
     limit: int,
     envelope: dict[str, Any],
-    list_state: tuple[str | None, int, str] | None,
+    list_state: PageState | None,
     arguments: dict[str, Any],
 ) -> None:
     data = envelope.get("data")
@@ -160,7 +170,7 @@ def _cut(
     page_cut = False
     if isinstance(data, dict):
         if list_state is not None and isinstance(data.get("items"), list):
-            page_cut = _cut_page(envelope, limit, list_state, arguments)
+            page_cut = _cut_page(tool, envelope, limit, list_state, arguments)
             if page_cut:
                 paths.append("$.data.items")
         # A cut page's cursor counts its items: they are never shortened after it.
@@ -170,7 +180,7 @@ def _cut(
 
 
 def keeps_identities(
-    limit: int, envelope: dict[str, Any], list_state: tuple[str | None, int, str] | None = None
+    tool: str, limit: int, envelope: dict[str, Any], list_state: PageState | None = None
 ) -> bool:
     """Whether `envelope` fits `limit` keeping every identity and every entry of its result lists.
 
@@ -181,14 +191,15 @@ def keeps_identities(
     trial: dict[str, Any] = msgspec.json.decode(_plain({**envelope, "meta": {}}))
     limit -= _MARKER_RESERVE
     if list_state is not None and isinstance(trial["data"].get("items"), list):
-        _cut_page(trial, limit, list_state, {})
+        _cut_page(tool, trial, limit, list_state, {})
     return _Cutter(trial, limit, ("$.data.items",))._fits(_Caps(text=0, inner=0))
 
 
 def _cut_page(
+    tool: str,
     envelope: dict[str, Any],
     limit: int,
-    list_state: tuple[str | None, int, str],
+    list_state: PageState,
     arguments: dict[str, Any],
 ) -> bool:
     """Keep the page's first items that fit (at least one); True when items were dropped."""
@@ -198,7 +209,7 @@ def _cut_page(
 
     def page(keep: int) -> dict[str, Any]:
         cursor = encode_cursor(upstream, skipped + keep, digest)
-        continuation = {"tool": "task_list", "arguments": {**arguments, "cursor": cursor}}
+        continuation = {"tool": tool, "arguments": {**arguments, "cursor": cursor}}
         return {
             **envelope,
             "data": {**data, "items": items[:keep]},

@@ -10,6 +10,10 @@ fail closed, and an answer whose outcome could not be recorded says so in `meta.
 (``{"recorded": false, "reason": ...}``, with ``"in_doubt": true`` for a mutation that was sent).
 Whatever happens inside a call ends in one journaled outcome: a result, an error (any unexpected
 exception becomes `internal_error`, with a fixed message), a rejection or a cancellation.
+
+Over 600 lines on purpose: the stages above and the per-call journal recorder they share are one
+flow a reader follows top to bottom (error codes live in `_errors`, the upstream spelling in
+`_dto`, budgets in `_budget`); the body parsing at the end is the seam to split at next.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import msgspec
 import trio
 
 from journal import (
+    META_CALLBACK,
+    META_RUN,
     CallCancelled,
     CallError,
     CallReceived,
@@ -41,27 +47,29 @@ from journal import (
     TokenRefreshed,
     UpstreamRequest,
     UpstreamResponse,
+    tasks_route,
 )
 
 from . import _inputs as inp
 from ._answer import Answer
-from ._budget import decode_cursor, fit, list_digest
+from ._budget import PageState, decode_cursor, fit, list_digest
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
-from ._context import META_CALLBACK, META_RUN, CredentialError, Credentials, LaunchContext
+from ._context import CredentialError, Credentials, LaunchContext
+from ._dto import from_upstream
 from ._errors import (
     CODES,
     OperationKind,
     ToolError,
     classify_upstream_error,
-    failure_error,
-    snake_keys,
+    internal_error,
+    malformed_answer,
     suggest,
+    transport_error,
 )
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._telemetry import Tracing, client_trace, passthrough_headers
-from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, base_route, prepare
-from ._upstream import transport_error as classify_transport
+from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, prepare
 from ._validate import canonical_arguments, validate
 
 log = logging.getLogger("agentteam.bridge")
@@ -73,7 +81,7 @@ _MAX_JOURNALED_BODY = 256 * 1024
 _MAX_JOURNALED_ARGUMENTS = 256 * 1024
 _CAPPED_PREFIX = 4096
 # An upstream body nested deeper than this is malformed (the documented shapes nest ~5 deep);
-# checked before any recursive walk of it (snake_keys, conversion, the journal's encoder).
+# checked before any recursive walk of it (conversion, the journal's encoder).
 _MAX_BODY_DEPTH = 32
 _BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
 _OUTCOMES = frozenset({"call_result", "call_error", "call_rejected", "call_cancelled"})
@@ -124,7 +132,7 @@ class Bridge:
         self.upstream = upstream
         self.journal = journal
         self.session = session
-        self._route = base_route(launch.workspace_id, launch.agent_id)
+        self._route = tasks_route(launch.workspace_id, launch.agent_id)
         self._ids = itertools.count(1)
         self._keys_in_flight: set[tuple[str, ...]] = set()
         # Every token this bridge has sent: an upstream that echoes one back in an error body
@@ -321,7 +329,7 @@ class Bridge:
     ) -> Answer:
         injected, fields = self._inject(spec, args, meta)
         await call.record(ContextInjected(fields=fields))
-        key_scope = self._key_scope(args, injected)
+        key_scope = self._key_scope(spec, args, injected)
         if key_scope is not None and key_scope in self._keys_in_flight:
             raise ToolError(
                 "idempotency_in_progress", suggested_action={"tool": spec.name, "arguments": args}
@@ -332,7 +340,7 @@ class Bridge:
         call.mutation = spec.mutation
         list_state = None
         upstream_args = args
-        if spec.name == "task_list":
+        if spec.paged:
             upstream_args, list_state = _list_upstream(args)
         try:
             if key_scope is not None:
@@ -355,7 +363,7 @@ class Bridge:
         try:
             data, result_meta = self._normalize(spec, body, list_state)
         except _Unusable:
-            raise _malformed(kind) from None
+            raise malformed_answer(kind) from None
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
@@ -391,7 +399,7 @@ class Bridge:
             InjectedField(name="bearer_token", source=sources["bearer_token"], value="[redacted]"),
         ]
         injected: dict[str, str] = {}
-        if spec.name == "task_create" and "idempotency_key" in args:
+        if spec.operation == "keyed_create" and "idempotency_key" in args:
             run, callback = _workflow_ids(meta)
             injected = {"workflowRunId": run, "callbackEffectId": callback}
             fields += [
@@ -406,7 +414,9 @@ class Bridge:
             ]
         return injected, fields
 
-    def _key_scope(self, args: dict[str, Any], injected: dict[str, str]) -> tuple[str, ...] | None:
+    def _key_scope(
+        self, spec: ToolSpec, args: dict[str, Any], injected: dict[str, str]
+    ) -> tuple[str, ...] | None:
         key = args.get("idempotency_key")
         if key is None:
             return None
@@ -415,7 +425,7 @@ class Bridge:
             self.launch.agent_id,
             injected["workflowRunId"],
             injected["callbackEffectId"],
-            "task_create",
+            spec.name,
             key,
         )
 
@@ -442,7 +452,7 @@ class Bridge:
             try:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:
-                error = classify_transport(failure, kind)
+                error = transport_error(failure, kind)
                 error.reason = failure.reason
                 raise error from None
             body, problem = _decode_body(reply.body)
@@ -528,27 +538,27 @@ class Bridge:
         if problem is None:
             return body
         if 200 <= reply.status < 300:
-            raise _malformed(kind)
+            raise malformed_answer(kind)
         return None
 
     def _normalize(
         self,
         spec: ToolSpec,
         body: Any,
-        list_state: tuple[str | None, int, str] | None,
+        list_state: PageState | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         meta: dict[str, Any] = {}
         if not isinstance(body, dict):
             raise _Unusable
-        snake_body = snake_keys(body)
-        next_cursor = snake_body.pop("next_cursor", None)
-        if list_state is not None and list_state[1]:
-            items = snake_body.get("items", [])
+        body = dict(body)
+        next_cursor = body.pop("nextCursor", None)
+        if list_state is not None and list_state.skipped:
+            items = body.get("items", [])
             if not isinstance(items, list):  # the bridge cursor slices a list, nothing else
                 raise _Unusable
-            snake_body["items"] = items[list_state[1] :]
+            body["items"] = items[list_state.skipped :]
         try:
-            data = msgspec.to_builtins(msgspec.convert(snake_body, spec.data_type, strict=True))
+            data = from_upstream(body, spec.data_type)  # camelCase in, snake_case out
         except msgspec.ValidationError:
             raise _Unusable from None
         if isinstance(next_cursor, str):
@@ -687,7 +697,7 @@ class _Call:
 
 
 class _Unusable(Exception):
-    """A 2xx body that is not the tool's documented shape (answered by `_malformed`)."""
+    """A 2xx body that is not the tool's documented shape (answered by `malformed_answer`)."""
 
 
 class _Rejected(Exception):
@@ -698,7 +708,7 @@ class _Rejected(Exception):
         self.error = error
 
 
-def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | None, int, str]]:
+def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
     """Unwrap a bridge cursor (a truncated page's continuation) into the upstream cursor."""
     digest = list_digest(args)
     upstream_args = dict(args)
@@ -711,19 +721,13 @@ def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], tuple[str | No
         else:
             upstream_args["cursor"] = upstream_cursor
     upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
-    return upstream_args, (upstream_cursor, skip, digest)
-
-
-def _malformed(kind: OperationKind) -> ToolError:
-    """A 2xx the bridge cannot use: for a mutation it committed, so it is in doubt, never a
-    retryable failure that would apply it twice."""
-    return failure_error("unusable_answer", kind)
+    return upstream_args, PageState(upstream_cursor, skip, digest)
 
 
 def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:
     """Where the active task is, for the runtime's routing (never hidden context)."""
     task = data.get("task")
-    if task is None and spec.name == "task_create" and len(data.get("tasks", [])) == 1:
+    if task is None and spec.receipt_lists_tasks and len(data.get("tasks", [])) == 1:
         task = data["tasks"][0]
     if not isinstance(task, dict) or "scope_id" not in task:
         return None
@@ -816,13 +820,7 @@ def _internal_error(call: _Call, exc: BaseException) -> ToolError:
         where = where.tb_next
     site = f"{where.tb_frame.f_code.co_filename}:{where.tb_lineno}" if where else "?"
     log.error("internal error in call %s: %s at %s", call.call_id, type(exc).__name__, site)
-    if call.sent:
-        return ToolError(
-            "internal_error",
-            "The bridge failed unexpectedly after sending the change; it may have been applied."
-            " Check with task_get or task_list before retrying.",
-        )
-    return ToolError("internal_error")
+    return internal_error(sent=call.sent)
 
 
 def _unrecorded_line(note: dict[str, Any]) -> str:

@@ -1,141 +1,21 @@
-"""Command line of `agentteam-bridge`: a thin layer that parses flags and calls the Python API."""
+"""`serve`, the bridge's own command: its flags and what it runs, as the MCP client launches it.
+
+``agentteam-bridge`` (:mod:`agentteam_cli`) mounts this command beside ``runtime`` and ``demo``
+with :func:`add_serve_command`; ``python -m bridge._cli serve`` runs it alone, with nothing of the
+runtime or the replay auditor imported.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__
-from ._paths import default_journal_dir, default_runtime_db, journal_setting
-
-_EPILOG_RUNTIME = """\
-examples:
-  agentteam-bridge runtime --port 8765 --db ./runtime.db
-  # in the background, then the AGENTTEAM_* exports it prints, in this shell:
-  agentteam-bridge runtime --port 8765 > runtime.env &
-  until grep -q TOKEN runtime.env; do sleep 0.2; done; . ./runtime.env
-"""
-
-
-def _runtime(args: argparse.Namespace) -> int:
-    import trio
-
-    from runtime import RuntimeConfig, serve_forever
-
-    config = RuntimeConfig(
-        db_path=str(args.db), host=args.host, port=args.port, token_ttl_seconds=args.token_ttl
-    )
-    try:
-        trio.run(serve_forever, config)
-    except KeyboardInterrupt:
-        return 0
-    except OSError as exc:
-        print(
-            f"agentteam-bridge runtime: cannot listen on {args.host}:{args.port}: "
-            f"{exc.strerror or exc}. Choose another --port.",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-_EPILOG_LOCAL = """\
-examples:
-  agentteam-bridge runtime board add ops --name Operations
-  agentteam-bridge runtime board list
-  agentteam-bridge runtime callback open run_1 cb_1     # prints the _meta a client passes
-  agentteam-bridge runtime callback complete run_1 cb_1
-They act on the runtime database (default: the one `serve --embedded` uses), also while a bridge
-is running; the local agent is a member of every board added here.
-"""
-
-
-def _local(args: argparse.Namespace) -> int:
-    import json
-
-    from runtime import _local as local
-
-    db = str(args.db)
-    try:
-        if args.what == "board" and args.action == "add":
-            board = local.add_board(db, args.slug, args.name)
-            print(
-                f"board {board.slug} ({board.name}): {board.members} members, {board.tasks} tasks"
-            )
-        elif args.what == "board":
-            for board in local.list_boards(db):
-                print(f"{board.slug}\t{board.name}\t{board.members} members\t{board.tasks} tasks")
-        elif args.action == "open":
-            local.open_callback(db, args.run_id, args.callback_id, args.agent)
-            meta = {
-                "agentteam/workflow_run_id": args.run_id,
-                "agentteam/callback_effect_id": args.callback_id,
-            }
-            print(json.dumps({"_meta": meta}))
-        elif args.action == "complete":
-            local.complete_callback(db, args.run_id, args.callback_id)
-            print(f"callback {args.run_id}/{args.callback_id} completed")
-        else:
-            for cb in local.list_callbacks(db):
-                print(f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}")
-    except local.LocalError as exc:
-        print(f"agentteam-bridge runtime {args.what}: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, sqlite3.Error) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        print(f"agentteam-bridge runtime {args.what}: cannot use {db}: {reason}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _local_commands(rt: argparse.ArgumentParser) -> None:
-    """`runtime board ...` and `runtime callback ...`: organise the local workspace."""
-    sub = rt.add_subparsers(dest="what", metavar="{board,callback}")
-
-    def command(name: str, action: str, help: str) -> argparse.ArgumentParser:
-        p = groups[name].add_parser(
-            action,
-            help=help,
-            epilog=_EPILOG_LOCAL,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        p.add_argument(
-            "--db",
-            default=default_runtime_db(),
-            help=f"the runtime database (default {default_runtime_db()})",
-        )
-        p.set_defaults(run=_local, action=action)
-        return p
-
-    groups = {}
-    for name, help in (
-        ("board", "add or list boards of the local workspace"),
-        ("callback", "open, complete or list workflow callbacks"),
-    ):
-        group = sub.add_parser(
-            name,
-            help=help,
-            epilog=_EPILOG_LOCAL,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        groups[name] = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = command("board", "add", "add a board (every local member on it)")
-    add.add_argument("slug", help="the board's slug: a-z, 0-9 and '-'")
-    add.add_argument("--name", help="display name (default: the slug)")
-    command("board", "list", "list the boards, their members and tasks")
-    opened = command("callback", "open", "open an active callback; print the _meta to pass")
-    opened.add_argument("run_id")
-    opened.add_argument("callback_id")
-    opened.add_argument("--agent", default="agt_local", help="the responder (default agt_local)")
-    done = command("callback", "complete", "complete a callback (receipts still replay)")
-    done.add_argument("run_id")
-    done.add_argument("callback_id")
-    command("callback", "list", "list callbacks and their state")
-
+from ._paths import default_journal_dir, journal_setting
 
 _EPILOG_SERVE = """\
 examples:
@@ -180,53 +60,9 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-_EPILOG_DEMO = """\
-examples:
-  agentteam-bridge demo                           # journal in a fresh temp dir
-  agentteam-bridge demo --journal ./demo/journal.db
-Exit status: 0 when every step behaved as the contract says, 1 when one did not, 2 when the
-demo could not start.
-"""
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from ._demo import DemoConfig, run_demo
-
-    return run_demo(DemoConfig(journal_path=args.journal))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentteam-bridge",
-        description="The AgentTeam Task MCP bridge and its reference runtime.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    rt = sub.add_parser(
-        "runtime",
-        help="run the reference Agent Runtime API alone on loopback",
-        description="Run the reference Agent Runtime API and print the AGENTTEAM_* environment "
-        "a bridge needs to reach it (on stdout, as shell exports).",
-        epilog=_EPILOG_RUNTIME,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    rt.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    rt.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free)")
-    rt.add_argument(
-        "--db",
-        default=default_runtime_db(),
-        help=f"SQLite database file (default {default_runtime_db()})",
-    )
-    rt.add_argument(
-        "--token-ttl",
-        type=float,
-        default=900.0,
-        help="lifetime of minted bearer tokens in seconds (default 900)",
-    )
-    rt.set_defaults(run=_runtime)
-    _local_commands(rt)
-
-    sv = sub.add_parser(
+def add_serve_command(sub: Any) -> argparse.ArgumentParser:
+    """Add `serve` to an ``add_subparsers()`` group; ``args.run(args)`` then runs it."""
+    sv: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="run the stdio MCP server (what an MCP client launches)",
         description="Run the stdio MCP server exposing the seven Task tools. Context comes from "
@@ -285,28 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="journal without fsync per outcome (benchmarks only)",
     )
     sv.set_defaults(run=_serve)
-
-    dm = sub.add_parser(
-        "demo",
-        help="walk an agent through every tool against the local reference runtime",
-        description="Start the reference runtime on loopback, launch `agentteam-bridge serve` "
-        "through a real MCP stdio client, drive all seven tools (a stale update, an idempotent "
-        "replay and a deprecated name included), then verify and summarise the journal.",
-        epilog=_EPILOG_DEMO,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    dm.add_argument(
-        "--journal",
-        type=Path,
-        default=None,
-        help="journal file to write (default: journal.db in a fresh temp dir, printed at the end)",
-    )
-    dm.set_defaults(run=_demo)
-    return parser
+    return sv
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    """`python -m bridge._cli serve ...`: the serve command alone."""
+    parser = argparse.ArgumentParser(
+        prog="agentteam-bridge", description="The AgentTeam Task MCP bridge."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_serve_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,

@@ -106,6 +106,13 @@ ARGUMENT_ALIASES: tuple[ArgumentAlias, ...] = (
     *(ArgumentAlias(old, new) for old, new in _CAMEL.items()),
     *(ArgumentAlias(name, f"patch.{name}", tools=("task_update",)) for name in PATCH_FIELDS),
 )
+# The tools whose flat PATCH_FIELDS fold into `patch`, read from the aliases above.
+_FOLDS_INTO_PATCH: frozenset[str] = frozenset(
+    tool
+    for alias in ARGUMENT_ALIASES
+    if alias.canonical.startswith("patch.")
+    for tool in alias.tools
+)
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ def translate_arguments(tool: str, arguments: Any) -> tuple[Any, list[Use]]:
         return arguments, []
     uses: list[Use] = []
     translated = _rename(arguments, "$", uses)
-    if tool == "task_update":
+    if tool in _FOLDS_INTO_PATCH:
         flat = [k for k in PATCH_FIELDS if k in translated]
         if flat:
             patch = translated.get("patch")

@@ -17,42 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import trio
 
-META_RUN = "agentteam/workflow_run_id"
-META_CALLBACK = "agentteam/callback_effect_id"
 _TOKEN_COMMAND_TIMEOUT_SECONDS = 15.0
-
-# Argument names a model might use to smuggle hidden context; compared after normalisation.
-HIDDEN_NAMES = frozenset(
-    {
-        "workspace",
-        "workspaceid",
-        "agent",
-        "agentid",
-        "callingagent",
-        "principal",
-        "workflowrun",
-        "workflowrunid",
-        "runid",
-        "callbackeffect",
-        "callbackeffectid",
-        "callbackid",
-        "token",
-        "bearer",
-        "bearertoken",
-        "accesstoken",
-        "authorization",
-        "auth",
-        "credential",
-        "credentials",
-        "apikey",
-        "secret",
-        "password",
-        "session",
-        "sessionid",
-    }
-)
-
-
 _REDACTED: Final = "REDACTED"
 
 
@@ -80,10 +45,6 @@ def redact_url(url: str) -> str:
         query = query or _REDACTED
     fragment = _REDACTED if parts.fragment else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
-
-
-def is_hidden_name(name: str) -> bool:
-    return name.replace("_", "").replace("-", "").lower() in HIDDEN_NAMES
 
 
 class ConfigError(Exception):

@@ -43,14 +43,65 @@ import re
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from functools import lru_cache
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-import msgspec
+from ._dto import model_text, snake_keys, snake_path
 
-from . import _inputs, _outputs
+if TYPE_CHECKING:
+    from ._http11 import TransportFailure
 
-BRIDGE_CODES: dict[str, tuple[bool, str]] = {
+# The bridge's own codes (a code not listed here or in ProductCode fails mypy).
+BridgeCode = Literal[
+    "invalid_arguments",
+    "hidden_context_field",
+    "unknown_tool",
+    "deprecated_tool",
+    "context_missing",
+    "credential_unavailable",
+    "idempotency_key_requires_callback",
+    "idempotency_in_progress",
+    "journal_unavailable",
+    "unauthorized",
+    "credential_mismatch",
+    "rate_limited",
+    "upstream_unavailable",
+    "upstream_failure",
+    "upstream_rejected",
+    "upstream_malformed",
+    "upstream_unreachable",
+    "upstream_timeout",
+    "outcome_unknown",
+    "internal_error",
+]
+# The Agent Runtime API's product codes (contract section 13).
+ProductCode = Literal[
+    "channel_not_found",
+    "task_not_found",
+    "task_deleted",
+    "scope_not_found",
+    "scope_deleted",
+    "scope_not_task",
+    "target_not_found",
+    "target_invalid",
+    "target_conflict",
+    "not_a_member",
+    "not_creator",
+    "descendant_not_owned",
+    "subtask_mode_required",
+    "assignee_not_member",
+    "parent_cycle",
+    "empty_patch",
+    "stale_update",
+    "idempotency_conflict",
+    "callback_not_active",
+    "callback_responder_mismatch",
+    "cursor_mismatch",
+    "cursor_invalid",
+    "payload_too_large",
+]
+ErrorCode = BridgeCode | ProductCode
+
+BRIDGE_CODES: Final[dict[BridgeCode, tuple[bool, str]]] = {
     "invalid_arguments": (False, "The arguments do not match the tool's schema."),
     "hidden_context_field": (
         False,
@@ -87,7 +138,7 @@ BRIDGE_CODES: dict[str, tuple[bool, str]] = {
 
 # Product codes of the Agent Runtime API (contract section 13): the only upstream codes passed
 # through to the model. Any other code (one of the bridge's own above included) is not trusted.
-PRODUCT_CODES: dict[str, tuple[bool, str]] = {
+PRODUCT_CODES: Final[dict[ProductCode, tuple[bool, str]]] = {
     "channel_not_found": (False, "No such board."),
     "task_not_found": (False, "No such task on this board."),
     "task_deleted": (False, "The task was deleted."),
@@ -114,20 +165,22 @@ PRODUCT_CODES: dict[str, tuple[bool, str]] = {
 }
 
 # code -> (retryable when nothing else decides, safe default message)
-CODES: dict[str, tuple[bool, str]] = {**BRIDGE_CODES, **PRODUCT_CODES}
+CODES: Final[dict[ErrorCode, tuple[bool, str]]] = dict(BRIDGE_CODES.items())
+CODES.update(PRODUCT_CODES.items())
 
 # Upstream codes the bridge knows under another name; also passed through (as that name).
-_UPSTREAM_ALIASES: Final = {
+_UPSTREAM_ALIASES: Final[dict[str, ErrorCode]] = {
     "validation_failed": "invalid_arguments",
     "token_scope_mismatch": "credential_mismatch",
     "idempotency_key_requires_callback": "idempotency_key_requires_callback",
 }
+# upstream code -> the code passed through to the model: the product codes and the aliases.
+_PASSED_THROUGH: Final[dict[str, ErrorCode]] = dict(_UPSTREAM_ALIASES)
+_PASSED_THROUGH.update((code, code) for code in PRODUCT_CODES)
 # The runtime's documented 503 code: refused before any processing (docs/runtime.md).
 _NOT_PROCESSED_503 = "service_unavailable"
 _MAX_RETRY_AFTER_SECONDS = 86_400
 
-_QUOTED_CAMEL = re.compile(r"`([a-z]+(?:[A-Z][a-z0-9]*)+)`")
-_CAMEL_WORD = re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 _PLAIN_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 # ---------------------------------------------------------------------------------------------
@@ -226,11 +279,15 @@ FAILURE_CASES: Final[dict[Failure, str]] = {
 }
 
 
+PassThrough = Literal["<product code>"]
+PASS_THROUGH: Final[PassThrough] = "<product code>"
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """One cell of the table: the code the model sees and whether it may simply retry."""
 
-    code: str  # PASS_THROUGH: the upstream's own product code
+    code: ErrorCode | PassThrough  # PASS_THROUGH: the upstream's own product code
     retryable: bool
 
     @property
@@ -240,15 +297,12 @@ class Answer:
         return self.code == "outcome_unknown"
 
 
-PASS_THROUGH: Final = "<product code>"
-
-
-def _same_for_all(code: str, retryable: bool) -> dict[OperationKind, Answer]:
+def _same_for_all(code: ErrorCode | PassThrough, retryable: bool) -> dict[OperationKind, Answer]:
     """Nothing reached the service, or it refused: what the call was does not matter."""
     return {kind: Answer(code, retryable) for kind in OPERATION_KINDS}
 
 
-def _maybe_applied(read_code: str) -> dict[OperationKind, Answer]:
+def _maybe_applied(read_code: ErrorCode) -> dict[OperationKind, Answer]:
     """The request may have taken effect: a read just retries; a mutation is in doubt, and
     retryable only where repeating it is safe."""
     return {
@@ -299,7 +353,7 @@ class ToolError(Exception):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode,
         message: str | None = None,
         *,
         retryable: bool | None = None,
@@ -310,7 +364,7 @@ class ToolError(Exception):
     ) -> None:
         default_retryable, default_message = CODES[code]
         super().__init__(message or default_message)
-        self.code = code
+        self.code: ErrorCode = code
         self.message = message or default_message
         self.retryable = default_retryable if retryable is None else retryable
         self.field_errors = field_errors
@@ -346,15 +400,60 @@ def failure_error(
     """The error for a failure whose answer has no product code: code and retryable from the
     table, a message saying what happened and, when in doubt, what is safe to do next."""
     cell = answer(failure, kind)
-    assert cell.code != PASS_THROUGH
+    code = cell.code
+    assert code != PASS_THROUGH, failure
     message = FAILURES[failure] + detail
     if cell.in_doubt:
         message += _IN_DOUBT_ADVICE[kind]
     elif cell.retryable:
         message += " Retrying is safe."
     return ToolError(
-        cell.code, message, retryable=cell.retryable, retry_after_seconds=retry_after_seconds
+        code, message, retryable=cell.retryable, retry_after_seconds=retry_after_seconds
     )
+
+
+# How far a request got when no HTTP answer came back (TransportFailure.kind -> table row).
+_NOT_SENT: Final[dict[str, Failure]] = {
+    "connect_failed": "connect_refused",
+    "connect_timeout": "timeout_before_send",
+    "pool_timeout": "timeout_before_send",
+}
+_SENT: Final[dict[str, Failure]] = {
+    "timeout": "timeout_after_send",
+    "response_too_large": "unusable_answer",
+}
+
+
+def transport_error(failure: TransportFailure, kind: OperationKind) -> ToolError:
+    """The answer to an exchange that produced no usable HTTP response (see RETRY_TABLE)."""
+    if failure.kind == "invalid_request":
+        # The bridge builds every request part but the token: a token with CR, LF or NUL.
+        return ToolError(
+            "credential_unavailable",
+            "The bearer token cannot be sent: it contains a line break or NUL character.",
+        )
+    if failure.sent:
+        return failure_error(_SENT.get(failure.kind, "dropped_after_send"), kind)
+    return failure_error(_NOT_SENT.get(failure.kind, "dropped_before_send"), kind)
+
+
+def malformed_answer(kind: OperationKind) -> ToolError:
+    """A 2xx the bridge cannot use (not JSON, nested too deeply, not the tool's documented
+    shape): for a mutation it committed, so it is in doubt, never a retryable failure that would
+    apply it twice."""
+    return failure_error("unusable_answer", kind)
+
+
+def internal_error(*, sent: bool) -> ToolError:
+    """A bug, answered with a fixed message: never the exception's text, which may hold data;
+    after a change was sent, the model is told it may have been applied."""
+    if sent:
+        return ToolError(
+            "internal_error",
+            "The bridge failed unexpectedly after sending the change; it may have been applied."
+            " Check with task_get or task_list before retrying.",
+        )
+    return ToolError("internal_error")
 
 
 def http_failure(status: int, code: str | None, *, retry_after: bool, refreshable: bool) -> Failure:
@@ -381,11 +480,9 @@ def http_failure(status: int, code: str | None, *, retry_after: bool, refreshabl
     return "unusable_answer"  # 1xx as a final answer, 6xx...: nothing the bridge can read
 
 
-def _product_code(code: str | None) -> str | None:
+def _product_code(code: str | None) -> ErrorCode | None:
     """The code to pass through for an upstream code, or None when it is not one to trust."""
-    if code is None:
-        return None
-    return code if code in PRODUCT_CODES else _UPSTREAM_ALIASES.get(code)
+    return None if code is None else _PASSED_THROUGH.get(code)
 
 
 def classify_upstream_error(
@@ -410,7 +507,7 @@ def classify_upstream_error(
         message = upstream.get("message")
         return ToolError(
             code,
-            _model_text(message) if isinstance(message, str) and len(message) <= 500 else None,
+            model_text(message) if isinstance(message, str) and len(message) <= 500 else None,
             retryable=False,
             field_errors=_snake_paths(upstream.get("fieldErrors")),
             candidates=_candidates(upstream.get("candidates")),
@@ -462,36 +559,11 @@ def parse_retry_after(value: object) -> int | None:
     return min(_MAX_RETRY_AFTER_SECONDS, max(0, math.ceil(min(seconds, 1e9))))
 
 
-def _model_text(text: str) -> str:
-    """Upstream text names DTO fields in camelCase; the model knows them in snake_case."""
-    text = _QUOTED_CAMEL.sub(lambda m: f"`{snake(m.group(1))}`", text)
-    names = _upstream_names()
-    return _CAMEL_WORD.sub(lambda m: snake(m[0]) if m[0] in names else m[0], text)
-
-
-@lru_cache(maxsize=1)
-def _upstream_names() -> frozenset[str]:
-    """Every camelCase name of the upstream DTOs (the tools' input and output types, renamed),
-    and of the hidden context and error envelope the runtime speaks."""
-    names = {"workspaceId", "agentId", "workflowRunId", "callbackEffectId", "fieldErrors"}
-    names |= {"retryAfterSeconds", "currentUpdatedAt", "nextCursor", "scopeId", "updatedAt"}
-    for module in (_inputs, _outputs):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, msgspec.Struct):
-                names |= {_camel(f) for f in value.__struct_fields__ if "_" in f}
-    return frozenset(names)
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
 def _snake_paths(errors: Any) -> dict[str, str] | None:
     if not isinstance(errors, dict):
         return None
     return {
-        snake_path(str(path)): _model_text(str(reason)[:300])
+        snake_path(str(path)): model_text(str(reason)[:300])
         for path, reason in list(errors.items())[:20]
     }
 
@@ -500,34 +572,6 @@ def _candidates(items: Any) -> list[dict[str, Any]] | None:
     if not isinstance(items, list):
         return None
     return [snake_keys(item) for item in items[:5] if isinstance(item, dict)]
-
-
-def snake_keys(value: Any) -> Any:
-    """Rename every key of an upstream builtins tree from camelCase to snake_case."""
-    if isinstance(value, dict):
-        return {snake(str(k)): snake_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [snake_keys(v) for v in value]
-    return value
-
-
-@lru_cache(maxsize=1024)
-def snake(name: str) -> str:
-    """`scopeId` -> `scope_id` (upstream DTO names to model-facing names; the few there are
-    repeat in every answer, hence the cache)."""
-    out = []
-    for ch in name:
-        if ch.isupper():
-            out.append("_")
-            out.append(ch.lower())
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def snake_path(path: str) -> str:
-    """`$.parentTaskScope.scopeId` -> `$.parent_task_scope.scope_id`."""
-    return ".".join(snake(part) for part in path.split("."))
 
 
 def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -548,8 +592,9 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
     if error.code == "outcome_unknown" and error.retryable:
         # Repeating is safe (a setter, or a keyed create with its key): the same call settles it.
         return {"tool": tool, "arguments": args}
-    if error.code == "outcome_unknown" and tool == "task_create" and channel:
-        titles = [t.get("title") for t in args.get("tasks", [])]
+    if error.code == "outcome_unknown" and isinstance(args.get("tasks"), list) and channel:
+        # A create in doubt: search the board for the first title it would have made.
+        titles = [t.get("title") for t in args["tasks"] if isinstance(t, dict)]
         return (
             {
                 "tool": "task_list",

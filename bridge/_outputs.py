@@ -1,8 +1,8 @@
 """Model-facing results: each tool's `data` shape and the shared `{data, meta, error}` envelope.
 
-Upstream answers are converted into these types (camelCase keys renamed first), which both
-validates the upstream body and guarantees that `structuredContent` matches the `outputSchema`
-generated from the same types.
+Upstream answers are converted into these types (through their camelCase twins, bridge/_dto.py),
+which both validates the upstream body and guarantees that `structuredContent` matches the
+`outputSchema` generated from the same types.
 """
 
 from __future__ import annotations

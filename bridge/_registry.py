@@ -13,6 +13,8 @@ from typing import Any, Literal
 import mcp_types as types
 import msgspec
 
+from journal import TASKS_ROUTE_TEMPLATE
+
 from . import _inputs as inp
 from . import _outputs as out
 from ._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS
@@ -39,7 +41,7 @@ class Upstream:
     suffix: str
 
     def route(self) -> str:
-        return "/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks" + self.suffix
+        return TASKS_ROUTE_TEMPLATE + self.suffix
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,12 @@ class ToolSpec:
     exposure: str = "default"
     deprecation: str = "active"
     cli_route: str | None = None
+    # Behaviour the call flow reads from here instead of testing tool names:
+    # `paged`: results are pages the bridge may cut and continue with its own cursor;
+    # `receipt_lists_tasks`: the result lists the tasks it made under `tasks`, and when it lists
+    # exactly one, that one is the active task the runtime routes to (`_meta.agentteam/task`).
+    paged: bool = False
+    receipt_lists_tasks: bool = False
     tool: types.Tool = field(init=False, repr=False, compare=False)
 
     @property
@@ -133,6 +141,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         budget="collection",
         operation="read",
         idempotent_hint=True,
+        paged=True,
     ),
     ToolSpec(
         name="task_get",
@@ -170,6 +179,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         budget="receipt",
         operation="keyed_create",
         hidden_context=BASE_CONTEXT + WORKFLOW_CONTEXT,
+        receipt_lists_tasks=True,
     ),
     ToolSpec(
         name="task_update",

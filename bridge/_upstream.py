@@ -16,7 +16,6 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
 
-from ._errors import Failure, OperationKind, ToolError, failure_error
 from ._http11 import Http11Pool, TransportFailure
 from ._network import Proxy, proxy_for, tls_context
 from ._registry import ToolSpec
@@ -30,10 +29,8 @@ __all__ = [
     "Reply",
     "TransportFailure",
     "UpstreamClient",
-    "base_route",
     "camelize",
     "prepare",
-    "transport_error",
 ]
 
 _encode = msgspec.json.Encoder().encode
@@ -102,13 +99,6 @@ def _query_value(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return _encode(value).decode()
     return str(value)
-
-
-def base_route(workspace_id: str, agent_id: str) -> str:
-    return (
-        f"/api/v1/workspaces/{quote(workspace_id, safe='')}/agents/"
-        f"{quote(agent_id, safe='')}/runtime/tasks"
-    )
 
 
 class UpstreamClient:
@@ -231,28 +221,3 @@ def _kept_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
             text = value.decode("latin-1")
             kept[key] = f"{kept[key]}, {text}" if key in kept else text
     return kept
-
-
-# How far a request got when no HTTP answer came back (TransportFailure.kind -> table row).
-_NOT_SENT: dict[str, Failure] = {
-    "connect_failed": "connect_refused",
-    "connect_timeout": "timeout_before_send",
-    "pool_timeout": "timeout_before_send",
-}
-_SENT: dict[str, Failure] = {
-    "timeout": "timeout_after_send",
-    "response_too_large": "unusable_answer",
-}
-
-
-def transport_error(failure: TransportFailure, kind: OperationKind) -> ToolError:
-    """The answer to an exchange that produced no usable HTTP response (see RETRY_TABLE)."""
-    if failure.kind == "invalid_request":
-        # The bridge builds every request part but the token: a token with CR, LF or NUL.
-        return ToolError(
-            "credential_unavailable",
-            "The bearer token cannot be sent: it contains a line break or NUL character.",
-        )
-    if failure.sent:
-        return failure_error(_SENT.get(failure.kind, "dropped_after_send"), kind)
-    return failure_error(_NOT_SENT.get(failure.kind, "dropped_before_send"), kind)

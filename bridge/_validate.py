@@ -14,8 +14,9 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
+import journal
+
 from . import _inputs as inp
-from ._context import is_hidden_name
 from ._errors import ToolError
 
 _MAX_DEPTH = 16
@@ -74,7 +75,7 @@ def _hidden_fields(node: Any, path: str, depth: int) -> list[str]:
     if isinstance(node, dict):
         for key, value in node.items():
             child = f"{path}.{key}"
-            if isinstance(key, str) and is_hidden_name(key):
+            if isinstance(key, str) and journal.is_hidden_name(key):
                 found.append(child)
             found += _hidden_fields(value, child, depth + 1)
     elif isinstance(node, list):

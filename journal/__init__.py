@@ -49,7 +49,8 @@ UPDATE, DELETE and REPLACE on every table, and an insert that breaks the sequenc
 Canonical encoding and hash: see :mod:`journal._canonical` (sorted-key compact JSON of every
 column but ``hash``, the payload text inserted verbatim; ``hash`` = sha256 hex of it; seq 1's
 ``prev_hash`` is 64 zeros). Redaction rules: :mod:`journal._redact`. Checkpoint signatures and the
-key file: :mod:`journal._checkpoint`.
+key file: :mod:`journal._checkpoint`. What the bridge and replay must agree on (hidden-context
+names, ``_meta`` keys, the Task routes, the call grammar): :mod:`journal._contract`.
 
 Errors::
 
@@ -75,6 +76,17 @@ from ._checkpoint import (
     load_key,
     load_legacy_key,
     sign_checkpoint,
+)
+from ._contract import (
+    HIDDEN_NAMES,
+    META_CALLBACK,
+    META_RUN,
+    OUTCOMES,
+    TASKS_ROUTE_TEMPLATE,
+    Grammar,
+    accepts,
+    is_hidden_name,
+    tasks_route,
 )
 from ._errors import (
     EventEncodeError,
@@ -117,11 +129,16 @@ from ._writer import SyncWriter, open_sync_writer
 __all__ = [
     "COLUMNS",
     "GENESIS_HASH",
+    "HIDDEN_NAMES",
     "KINDS",
     "KIND_SET_VERSION",
+    "META_CALLBACK",
+    "META_RUN",
+    "OUTCOMES",
     "PAYLOAD_TYPES",
     "REDACTED",
     "SCHEMA_VERSION",
+    "TASKS_ROUTE_TEMPLATE",
     "VIEWS",
     "AsyncWriter",
     "CallCancelled",
@@ -137,6 +154,7 @@ __all__ = [
     "Event",
     "EventEncodeError",
     "Finding",
+    "Grammar",
     "HmacKey",
     "InjectedField",
     "JournalError",
@@ -163,10 +181,12 @@ __all__ = [
     "VerifierKey",
     "VerifyReport",
     "WriterStats",
+    "accepts",
     "announce_key",
     "canonical_bytes",
     "default_key_path",
     "export_checkpoint",
+    "is_hidden_name",
     "legacy_key_path",
     "load_checkpoint",
     "load_key",
@@ -177,6 +197,7 @@ __all__ = [
     "record_from_row",
     "row_hash",
     "sign_checkpoint",
+    "tasks_route",
     "trust_of",
     "verify",
     "warm_up_redaction",

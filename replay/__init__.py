@@ -18,8 +18,9 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
 A finding (:class:`Finding`) names the journal, the sequence number and the rule broken; the rules
 of each check are listed in its module (``replay._verify``, ``replay._idempotency``). Inputs a
 person gets wrong (no such file, not a journal, a bad checkpoint or key file) raise
-:class:`ReplayInputError`. ``verify`` imports nothing of the bridge; ``idempotency`` reads the
-declared hints of ``bridge._registry``; ``rerun`` drives ``bridge._call.Bridge``.
+:class:`ReplayInputError`. ``verify`` loads nothing of the bridge; ``idempotency`` reads the
+declared hints of ``bridge.TOOLS``; ``rerun`` drives ``bridge.Bridge`` (public names, resolved on
+first use).
 """
 
 from ._audit import AuditReport, BoardMutations, ErrorCount, Latency, SessionRow, ToolUsage, audit
@@ -28,16 +29,14 @@ from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Ga
 from ._diff import Difference, normalize
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
-from ._grammar import Grammar
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._key import KeyInfo, signing_key
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
-from ._verify import HIDDEN_NAMES, InDoubtCall, JournalReport, Key, VerifyResult, verify
+from ._verify import InDoubtCall, JournalReport, Key, VerifyResult, verify
 
 __all__ = [
-    "HIDDEN_NAMES",
     "AuditReport",
     "BoardMutations",
     "CallDetail",
@@ -54,7 +53,6 @@ __all__ = [
     "ExportResult",
     "Finding",
     "Gate",
-    "Grammar",
     "HintCheck",
     "IdempotencyResult",
     "InDoubtCall",

@@ -16,6 +16,7 @@ from typing import IO, Any, Final
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
+import bridge
 import journal
 
 from . import _render as render
@@ -490,10 +491,10 @@ def _output(target: str) -> Iterator[IO[str]]:
 def default_journals() -> list[Path]:
     """Where the bridge journals with no flag: $AGENTTEAM_JOURNAL or the default pool, and the
     single journal file of earlier versions when it is still there."""
-    from bridge._paths import journal_setting, legacy_journal
-
-    setting = Path(journal_setting()).expanduser()
-    candidates = [setting] if os.environ.get("AGENTTEAM_JOURNAL") else [setting, legacy_journal()]
+    setting = Path(bridge.journal_setting()).expanduser()
+    candidates = (
+        [setting] if os.environ.get("AGENTTEAM_JOURNAL") else [setting, bridge.legacy_journal()]
+    )
     found = [p for p in candidates if p.exists()]
     if not found:
         raise ReplayInputError(

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from journal import CallReceived, Record, UpstreamRequest, UpstreamResponse
+from journal import TASKS_ROUTE_TEMPLATE, CallReceived, Record, UpstreamRequest, UpstreamResponse
 
 from ._source import Progress, open_journals
 from ._story import CallStory, iter_stories, parse_wall
@@ -39,7 +39,6 @@ _SPAN_KIND_SERVER: Final = 2
 _SPAN_KIND_CLIENT: Final = 3
 _STATUS_OK: Final = 1
 _STATUS_ERROR: Final = 2
-_ROUTE_TEMPLATE: Final = "/api/v1/workspaces/{workspaceId}/agents/{agentId}/runtime/tasks"
 BATCH_SPANS: Final = 512
 BATCH_BYTES: Final = 4 << 20
 RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
@@ -260,7 +259,7 @@ def _client_span(
 ) -> dict[str, Any]:
     record, req = sent
     start = _ns(record)
-    template = _ROUTE_TEMPLATE + req.route.partition("/runtime/tasks")[2]
+    template = TASKS_ROUTE_TEMPLATE + req.route.partition("/runtime/tasks")[2]
     attributes = [
         _attr("http.request.method", req.method),
         _attr("url.path", req.route),

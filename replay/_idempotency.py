@@ -30,6 +30,8 @@ from typing import Any, Final
 
 import msgspec
 
+import bridge
+
 from ._findings import Finding
 from ._source import Progress, open_journals
 from ._story import CallStory, iter_stories
@@ -111,9 +113,7 @@ class IdempotencyResult(msgspec.Struct, kw_only=True):
 
 def declared_hints() -> dict[str, bool]:
     """``idempotentHint`` of every tool, from the bridge's registry (the annotations served)."""
-    from bridge._registry import TOOLS
-
-    return {name: spec.idempotent_hint for name, spec in TOOLS.items()}
+    return {name: spec.idempotent_hint for name, spec in bridge.TOOLS.items()}
 
 
 def check_idempotency(

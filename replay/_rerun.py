@@ -1,6 +1,6 @@
 """``rerun``: re-drive recorded calls through today's bridge code and diff with what was recorded.
 
-Each recorded call is sent to a :class:`bridge._call.Bridge` built from its session
+Each recorded call is sent to a :class:`bridge.Bridge` built from its session
 (``session_started``: API URL, workspace, agent, client, compat policy; the injected sources of
 ``context_injected``), with the same arguments, JSON-RPC id and ``_meta`` (the run and callback
 ids come from the recorded injection; other ``_meta`` values are not journaled and are sent as
@@ -39,7 +39,10 @@ import httpx
 import msgspec
 import trio
 
+import bridge
 from journal import (
+    META_CALLBACK,
+    META_RUN,
     CallError,
     CallRejected,
     CallResult,
@@ -51,7 +54,7 @@ from journal import (
 )
 
 if TYPE_CHECKING:
-    from bridge.testing import MemoryJournal, ScriptedTokens
+    import bridge.testing  # at run time `bridge.testing` resolves on first use (bridge.__getattr__)
 
 from ._diff import Difference, diff, normalize
 from ._source import Progress, ReplayInputError, open_journals
@@ -63,8 +66,6 @@ UNRECORDED: Final = "<unrecorded>"
 STATE_DEPENDENT: Final = frozenset(
     {"idempotency_in_progress", "journal_unavailable", "credential_unavailable", "internal_error"}
 )
-_META_RUN: Final = "agentteam/workflow_run_id"
-_META_CALLBACK: Final = "agentteam/callback_effect_id"
 _OPEN_SESSIONS: Final = 8
 _REDACTOR: Final = Redactor()
 
@@ -350,13 +351,13 @@ class _Driver:
 
     def __init__(
         self,
-        bridge: Any,
-        journal: MemoryJournal,
-        tokens: ScriptedTokens,
+        driven: bridge.Bridge,
+        journal: bridge.testing.MemoryJournal,
+        tokens: bridge.testing.ScriptedTokens,
         recorded: _Recorded | None,
         sources: dict[str, str],
     ) -> None:
-        self.bridge = bridge
+        self.bridge = driven
         self.journal = journal
         self.tokens = tokens
         self.recorded = recorded
@@ -396,8 +397,8 @@ def _meta(story: CallStory) -> dict[str, Any]:
     keys = received.meta_keys if received is not None else []
     injected = story.injected
     recorded = {
-        _META_RUN: injected.get("workflow_run_id"),
-        _META_CALLBACK: injected.get("callback_effect_id"),
+        META_RUN: injected.get("workflow_run_id"),
+        META_CALLBACK: injected.get("callback_effect_id"),
     }
     return {k: recorded.get(k) or UNRECORDED for k in keys}
 
@@ -409,8 +410,10 @@ class _Drivers:
         self.against = against
         self.live = against is not None
         self.env = env
-        self._open: OrderedDict[tuple[str, str], tuple[_Driver, Any]] = OrderedDict()
-        self._credentials: dict[tuple[str, str], Any] = {}
+        self._open: OrderedDict[tuple[str, str], tuple[_Driver, bridge.UpstreamClient]] = (
+            OrderedDict()
+        )
+        self._credentials: dict[tuple[str, str], bridge.Credentials] = {}
 
     async def for_story(self, story: CallStory) -> _Driver:
         key = (story.journal_id, story.session_id)
@@ -425,12 +428,7 @@ class _Drivers:
             await old.aclose()
         return driver
 
-    def _build(self, story: CallStory) -> tuple[_Driver, Any]:
-        from bridge._call import Bridge, Session
-        from bridge._context import Credentials, LaunchContext
-        from bridge._upstream import UpstreamClient
-        from bridge.testing import MemoryJournal, ScriptedTokens
-
+    def _build(self, story: CallStory) -> tuple[_Driver, bridge.UpstreamClient]:
         info = story.session or SessionInfo(
             journal_id=story.journal_id, session_id=story.session_id, seq=0, started_at=""
         )
@@ -445,36 +443,38 @@ class _Drivers:
         workspace = info.workspace_id or injected.get("workspace_id") or UNRECORDED
         agent = info.agent_id or injected.get("agent_id") or UNRECORDED
         # Refreshable stand-ins of the recorded source kind; never a real credential.
-        tokens = ScriptedTokens(lambda n: f"replay-token-{n}", kind=sources["bearer_token"])
+        tokens = bridge.testing.ScriptedTokens(
+            lambda n: f"replay-token-{n}", kind=sources["bearer_token"]
+        )
         recorded: _Recorded | None = None
         if self.against is None:
             recorded = _Recorded()
             transport = httpx.MockTransport(recorded.answer)
-            upstream = UpstreamClient(info.api_url or "http://replay.invalid", transport=transport)
-            credentials = Credentials(tokens)
+            upstream = bridge.UpstreamClient(
+                info.api_url or "http://replay.invalid", transport=transport
+            )
+            credentials = bridge.Credentials(tokens)
         else:
-            upstream = UpstreamClient(self.against, env=self.env)  # proxies and CAs as serve
+            upstream = bridge.UpstreamClient(self.against, env=self.env)  # proxies and CAs as serve
             credentials = self._live_credentials(workspace, agent)
-        launch = LaunchContext(
+        launch = bridge.LaunchContext(
             info.api_url or self.against or "http://replay.invalid",
             workspace,
             agent,
             tokens,
             sources,
         )
-        journal = MemoryJournal()
-        session = Session(
+        journal = bridge.testing.MemoryJournal()
+        session = bridge.Session(
             session_id=story.session_id,
             client_name=info.client_name,
             client_version=info.client_version,
         )
-        compat: Any = info.compat_policy or "hint"
-        bridge = Bridge(launch, credentials, upstream, journal, session, compat=compat)
-        return _Driver(bridge, journal, tokens, recorded, sources), upstream
+        compat = _compat_policy(info.compat_policy)
+        driven = bridge.Bridge(launch, credentials, upstream, journal, session, compat=compat)
+        return _Driver(driven, journal, tokens, recorded, sources), upstream
 
-    def _live_credentials(self, workspace: str, agent: str) -> Any:
-        from bridge._context import ConfigError, Credentials, load_launch_context
-
+    def _live_credentials(self, workspace: str, agent: str) -> bridge.Credentials:
         found = self._credentials.get((workspace, agent))
         if found is not None:
             return found
@@ -484,16 +484,27 @@ class _Drivers:
             "AGENTTEAM_AGENT_ID": agent,
         }
         try:
-            launch = load_launch_context(env, api_url=self.against)
-        except ConfigError as exc:
+            launch = bridge.load_launch_context(env, api_url=self.against)
+        except bridge.ConfigError as exc:
             raise ReplayInputError(f"rerun --against: {exc}") from None
-        credentials = self._credentials[(workspace, agent)] = Credentials(launch.token_source)
+        credentials = self._credentials[(workspace, agent)] = bridge.Credentials(
+            launch.token_source
+        )
         return credentials
 
     async def aclose(self) -> None:
         for _, upstream in self._open.values():
             await upstream.aclose()
         self._open.clear()
+
+
+def _compat_policy(recorded: str | None) -> bridge.CompatPolicy:
+    """The session's recorded compat policy; ``hint`` (serve's default) when unrecorded."""
+    if recorded == "strict":
+        return "strict"
+    if recorded == "forward":
+        return "forward"
+    return "hint"
 
 
 def _sources(story: CallStory) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from journal import (
+    OUTCOMES,
     CallError,
     CallReceived,
     CallRejected,
@@ -26,8 +27,6 @@ from journal import (
     UpstreamRequest,
     UpstreamResponse,
 )
-
-from ._grammar import OUTCOMES
 
 __all__ = [
     "MAX_OPEN_CALLS",

@@ -9,7 +9,7 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
 ``checkpoint_hash_mismatch``, ``truncated_before_checkpoint``):
 
 ===============================  =============================================================
-``call_grammar``                 an event out of place in its call (see :mod:`replay._grammar`)
+``call_grammar``                 an event out of place in its call (see :mod:`journal._contract`)
 ``call_incomplete``              a call with no outcome in a session that ended normally
 ``refresh_replay_exceeded``      more than one token refresh or replay in one call
 ``replay_differs``               the replay after a refresh is not the same operation
@@ -37,16 +37,18 @@ import msgspec
 
 import journal
 from journal import (
+    OUTCOMES,
     CallReceived,
     Checkpoint,
     ContextInjected,
+    Grammar,
     Reader,
     SessionStarted,
     UpstreamRequest,
+    is_hidden_name,
 )
 
 from ._findings import Finding
-from ._grammar import OUTCOMES, Grammar
 from ._source import (
     PROGRESS_EVERY,
     Progress,
@@ -58,7 +60,6 @@ from ._source import (
 from ._story import MAX_OPEN_CALLS, is_mutation
 
 __all__ = [
-    "HIDDEN_NAMES",
     "InDoubtCall",
     "JournalReport",
     "Key",
@@ -72,37 +73,6 @@ __all__ = [
 
 MAX_FINDINGS: Final = 1000
 
-# The bridge's list (bridge/_context.py HIDDEN_NAMES; a test keeps the two equal), copied so
-# that verifying a journal needs nothing of the bridge.
-HIDDEN_NAMES: Final = frozenset(
-    {
-        "workspace",
-        "workspaceid",
-        "agent",
-        "agentid",
-        "callingagent",
-        "principal",
-        "workflowrun",
-        "workflowrunid",
-        "runid",
-        "callbackeffect",
-        "callbackeffectid",
-        "callbackid",
-        "token",
-        "bearer",
-        "bearertoken",
-        "accesstoken",
-        "authorization",
-        "auth",
-        "credential",
-        "credentials",
-        "apikey",
-        "secret",
-        "password",
-        "session",
-        "sessionid",
-    }
-)
 # Hidden context the bridge itself puts in an upstream body, and the injected field it must equal.
 _INJECTED_INTO_BODY: Final = {
     "workflowRunId": "workflow_run_id",
@@ -178,7 +148,7 @@ def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
     if isinstance(node, dict):
         for key, value in node.items():
             child = f"{path}.{key}"
-            if isinstance(key, str) and _normal(key) in HIDDEN_NAMES:
+            if isinstance(key, str) and is_hidden_name(key):
                 found.append(child)
             if isinstance(value, dict | list):
                 found += find_hidden_names(value, child, depth + 1)
@@ -187,10 +157,6 @@ def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
             if isinstance(item, dict | list):
                 found += find_hidden_names(item, f"{path}[{i}]", depth + 1)
     return found
-
-
-def _normal(name: str) -> str:
-    return name.replace("_", "").replace("-", "").lower()
 
 
 Key = journal.SigningKey | journal.VerifierKey | journal.HmacKey

@@ -32,10 +32,10 @@ from jsonschema import Draft202012Validator
 from mcp.client import ClientSession
 
 from bridge._call import Session
-from bridge._context import META_CALLBACK, META_RUN
 from bridge._journaling import open_journal
 from bridge._registry import TOOLS
 from bridge.testing import ScriptedTokens, bridge_over, serve_in_memory
+from journal import META_CALLBACK, META_RUN
 from runtime import AGENT_ID, RuntimeConfig, open_runtime
 from tools.reliability.portal import Portal, background
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bridge._context import is_hidden_name
 from bridge._registry import INSTRUCTIONS, MCP_TOOLS, REGISTRY, TOOLS
+from journal import is_hidden_name
 
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 

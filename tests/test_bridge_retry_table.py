@@ -13,26 +13,31 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import jsonschema
 import pytest
 
 from bridge._errors import (
+    BRIDGE_CODES,
+    CODES,
     FAILURES,
     OPERATION_KINDS,
     PASS_THROUGH,
     PRODUCT_CODES,
     RETRY_TABLE,
+    BridgeCode,
+    ErrorCode,
     Failure,
     OperationKind,
+    ProductCode,
     classify_upstream_error,
     parse_retry_after,
+    transport_error,
 )
 from bridge._http11 import TransportFailure
 from bridge._registry import TOOLS
-from bridge._upstream import transport_error
 from bridge.testing import MemoryJournal, ScriptedTokens
 from journal import CallError
 from tools.errors_doc import ERRORS, render
@@ -476,3 +481,11 @@ def test_every_failure_of_the_http11_pool_has_its_row(
 def test_a_token_no_header_can_carry_is_a_credential_problem_not_a_transport_one() -> None:
     error = transport_error(TransportFailure("invalid_request", sent=False), "mutation")
     assert (error.code, error.retryable) == ("credential_unavailable", True)
+
+
+def test_the_code_types_name_exactly_the_codes_of_the_tables() -> None:
+    """A code is a `Literal`, so a typo fails mypy; the tables must list every one of them."""
+    assert list(get_args(BridgeCode)) == list(BRIDGE_CODES)
+    assert list(get_args(ProductCode)) == list(PRODUCT_CODES)
+    codes = {code for part in get_args(ErrorCode) for code in get_args(part)}
+    assert codes == {*get_args(BridgeCode), *get_args(ProductCode)} == set(CODES)

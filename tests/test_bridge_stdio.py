@@ -311,6 +311,9 @@ async def test_serve_embedded_needs_no_server_and_keeps_tasks_across_restarts(
 
 def test_cli_help_lists_the_commands() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bridge._cli", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "agentteam_cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "serve" in done.stdout and "runtime" in done.stdout

@@ -19,9 +19,9 @@ import pytest
 import trio
 
 import journal
-from bridge import _cli as bridge_cli
+from agentteam_cli import _cli as bridge_cli
 from bridge._compat import POLICIES, TOOL_MIGRATIONS
-from bridge._context import META_CALLBACK, META_RUN
+from journal import META_CALLBACK, META_RUN
 from replay import _cli as replay_cli
 
 from .bridge_harness import BridgeSession
@@ -226,7 +226,7 @@ def test_both_clis_print_their_version() -> None:
     from bridge import __version__
 
     for program in PARSERS:
-        module = "bridge._cli" if program == "agentteam-bridge" else "replay._cli"
+        module = "agentteam_cli" if program == "agentteam-bridge" else "replay._cli"
         done = subprocess.run(
             [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60
         )
@@ -270,7 +270,7 @@ def test_the_runtime_in_the_background_example_exports_the_environment(tmp_path:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     script = "\n".join(line.replace("8765", str(port)) for line in dict.fromkeys(lines))
-    script = script.replace("agentteam-bridge", f"{shlex.quote(sys.executable)} -m bridge._cli")
+    script = script.replace("agentteam-bridge", f"{shlex.quote(sys.executable)} -m agentteam_cli")
     script += '\necho "$AGENTTEAM_API_URL"\nkill %1\n'
     done = subprocess.run(
         ["bash", "-ec", script],

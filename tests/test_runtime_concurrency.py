@@ -33,7 +33,7 @@ async def test_concurrent_creates_on_one_board_get_distinct_numbers(api: Api) ->
 
 def _start_cli_runtime(db: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "bridge._cli", "runtime", "--port", "0", "--db", str(db)],
+        [sys.executable, "-m", "agentteam_cli", "runtime", "--port", "0", "--db", str(db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -113,7 +113,7 @@ def test_runtime_command_reports_a_busy_port_in_one_line(tmp_path: Path) -> None
             [
                 sys.executable,
                 "-m",
-                "bridge._cli",
+                "agentteam_cli",
                 "runtime",
                 "--port",
                 str(port),

@@ -17,10 +17,19 @@ from typing import Any
 
 import msgspec
 
-from bridge._budget import keeps_identities
-from bridge._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS, ArgumentAlias, ToolMigration
-from bridge._context import is_hidden_name
-from bridge._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, describe
+import journal
+from bridge import (
+    ARGUMENT_ALIASES,
+    BUDGET_BYTES,
+    INSTRUCTIONS,
+    REGISTRY,
+    TOOL_MIGRATIONS,
+    ArgumentAlias,
+    PageState,
+    ToolMigration,
+    describe,
+    keeps_identities,
+)
 
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 PREFERRED_VERBS = ("get", "list", "search", "create", "create_batch", "update", "delete")
@@ -325,7 +334,7 @@ def rule_no_hidden_context(s: Surface) -> Iterator[Violation]:
     """6. no hidden-context field appears in any model input schema."""
     for t in s.tools:
         for path, name, _ in walk_properties(t.input_schema):
-            if is_hidden_name(name):
+            if journal.is_hidden_name(name):
                 yield Violation("no_hidden_context", t.name, path, "hidden context as input")
 
 
@@ -395,11 +404,11 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             yield Violation("result_budgets", t.name, "budget_class", f"unknown class {budget}")
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
-        state = (None, 0, "digest") if budget == "collection" else None
+        state = PageState(None, 0, "digest") if budget == "collection" else None
         # Only a collection has a continuation for the items it leaves out.
         if "items" in data and budget != "collection":
             yield Violation("result_budgets", t.name, "", "a page needs the collection budget")
-        if not keeps_identities(limit, {"data": data}, state):
+        if not keeps_identities(t.name, limit, {"data": data}, state):
             reason = f"worst case cannot keep its identities in {limit} bytes"
             yield Violation("result_budgets", t.name, "", reason)
 

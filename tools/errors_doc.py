@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge._errors import (
-    BRIDGE_CODES,
+from bridge import (
+    CODES,
     FAILURE_CASES,
     FAILURES,
     OPERATION_KIND_NOTES,
     OPERATION_KINDS,
     PASS_THROUGH,
     PRODUCT_CODES,
+    REGISTRY,
     RETRY_TABLE,
     Answer,
     OperationKind,
 )
-from bridge._registry import REGISTRY
 from tools._generated import write_or_check
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -119,7 +119,7 @@ def render() -> str:
     lines += [f"- `{failure}`: {text}" for failure, text in FAILURES.items()]
     lines += ["", _IN_DOUBT]
     lines += ["## Codes", "", "| code | retryable by default | meaning |", "| --- | --- | --- |"]
-    for code, (retryable, message) in {**BRIDGE_CODES, **PRODUCT_CODES}.items():
+    for code, (retryable, message) in CODES.items():
         origin = " (product)" if code in PRODUCT_CODES else ""
         lines.append(f"| `{code}`{origin} | {'yes' if retryable else 'no'} | {message} |")
     return "\n".join(lines) + "\n"

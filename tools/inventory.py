@@ -10,9 +10,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bridge import __version__
-from bridge._compat import ARGUMENT_ALIASES, POLICIES, REMOVAL_GATE, TOOL_MIGRATIONS
-from bridge._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, describe
+from bridge import (
+    ARGUMENT_ALIASES,
+    BUDGET_BYTES,
+    INSTRUCTIONS,
+    POLICIES,
+    REGISTRY,
+    REMOVAL_GATE,
+    TOOL_MIGRATIONS,
+    __version__,
+    describe,
+)
 from tools._generated import write_or_check
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

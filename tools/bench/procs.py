@@ -80,7 +80,7 @@ async def open_runtime_process(
         [
             sys.executable,
             "-m",
-            "bridge._cli",
+            "agentteam_cli",
             "runtime",
             "--port",
             "0",

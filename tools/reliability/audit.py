@@ -26,7 +26,7 @@ import msgspec
 
 import journal
 import replay
-from bridge._registry import TOOLS
+from bridge import TOOLS
 
 MUTATIONS = frozenset(name for name, spec in TOOLS.items() if spec.mutation)
 OUTCOMES = frozenset({"call_result", "call_error", "call_rejected", "call_cancelled"})
@@ -162,7 +162,7 @@ def _verify(path: Path, result: JournalAudit) -> None:
 
 
 def _check_grammar(call_id: str, trace: CallTrace, ended: set[str], result: JournalAudit) -> None:
-    grammar = replay.Grammar()
+    grammar = journal.Grammar()
     for kind in trace.kinds:
         problem = grammar.step(kind)
         if problem is not None:

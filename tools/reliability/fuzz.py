@@ -21,10 +21,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bridge._compat import TOOL_MIGRATIONS
-from bridge._context import HIDDEN_NAMES
-from bridge._errors import CODES
-from bridge._registry import TOOLS
+import journal
+from bridge import CODES, TOOL_MIGRATIONS, TOOLS
 
 TOOL_NAMES = tuple(TOOLS)
 DEPRECATED_NAMES = tuple(sorted(TOOL_MIGRATIONS))
@@ -197,10 +195,7 @@ def hidden_paths(node: Any, path: str = "$", depth: int = 0) -> list[str]:
     found: list[str] = []
     if isinstance(node, dict):
         for key, value in node.items():
-            if (
-                isinstance(key, str)
-                and key.replace("_", "").replace("-", "").lower() in HIDDEN_NAMES
-            ):
+            if isinstance(key, str) and journal.is_hidden_name(key):
                 found.append(f"{path}.{key}")
             found += hidden_paths(value, f"{path}.{key}", depth + 1)
     elif isinstance(node, list):

@@ -4,6 +4,9 @@ The reference runtime runs in-process on loopback (a fresh database in a temp di
 runs as `agentteam-bridge serve`, a real subprocess, driven by the `mcp` SDK's stdio client, the
 way Claude Code or Cursor would drive it. Every step checks its result against the contract, and
 the journal the bridge wrote is verified at the end. Exit 0 only if every check held.
+
+One module of about 600 lines: a script of steps, each a few lines of call and check, read in
+the order the demo prints them.
 """
 
 from __future__ import annotations
@@ -32,11 +35,9 @@ from rich.text import Text
 
 import journal
 import replay
+from bridge import TOOLS, __version__
+from journal import META_CALLBACK, META_RUN
 from runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
-
-from . import __version__
-from ._context import META_CALLBACK, META_RUN
-from ._registry import TOOLS
 
 CLIENT = types.Implementation(name="agentteam-demo", version=__version__)
 WIDTH = 80
@@ -348,7 +349,7 @@ async def journey(tour: Tour) -> None:
 
 async def _teammate_edits(rt: Runtime, number: int, description: str) -> None:
     """Another agent changes the task over the runtime's own API, outside this bridge."""
-    route = f"/api/v1/workspaces/{rt.workspace_id}/agents/{OTHER_AGENT_ID}/runtime/tasks/update"
+    route = journal.tasks_route(rt.workspace_id, OTHER_AGENT_ID) + "/update"
     token = rt.mint_token(OTHER_AGENT_ID)
     async with httpx.AsyncClient(base_url=rt.url, timeout=STEP_TIMEOUT_SECONDS) as http:
         response = await http.post(

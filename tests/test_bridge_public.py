@@ -1,0 +1,82 @@
+"""The bridge's public face: the exported set is pinned (as httpx's test_exported_members does),
+every name resolves, and importing the package costs nothing of the call path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import bridge
+
+EXPORTED = {
+    "ARGUMENT_ALIASES",
+    "BRIDGE_CODES",
+    "BUDGET_BYTES",
+    "CODES",
+    "FAILURES",
+    "FAILURE_CASES",
+    "INSTRUCTIONS",
+    "OPERATION_KINDS",
+    "OPERATION_KIND_NOTES",
+    "PASS_THROUGH",
+    "POLICIES",
+    "PRODUCT_CODES",
+    "REGISTRY",
+    "REMOVAL_GATE",
+    "RETRY_TABLE",
+    "TOOLS",
+    "TOOL_MIGRATIONS",
+    "Answer",
+    "ArgumentAlias",
+    "Bridge",
+    "CompatPolicy",
+    "ConfigError",
+    "CredentialError",
+    "Credentials",
+    "ErrorCode",
+    "Failure",
+    "JournalFailed",
+    "LaunchContext",
+    "OperationKind",
+    "PageState",
+    "ServeConfig",
+    "Session",
+    "SessionJournalLost",
+    "TokenSource",
+    "ToolError",
+    "ToolMigration",
+    "ToolSpec",
+    "UpstreamClient",
+    "__version__",
+    "add_serve_command",
+    "default_journal_dir",
+    "default_runtime_db",
+    "describe",
+    "journal_setting",
+    "keeps_identities",
+    "legacy_journal",
+    "load_launch_context",
+    "serve",
+    "trio_stdio",
+}
+
+
+def test_the_exported_members_are_pinned() -> None:
+    assert set(bridge.__all__) == EXPORTED
+    assert sorted(dir(bridge)) == sorted(EXPORTED)
+
+
+def test_every_exported_name_resolves_to_its_definition() -> None:
+    for name in bridge.__all__:
+        value = getattr(bridge, name)
+        if isinstance(value, type) or callable(value):
+            module = getattr(value, "__module__", "bridge")
+            assert module == "bridge" or module.startswith(("bridge.", "typing")), (name, module)
+
+
+def test_importing_the_package_loads_none_of_the_call_path() -> None:
+    code = "import sys, bridge; print(sorted(m for m in sys.modules if m.startswith('bridge')))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "['bridge']"
