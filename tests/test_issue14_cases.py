@@ -7,7 +7,8 @@
   a refused value names the accepted ones;
 - a keyed create's retryability does not depend on how the connection was lost;
 - the defaults of a checklist item written out replay under the same key;
-- `python -m tools.contract_lint` itself fails on each breakage issue 14 named.
+- `python -m tools.contract_lint` itself fails on each breakage issue 14 named;
+- and, through the subprocess, the issue's cases whose tables run in-process elsewhere.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from jsonschema import Draft202012Validator
 from runtime import FaultSpec
 from tools.contract_lint import walk_properties
 
+from . import test_bridge_idempotency as idempotency
+from . import test_bridge_inputs as inputs
+from . import test_bridge_tools as tools
+from . import test_bridge_truncation as truncation
 from .bridge_harness import BridgeSession
+
+# Every test here talks to `agentteam-bridge serve` as a subprocess (the `bridge` fixture's wire).
+pytestmark = pytest.mark.wire
 
 EMOJI = "😀"  # 4 UTF-8 bytes
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
@@ -54,6 +62,37 @@ async def _checked_error(
     assert json.loads(content.text.split("\n", 1)[-1]) == structured
     error: dict[str, Any] = structured["error"]
     return error
+
+
+# --- issue 14's cases, whose tables run in-process, once over the wire -------------------------
+
+
+async def test_fifty_emoji_titled_tasks_created_once_over_the_wire(bridge: BridgeSession) -> None:
+    await truncation.test_fifty_emoji_titled_tasks_are_created_once_and_answered_as_created(bridge)
+
+
+async def test_a_9000_han_description_readable_over_the_wire(bridge: BridgeSession) -> None:
+    await truncation.test_a_long_multibyte_description_is_readable_cut_and_marked(bridge)
+
+
+async def test_a_full_task_cut_by_field_over_the_wire(bridge: BridgeSession) -> None:
+    await truncation.test_a_full_task_is_cut_by_field_without_promising_a_continuation(bridge)
+
+
+async def test_a_cut_claim_receipt_schema_valid_over_the_wire(bridge: BridgeSession) -> None:
+    await truncation.test_a_truncated_claim_receipt_keeps_every_required_property(bridge)
+
+
+async def test_defaults_written_out_replay_over_the_wire(bridge: BridgeSession) -> None:
+    await idempotency.test_defaults_written_out_replay_and_a_real_difference_conflicts(bridge)
+
+
+async def test_a_refused_status_lists_the_values_over_the_wire(bridge: BridgeSession) -> None:
+    await inputs.test_a_refused_status_names_the_lifecycle_through_the_bridge(bridge)
+
+
+async def test_update_thread_messages_workspaces_over_the_wire(bridge: BridgeSession) -> None:
+    await tools.test_update_sets_thread_messages_and_workspaces(bridge)
 
 
 # --- errors, complete in the text content ----------------------------------------------------

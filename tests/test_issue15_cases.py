@@ -4,7 +4,10 @@
   sessions' signed checkpoints under that machine's own key (and only because of it);
 - a mutation's outcome meeting a locked journal or a read-only file: the answer carries the
   result and `meta.journal`, the call stays in doubt, and the bridge recovers by itself;
-- a pool directory the bridge cannot write, as root (CI runs as root, where a mode stops nobody).
+- a pool directory the bridge cannot write, as root (CI runs as root, where a mode stops nobody);
+- and, through the subprocess, the issue's cases whose tables run in-process elsewhere: the
+  bad starts it named (the same path twice, a loose key file or directory, a bad key file) and
+  workflow ids over the limit.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import trio
 import journal
 import replay
 from runtime import Runtime
-from tests.bridge_harness import open_bridge
+from tests import test_bridge_idempotency as idempotency
+from tests.bridge_harness import BridgeSession, open_bridge
 from tests.replay_helpers import replay_cli
 from tests.test_bridge_sessions import default_bridge, home_env
-from tests.test_bridge_starts import one_line, serve
+from tests.test_bridge_starts import CASES, one_line, serve, snapshot
 
 CREATE = {"channel": "general", "tasks": [{"title": "x"}]}
 SESSIONS = 3
@@ -219,3 +223,23 @@ def test_an_immutable_journal_directory_is_one_line_even_for_root(tmp_path: Path
         _chattr("-i", pool)
     one_line(done, str(pool), "writable")
     assert list(pool.iterdir()) == []
+
+
+# --- issue 15's cases, whose tables run in-process, once as the console script ---------------
+
+NAMED = ("the same path twice", "a bad key file", "a loose key file", "a loose key directory")
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_a_bad_start_the_issue_named_as_the_console_script(name: str, tmp_path: Path) -> None:
+    [case] = [c for c in CASES if c.name == name]
+    args, kept = case.prepare(tmp_path)
+    before = snapshot(kept) if kept is not None and kept.is_file() else None
+    one_line(serve(tmp_path, *args), *case.mentioned)
+    if before is not None:
+        assert kept is not None and snapshot(kept) == before
+
+
+@pytest.mark.wire
+async def test_workflow_ids_over_the_limit_refused_over_the_wire(bridge: BridgeSession) -> None:
+    await idempotency.test_workflow_ids_over_the_limit_are_refused_never_cut(bridge)
