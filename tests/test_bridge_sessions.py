@@ -150,6 +150,11 @@ def check_replay_sees_every_session(home: Path, env: Mapping[str, str], killed: 
     verified = json.loads(done.stdout)
     assert verified["findings"] == []
     assert sorted(j["path"] for j in verified["journals"]) == [str(f) for f in files]
+    # Signatures counted under this machine's own key (no flag): each session that ended
+    # signed a final checkpoint.
+    assert len(verified["trusted_keys"]) == 1
+    signed = sum(j["checkpoints_checked"] > 0 for j in verified["journals"])
+    assert signed >= BRIDGES - len(killed), verified["journals"]
 
     done = replay_cli("calls", "--json", env=dict(env))
     assert done.returncode == 0, done.stderr
