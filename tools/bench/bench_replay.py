@@ -206,11 +206,15 @@ def _events(n: int) -> Iterator[journal.Event]:
         session_index += 1
 
 
-def generate(path: Path, n: int) -> int:
+def generate(path: Path, n: int, *, key: bytes = KEY, checkpoint_path: Path | None = None) -> int:
     """Write about n events (whole sessions); return how many."""
     batch: list[journal.Event] = []
     with journal.open_sync_writer(
-        path, key=KEY, synchronous_full=False, checkpoint_every=50_000
+        path,
+        key=key,
+        synchronous_full=False,
+        checkpoint_every=50_000,
+        checkpoint_path=checkpoint_path,
     ) as writer:
         for event in _events(n):
             batch.append(event)
