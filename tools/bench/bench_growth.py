@@ -9,8 +9,8 @@ Two halves, one section each:
   Issue 19's target: both within 1.1x.
 - every ``agentteam-replay`` command that reads a whole journal (``verify``, ``calls``, ``show``,
   ``idempotency``, ``deprecations``, ``audit``, ``export``) run as a process on journals of N and
-  4N events, and ``verify`` and ``audit`` with no path over the default multi-journal pool (four
-  journals of N/4, then of N): the CPU seconds per event and the peak resident set of each run,
+  4N events, each also with no path over the default multi-journal pool (four journals of N/4,
+  then of N): the CPU seconds per event and the peak resident set of each run,
   read by the command's own process (``measured_run``). Linear in events with flat memory:
   per-event CPU at 4N within 1.25x of that at N, peak RSS at 4N within 1.25x of that at N.
   (``rerun`` re-drives calls through a bridge against a runtime: its cost is those calls', and
@@ -40,6 +40,7 @@ from .bench_coldstart import spawn_once
 SECTION = "growth: empty journal vs 1M events"
 REPLAY_SECTION = "growth: replay commands, N vs 4N events (CPU per event, peak RSS)"
 TARGET_RATIO = 1.1
+Key = journal.SigningKey | bytes  # what the journal's writers sign checkpoints with
 LINEAR_RATIO = 1.25
 POOL_FILES = 4
 WARM_APPENDS = 400
@@ -68,7 +69,7 @@ def _event(i: int) -> journal.Event:
 
 
 async def append_latency(
-    paths: dict[str, Path], key: bytes, *, rounds: int, block: int
+    paths: dict[str, Path], key: Key, *, rounds: int, block: int
 ) -> dict[str, list[float]]:
     """Durable append latencies (seconds) on each journal, in alternating blocks."""
     samples: dict[str, list[float]] = {name: [] for name in paths}
@@ -108,9 +109,11 @@ def _run_measured(args: list[str], env: dict[str, str], report: Path) -> tuple[f
     return float(measured["cpu_s"]), int(measured["max_rss_kib"]), done.returncode
 
 
-def _generate(path: Path, events: int, key: bytes) -> int:
+def _generate(path: Path, events: int, key: Key, first_session: int = 0) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
-    return bench_replay.generate(path, events, key=key, checkpoint_path=checkpoint_path(path))
+    return bench_replay.generate(
+        path, events, key=key, checkpoint_path=checkpoint_path(path), first_session=first_session
+    )
 
 
 async def run(runtime: procs.RuntimeProcess, workdir: Path, *, quick: bool) -> list[Row]:
@@ -118,9 +121,8 @@ async def run(runtime: procs.RuntimeProcess, workdir: Path, *, quick: bool) -> l
     small = 25_000 if quick else 100_000
     home = workdir / "growth"
     env = runtime.bridge_env(XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"))
-    key = await trio.to_thread.run_sync(
-        lambda: journal.load_key(home / "config" / "agentteam-bridge" / "journal.key")
-    )
+    key_path = home / "config" / "agentteam-bridge" / journal.default_key_path().name
+    key = await trio.to_thread.run_sync(lambda: journal.load_key(key_path, announce=False))
     files = {"empty": home / "empty.db", "1M": home / "big.db"}
     print(f"  growth: writing a journal of {big_events:,} events", file=sys.stderr, flush=True)
     events = await trio.to_thread.run_sync(_generate, files["1M"], big_events, key)
@@ -131,7 +133,7 @@ async def run(runtime: procs.RuntimeProcess, workdir: Path, *, quick: bool) -> l
 
 
 async def _bridge_rows(
-    files: dict[str, Path], env: dict[str, str], key: bytes, label: str, *, quick: bool
+    files: dict[str, Path], env: dict[str, str], key: Key, label: str, *, quick: bool
 ) -> list[Row]:
     rounds, block = (6, 25) if quick else (20, 50)
     latencies = await append_latency(files, key, rounds=rounds, block=block)
@@ -165,7 +167,7 @@ async def _bridge_rows(
     return rows
 
 
-async def _replay_rows(home: Path, key: bytes, small: int, env: dict[str, str]) -> list[Row]:
+async def _replay_rows(home: Path, key: Key, small: int, env: dict[str, str]) -> list[Row]:
     sizes = {"N": small, "4N": 4 * small}
     singles: dict[str, Path] = {}
     pools: dict[str, Path] = {}
@@ -178,19 +180,16 @@ async def _replay_rows(home: Path, key: bytes, small: int, env: dict[str, str]) 
         for number in range(1, POOL_FILES + 1):
             path = pool / f"{POOL_PREFIX}{number}{POOL_SUFFIX}"
             counts[f"pool {name}"] = counts.get(f"pool {name}", 0) + await trio.to_thread.run_sync(
-                _generate, path, events // POOL_FILES, key
+                _generate, path, events // POOL_FILES, key, (number - 1) * 1_000
             )
     cases: list[tuple[str, dict[str, list[str]], dict[str, dict[str, str]]]] = []
+    pool_env = {name: {**env, "XDG_DATA_HOME": str(pools[name])} for name in sizes}
     for args in COMMANDS:
-        commands: dict[str, list[str]] = {}
-        for name, path in singles.items():
-            extra = ["s00000000.5"] if args == ("show",) else []
-            commands[name] = [*args, str(path), *extra]
-        cases.append((" ".join(args), commands, {name: env for name in sizes}))
-    for command in ("verify", "audit"):
-        pool_env = {name: {**env, "XDG_DATA_HOME": str(pools[name])} for name in sizes}
-        commands = {name: [command] for name in sizes}
-        cases.append((f"{command} (no path: the pool of {POOL_FILES})", commands, pool_env))
+        extra = ["s00000000.5"] if args == ("show",) else []
+        files = {name: [*args, str(path), *extra] for name, path in singles.items()}
+        cases.append((" ".join(args), files, {name: env for name in sizes}))
+        pooled = {name: [*args, *extra] for name in sizes}
+        cases.append((f"{' '.join(args)} (no path: the pool of {POOL_FILES})", pooled, pool_env))
     rows = []
     for title, commands, envs in cases:
         measured = {}
