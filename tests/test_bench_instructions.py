@@ -43,4 +43,4 @@ def test_update_round_trips_and_the_slowed_path_is_valid_python(tmp_path: Path) 
     assert instructions.read_baseline(path)["per_call"] == BASE
     source = instructions._SITECUSTOMIZE.format(loops=3)
     compile(source, "sitecustomize.py", "exec")
-    assert "Bridge.call" in source
+    assert "Bridge" in source and "answer" in source

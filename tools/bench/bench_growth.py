@@ -30,8 +30,6 @@ from pathlib import Path
 import trio
 
 import journal
-from bridge._journaling import checkpoint_path
-from bridge._paths import POOL_PREFIX, POOL_SUFFIX
 
 from . import bench_replay, procs
 from ._report import Row, ms
@@ -43,6 +41,9 @@ TARGET_RATIO = 1.1
 Key = journal.SigningKey | bytes  # what the journal's writers sign checkpoints with
 LINEAR_RATIO = 1.25
 POOL_FILES = 4
+# The bridge's own file names (bridge/_paths.py, bridge/_journaling.py; not public names): a pool
+# journal, and the signed checkpoint exported beside each journal.
+POOL_FILE = "journal-{number}.db"
 WARM_APPENDS = 400
 COMMANDS: tuple[tuple[str, ...], ...] = (
     ("verify",),
@@ -107,6 +108,10 @@ def _run_measured(args: list[str], env: dict[str, str], report: Path) -> tuple[f
         raise RuntimeError(f"replay {args[0]} exited {done.returncode}: {done.stderr[-400:]!r}")
     measured = json.loads(report.read_text())
     return float(measured["cpu_s"]), int(measured["max_rss_kib"]), done.returncode
+
+
+def checkpoint_path(journal_path: Path) -> Path:
+    return journal_path.with_name(journal_path.name + ".checkpoint.json")
 
 
 def _generate(path: Path, events: int, key: Key, first_session: int = 0) -> int:
@@ -178,7 +183,7 @@ async def _replay_rows(home: Path, key: Key, small: int, env: dict[str, str]) ->
         pools[name] = home / f"pool-{name}"
         pool = pools[name] / "agentteam-bridge" / "journals"
         for number in range(1, POOL_FILES + 1):
-            path = pool / f"{POOL_PREFIX}{number}{POOL_SUFFIX}"
+            path = pool / POOL_FILE.format(number=number)
             counts[f"pool {name}"] = counts.get(f"pool {name}", 0) + await trio.to_thread.run_sync(
                 _generate, path, events // POOL_FILES, key, (number - 1) * 1_000
             )

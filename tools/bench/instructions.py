@@ -17,7 +17,8 @@ beside this file) and exits 1 when any grows more than 15%; a drop only prints a
 the baseline to lock the gain in). ``--update --reason TEXT`` rewrites the baseline from this run
 with the reason, to be committed with the change that moved it. ``--self-test`` proves the guard
 bites: it runs the sequence a second time with a deliberately slowed call path (a
-``sitecustomize`` on the bridge's ``PYTHONPATH`` wraps ``Bridge.call`` with extra work; nothing in
+``sitecustomize`` on the bridge's ``PYTHONPATH`` wraps ``Bridge.answer`` and ``Bridge.call``;
+nothing in
 the bridge's code), compares it with the first run, and exits 1 unless it fails.
 """
 
@@ -59,18 +60,41 @@ import functools
 
 import bridge._call as _call
 
-_original = _call.Bridge.call
+
+def _slowed(original):
+    @functools.wraps(original)
+    async def slowed(self, *args, **kwargs):
+        total = 0
+        for i in range({loops}):
+            total += i
+        return await original(self, *args, **kwargs)
+
+    return slowed
 
 
-@functools.wraps(_original)
-async def _slowed(self, *args, **kwargs):
-    total = 0
-    for i in range({loops}):
-        total += i
-    return await _original(self, *args, **kwargs)
+# The entries of a tools/call: the direct path's (Bridge.answer) and the SDK's (Bridge.call).
+for _name in ("answer", "call"):
+    if hasattr(_call.Bridge, _name):
+        setattr(_call.Bridge, _name, _slowed(getattr(_call.Bridge, _name)))
+"""
+# Always on the measured bridge's PYTHONPATH: the journal's time-based checkpoint (every 30 s)
+# would land in a phase or not depending on how fast valgrind ran; the count-based ones stay.
+_STEADY = """\
+# Written by tools.bench.instructions: no time-based journal checkpoints while counting.
+import functools
+
+import journal
+
+_open_writer = journal.open_writer
 
 
-_call.Bridge.call = _slowed
+@functools.wraps(_open_writer)
+def _steady(*args, **kwargs):
+    kwargs.setdefault("checkpoint_interval", 1e9)
+    return _open_writer(*args, **kwargs)
+
+
+journal.open_writer = _steady
 """
 _TOTALS = re.compile(r"^totals: (\d+)", re.MULTILINE)
 
@@ -165,12 +189,11 @@ async def measure(slowdown_loops: int = 0) -> dict[str, float]:
     """Instructions per call of each phase of the fixed sequence, in the bridge's process."""
     with tempfile.TemporaryDirectory(prefix="agentteam-instructions-") as tmp:
         work = Path(tmp)
-        env_path = str(Path.cwd())
-        if slowdown_loops:
-            slowed = work / "slowed"
-            slowed.mkdir()
-            (slowed / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(loops=slowdown_loops))
-            env_path = f"{slowed}{os.pathsep}{env_path}"
+        site = work / "site"
+        site.mkdir()
+        slowed = _SITECUSTOMIZE.format(loops=slowdown_loops) if slowdown_loops else ""
+        (site / "sitecustomize.py").write_text(_STEADY + slowed)
+        env_path = f"{site}{os.pathsep}{Path.cwd()}"
         (work / "runtime").mkdir()
         out = work / "callgrind"
         out.mkdir()
