@@ -15,10 +15,20 @@ from pathlib import Path
 
 import trio
 
-from . import bench_coldstart, bench_http, bench_latency, bench_memory, bench_throughput, procs
+from . import (
+    bench_coldstart,
+    bench_growth,
+    bench_http,
+    bench_latency,
+    bench_memory,
+    bench_throughput,
+    peer_server,
+    procs,
+    targets,
+)
 from ._report import Row, render
 
-SECTIONS = ("latency", "throughput", "http", "coldstart", "memory")
+SECTIONS = ("latency", "throughput", "http", "coldstart", "memory", "growth")
 EXTERNAL = ("journal", "replay")  # tools.bench.bench_<name>, run in their own process
 
 
@@ -49,6 +59,8 @@ async def run_sections(
                 rows += await bench_coldstart.run(runtime, home, quick=quick, checkouts=checkouts)
             elif name == "memory":
                 rows += await bench_memory.run(runtime, home, quick=quick, calls=memory_calls)
+            elif name == "growth":
+                rows += await bench_growth.run(runtime, home, quick=quick)
         print(f"  {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -133,7 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s; other processes used {max(0.0, foreign):.0f} CPU-s, "
         f"{max(0.0, foreign) / (elapsed * (os.cpu_count() or 1)):.0%} of the machine)"
     )
+    if peer_server.available():
+        print(f"peer: FastMCP {peer_server.fastmcp_version()} (peer_server.py)")
+    else:
+        print(f"peer: {peer_server.EXTRA_MISSING}")
+    rows += targets.evaluate(rows)
     print(render(rows))
+    if args.quick:
+        print("(issue 19's targets are judged on a full run: --quick figures are indicative)")
     for name, text in external.items():
         print(f"\n[{name}: tools/bench/bench_{name}.py]")
         print(text if text is not None else "(not present)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -20,6 +20,8 @@ class Row:
     compare: str = ""  # e.g. "+1.93 ms, 1.95x of floors"
     target: str = ""
     ok: bool | None = None
+    # Named figures the targets section reads (see targets.py), e.g. {"latency task_get": 1.7}.
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

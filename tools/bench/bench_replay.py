@@ -178,9 +178,9 @@ def _call(i: int, session: str) -> list[journal.Event]:
     return events
 
 
-def _events(n: int) -> Iterator[journal.Event]:
+def _events(n: int, first_session: int = 0) -> Iterator[journal.Event]:
     produced = 0
-    session_index = 0
+    session_index = first_session
     while produced < n:
         session = f"s{session_index:08x}"
         yield journal.Event(
@@ -206,13 +206,24 @@ def _events(n: int) -> Iterator[journal.Event]:
         session_index += 1
 
 
-def generate(path: Path, n: int) -> int:
+def generate(
+    path: Path,
+    n: int,
+    *,
+    key: journal.SigningKey | bytes = KEY,
+    checkpoint_path: Path | None = None,
+    first_session: int = 0,
+) -> int:
     """Write about n events (whole sessions); return how many."""
     batch: list[journal.Event] = []
     with journal.open_sync_writer(
-        path, key=KEY, synchronous_full=False, checkpoint_every=50_000
+        path,
+        key=key,
+        synchronous_full=False,
+        checkpoint_every=50_000,
+        checkpoint_path=checkpoint_path,
     ) as writer:
-        for event in _events(n):
+        for event in _events(n, first_session):
             batch.append(event)
             if len(batch) == 5_000:
                 writer.append_many(batch, durable=False)

@@ -4,7 +4,9 @@ Durable journaling commits a batch per ready group (group commit), so throughput
 with calls in flight; PRODUCT's target is >= 4x the sequential rate at 32. The same runtime
 requests sent directly with httpx at the same concurrency show the upstream's own ceiling, and the
 one-tool floor server on the same SDK (echoing the same arguments) shows how far any server on
-this SDK, with its client in the same benchmark process, scales on this machine.
+this SDK, with its client in the same benchmark process, scales on this machine. The FastMCP peer
+(``peer_server``, with the ``[bench]`` extra) is what a user would build instead; issue 19's
+target, read by the targets section: at 32 in flight the durable bridge's rate >= 3x the peer's.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from pathlib import Path
 
 import trio
 
-from . import procs
+from . import peer_server, procs
 from ._report import Row, ms
-from .bench_latency import Call, direct_call, direct_client, mcp_call, open_bridges
+from .bench_latency import PEER, Call, direct_call, direct_client, mcp_call, open_bridges, open_peer
 
 SECTION = "throughput: calls in flight over one stdio session"
 LEVELS = (1, 8, 32)
@@ -84,10 +86,12 @@ async def run(
         assert seed.structured_content is not None
         number = int(seed.structured_content["data"]["tasks"][0]["number"])
         floor = await stack.enter_async_context(procs.open_mcp(procs.floor_command(), {}))
+        peer = await open_peer(stack, runtime)
         names = [
             "direct HTTP (httpx)",
             "stdio floor (SDK one-tool)",
             *(f"bridge, {label}" for label in targets),
+            *([PEER] if peer is not None else []),
         ]
         boards = {name: f"tp{i}" for i, name in enumerate(names)}
         for board in boards.values():
@@ -102,6 +106,8 @@ async def run(
                 for k, v in targets.items()
             },
         }
+        if peer is not None:
+            pids[PEER] = {"peer": peer.pid, "runtime": runtime.process.pid}
         for tool in ("task_get", "task_create"):
             calls: dict[str, Call] = {
                 names[0]: direct_call(client, runtime, tool, number, boards[names[0]]),
@@ -111,6 +117,8 @@ async def run(
                     for k, v in targets.items()
                 },
             }
+            if peer is not None:
+                calls[PEER] = mcp_call(peer, tool, number, channel=boards[PEER])
             for call in calls.values():
                 await drive(call, 100, 8)  # warm: connections open, caches hot
             measured: dict[tuple[str, int], Run] = {}
@@ -119,6 +127,7 @@ async def run(
                 for name in order:
                     count = per_level if tool == "task_get" else per_level_create
                     measured[(name, level)] = await drive(calls[name], count, level, pids[name])
+            peer32 = measured[(PEER, 32)].rate if peer is not None else None
             for name in names:
                 sequential = measured[(name, 1)].rate
                 for level in LEVELS:
@@ -126,6 +135,12 @@ async def run(
                     scale = measure.rate / sequential
                     checked = level == 32 and name == "bridge, durable journal"
                     cpu = ", ".join(f"{who} {share:.0%}" for who, share in measure.cpu.items())
+                    versus = ""
+                    metrics = {}
+                    if peer32 and level == 32 and name.startswith("bridge"):
+                        versus = f"{measure.rate / peer32:.2f}x the peer; "
+                        if checked:
+                            metrics = {f"throughput {tool}": measure.rate / peer32}
                     rows.append(
                         Row(
                             SECTION,
@@ -134,9 +149,13 @@ async def run(
                             ms(measure.latencies, 0.99),
                             measure.rate,
                             compare=(f"{scale:.2f}x sequential; " if level > 1 else "")
+                            + versus
                             + f"CPU {cpu}",
                             target=f">= {TARGET_SCALE:.0f}x sequential" if checked else "",
                             ok=scale >= TARGET_SCALE if checked else None,
+                            metrics=metrics,
                         )
                     )
+            if peer is None:
+                rows.append(Row(SECTION, f"{tool}: {PEER}", compare=peer_server.EXTRA_MISSING))
     return rows
