@@ -113,6 +113,7 @@ from ._events import (
     Kind,
     Payload,
     Record,
+    SegmentStarted,
     SessionEnded,
     SessionStarted,
     TokenRefreshed,
@@ -123,6 +124,7 @@ from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
+from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
 from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
 from ._writer import SyncWriter, open_sync_writer
 
@@ -170,6 +172,8 @@ __all__ = [
     "Record",
     "Redactor",
     "Rule",
+    "SegmentInfo",
+    "SegmentStarted",
     "SessionEnded",
     "SessionStarted",
     "SigningKey",
@@ -183,6 +187,7 @@ __all__ = [
     "WriterStats",
     "accepts",
     "announce_key",
+    "base_path",
     "canonical_bytes",
     "default_key_path",
     "export_checkpoint",
@@ -196,6 +201,9 @@ __all__ = [
     "open_writer",
     "record_from_row",
     "row_hash",
+    "segment_files",
+    "segment_index",
+    "segment_path",
     "sign_checkpoint",
     "tasks_route",
     "trust_of",

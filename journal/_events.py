@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
 
+from ._checkpoint import Checkpoint
+
 __all__ = [
     "KINDS",
     "KIND_SET_VERSION",
@@ -33,6 +35,7 @@ __all__ = [
     "Kind",
     "Payload",
     "Record",
+    "SegmentStarted",
     "SessionEnded",
     "SessionStarted",
     "TokenRefreshed",
@@ -40,7 +43,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 3
+KIND_SET_VERSION: Final = 4
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -57,6 +60,7 @@ Kind: TypeAlias = Literal[
     "call_cancelled",
     "journal_gap",
     "key_rotated",
+    "segment_started",
 ]
 
 
@@ -228,6 +232,25 @@ class KeyRotated(_Payload, frozen=True, kw_only=True):
     previous: str | None = None
 
 
+class SegmentStarted(_Payload, frozen=True, kw_only=True):
+    """The first event of every segment after the first (kind set 4): the journal goes on here.
+
+    The journal rolled over (``reason``: ``size`` or ``age``) from ``previous_file`` (a name in
+    the same directory), whose last event is ``previous_seq`` with hash ``previous_hash`` (this
+    row's ``prev_hash``), and whose last signed checkpoint, ``previous_checkpoint``, names that
+    event. The journal id stays the same and seq goes on; ``segment`` numbers the files from 1.
+    """
+
+    kind: ClassVar[Kind] = "segment_started"
+    description: ClassVar[str] = "the journal goes on in a new segment file chained to the last"
+    segment: int
+    reason: str
+    previous_file: str
+    previous_seq: int
+    previous_hash: str
+    previous_checkpoint: Checkpoint | None = None
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -243,6 +266,7 @@ Payload: TypeAlias = (
     | CallCancelled
     | JournalGap
     | KeyRotated
+    | SegmentStarted
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -262,6 +286,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         CallCancelled,
         JournalGap,
         KeyRotated,
+        SegmentStarted,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

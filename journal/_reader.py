@@ -20,6 +20,7 @@ from ._checkpoint import Checkpoint
 from ._errors import JournalFormatError
 from ._events import PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
+from ._segments import SegmentInfo
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
@@ -84,6 +85,8 @@ class Reader:
         meta = dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
         self.journal_id: str | None = meta.get("journal_id")
         self.created_at: str | None = meta.get("created_at")
+        # Where the file sits in a journal rolled over into several (see journal._segments).
+        self.segment = SegmentInfo.from_meta(meta)
         self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
 
     def head(self) -> tuple[int, str]:
@@ -166,6 +169,11 @@ class Reader:
             except (msgspec.DecodeError, KeyError, TypeError):
                 continue  # payload_invalid is reported by verify's payload check
         return keys
+
+    def first_row(self) -> Row | None:
+        """The file's first event as a raw row (a later segment's ``segment_started``)."""
+        row: Row | None = self._conn.execute(_SELECT + " ORDER BY seq LIMIT 1").fetchone()
+        return row
 
     def hash_at(self, seq: int) -> str | None:
         """The stored hash of the event at seq (GENESIS for 0), or None if there is none."""
