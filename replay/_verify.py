@@ -120,6 +120,9 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     held_checkpoint_beside: bool = False
     last_checkpoint_seq: int = 0
     recorded_keys: list[str] = msgspec.field(default_factory=list)
+    # A journal rolled over into several files: its segments in seq order ([] for one file).
+    segments: list[str] = msgspec.field(default_factory=list)
+    first_seq: int = 1
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -229,10 +232,11 @@ def verify(
     readers = [open_reader(p) for p in journal_files(paths)]
     try:
         findings: list[Finding] = []
-        assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(readers))}
+        chains = segment_chains(readers)
+        assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(chains))}
         for label, cp in held:
-            matches = [i for i, r in enumerate(readers) if r.journal_id == cp.journal_id]
-            if not matches and len(readers) == 1:
+            matches = [i for i, c in enumerate(chains) if c[0].journal_id == cp.journal_id]
+            if not matches and len(chains) == 1:
                 matches = [0]  # reported as another journal's checkpoint against the only one
             if not matches:
                 findings.append(
@@ -247,12 +251,12 @@ def verify(
                 assigned[i].append((label, cp))
         beside: set[int] = set()
         if auto_checkpoint:
-            for i, reader in enumerate(readers):
-                exported = Path(f"{reader.path}.checkpoint.json")
-                if not assigned[i] and exported.exists():
-                    assigned[i].append((str(exported), load_checkpoint_file(exported)))
+            for i, chain in enumerate(chains):
+                exported = _exported_checkpoint(chain)
+                if not assigned[i] and exported is not None:
+                    assigned[i].append(exported)
                     beside.add(i)
-        total = sum(r.head()[0] for r in readers)
+        total = sum(r.head()[0] - r.segment.first_seq + 1 for r in readers)
         done = [0]
 
         def tick(n: int) -> None:
@@ -263,9 +267,9 @@ def verify(
         reports: list[JournalReport] = []
         in_doubt: dict[tuple[str, str], InDoubtCall] = {}
         omitted = 0
-        for i, reader in enumerate(readers):
+        for i, chain in enumerate(chains):
             check = _FileCheck(
-                reader,
+                chain,
                 assigned[i],
                 trust,
                 trust_recorded_keys=trust_recorded_keys,
@@ -292,6 +296,54 @@ def verify(
     finally:
         for reader in readers:
             reader.close()
+
+
+def segment_chains(readers: Sequence[Reader]) -> list[list[Reader]]:
+    """The files grouped into chains to verify: the segments of one journal in seq order make
+    one chain (a missing one shows at the link); a second file starting at the same seq (a copy
+    of a file) makes a chain of its own, as every copy must verify on its own."""
+    by_journal: dict[str | None, list[Reader]] = {}
+    for reader in readers:
+        by_journal.setdefault(reader.journal_id, []).append(reader)
+    chains: list[list[Reader]] = []
+    for group in by_journal.values():
+        group.sort(key=lambda r: (r.segment.first_seq, r.segment.index, str(r.path)))
+        main: list[Reader] = []
+        starts: set[int] = set()
+        for reader in group:
+            if reader.segment.first_seq in starts:
+                chains.append([reader])
+            else:
+                starts.add(reader.segment.first_seq)
+                main.append(reader)
+        chains.append(main)
+    order = {id(reader): i for i, reader in enumerate(readers)}
+    chains.sort(key=lambda c: min(order[id(r)] for r in c))  # in the order given
+    return chains
+
+
+def _link_checkpoint(reader: Reader) -> Checkpoint | None:
+    """The previous segment's closing checkpoint, as a later segment's first event names it."""
+    if reader.segment.index == 1:
+        return None
+    row = reader.first_row()
+    if row is None or row[6] != "segment_started":
+        return None
+    payload, problem = decode_payload(row[6], row[7], row[14])
+    if problem or not isinstance(payload, journal.SegmentStarted):
+        return None
+    return payload.previous_checkpoint
+
+
+def _exported_checkpoint(chain: Sequence[Reader]) -> tuple[str, Checkpoint] | None:
+    """The checkpoint the bridge exports beside the journal (``<journal>.checkpoint.json``, one
+    per journal, named after its first segment), or beside a file given alone."""
+    candidates = dict.fromkeys(
+        [Path(f"{journal.base_path(r.path)}.checkpoint.json") for r in chain]
+        + [Path(f"{r.path}.checkpoint.json") for r in chain]
+    )
+    found = [(str(p), load_checkpoint_file(p)) for p in candidates if p.exists()]
+    return max(found, key=lambda item: item[1].seq) if found else None
 
 
 class _Call:
@@ -330,11 +382,12 @@ class _Call:
 
 
 class _FileCheck:
-    """One file's pass: feed every row to the chain verifier and to the call checks."""
+    """One journal's pass over its files (its segments, in seq order, or one file): feed every
+    row to the chain verifier and to the call checks, and check each segment's link."""
 
     def __init__(
         self,
-        reader: Reader,
+        segments: list[Reader],
         held: list[tuple[str, Checkpoint]],
         trust: journal.Trust,
         *,
@@ -342,8 +395,8 @@ class _FileCheck:
         accept_unverified: bool,
         held_beside: bool,
     ):
-        self.reader = reader
-        self.journal_id = reader.journal_id
+        self.segments = segments
+        self.journal_id = segments[0].journal_id
         self.held = held
         self.trust = trust
         self.trust_recorded_keys = trust_recorded_keys
@@ -366,30 +419,68 @@ class _FileCheck:
             self.omitted += 1
 
     def run(self, tick: Any) -> JournalReport:
-        reader = self.reader
+        segments = self.segments
+        first = segments[0].segment
+        # A journal whose earlier segments are not here starts from its first file's link.
+        start_seq = first.first_seq - 1
+        start_hash = first.prev_hash or journal.GENESIS_HASH
         chain = journal.ChainVerifier(
-            self.journal_id, check_payloads=False, max_findings=MAX_FINDINGS
+            self.journal_id,
+            start_seq=start_seq,
+            start_hash=start_hash,
+            check_payloads=False,
+            max_findings=MAX_FINDINGS,
         )
-        stored = [(f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(reader.checkpoints())]
+        stored: list[tuple[str, Checkpoint]] = []
+        keys: list[tuple[int, str]] = []
+        for reader in segments:
+            where = f" of {reader.path.name}" if len(segments) > 1 else ""
+            stored += [
+                (f"stored checkpoint #{i + 1}{where}", cp)
+                for i, cp in enumerate(reader.checkpoints())
+            ]
+            at = max(reader.segment.first_seq - 1, 0)
+            keys += [(max(seq, at), vkey) for seq, vkey in reader.recorded_keys()]
+            link = _link_checkpoint(reader)
+            if link is not None:
+                stored.append((f"closing checkpoint named by {reader.path.name}", link))
         checkpoints = journal.CheckpointCheck(
             chain,
             self.held + stored,
             self.trust,
-            recorded_keys=reader.recorded_keys(),
+            recorded_keys=keys,
             trust_recorded_keys=self.trust_recorded_keys,
             accept_unverified=self.accept_unverified,
+            start_seq=start_seq,
         )
         pending = 0
-        for row in reader.rows():
-            chain.feed(row)
-            checkpoints.see(row)
-            self._check_event(row)
-            pending += 1
-            if tick is not None and pending == PROGRESS_EVERY:
-                tick(pending)
-                pending = 0
+        previous: Reader | None = None
+        for reader in segments:
+            linked = previous is None
+            for row in reader.rows():
+                if not linked:
+                    self._check_link(chain, previous, reader, row)
+                    linked = True
+                chain.feed(row)
+                checkpoints.see(row)
+                self._check_event(row)
+                pending += 1
+                if tick is not None and pending == PROGRESS_EVERY:
+                    tick(pending)
+                    pending = 0
+            previous = reader
         if tick is not None and pending:
             tick(pending)
+        if start_seq > 0:
+            self._check_start(segments[0], start_seq)
+        last = segments[-1]
+        if last.segment.next_file is not None:
+            self.report(
+                chain.seq + 1,
+                "segment_missing",
+                f"{last.path.name} was rolled over: the journal goes on in "
+                f"{last.segment.next_file}, which is not here",
+            )
         checkpoints.finish()
         self._end_of_stream()
         self.omitted += chain.findings_omitted
@@ -402,7 +493,7 @@ class _FileCheck:
         )
         held = self.held[0] if self.held else None
         return JournalReport(
-            path=str(reader.path),
+            path=str(segments[0].path),
             journal_id=self.journal_id,
             events=chain.count,
             head_seq=chain.seq,
@@ -416,6 +507,45 @@ class _FileCheck:
             held_checkpoint_beside=self.held_beside,
             last_checkpoint_seq=checkpoints.last_seq,
             recorded_keys=[vkey for _, vkey in checkpoints.recorded_keys],
+            segments=[str(r.path) for r in segments] if len(segments) > 1 else [],
+            first_seq=start_seq + 1,
+        )
+
+    # --- segments ---------------------------------------------------------------------
+
+    def _check_link(
+        self, chain: journal.ChainVerifier, previous: Reader | None, reader: Reader, row: Any
+    ) -> None:
+        """The first row of a later segment must follow the previous segment's last event."""
+        seq, prev_hash, name = row[0], row[15], reader.path.name
+        before = "the previous segment" if previous is None else previous.path.name
+        if seq > chain.seq + 1:
+            self.report(
+                seq,
+                "segment_missing",
+                f"seqs {chain.seq + 1}..{seq - 1} are missing: {name} follows "
+                f"{reader.segment.prev_file or 'another segment'}, not {before}",
+            )
+        elif seq == chain.seq + 1 and prev_hash != chain.hash:
+            self.report(
+                seq,
+                "segment_link_broken",
+                f"{name} follows a segment whose last event is not {before}'s (a segment "
+                "replaced or rewritten)",
+            )
+        elif row[6] != "segment_started":
+            self.report(seq, "segment_link_broken", f"{name} does not begin with segment_started")
+        # Go on from the stored link, so one broken link is one finding, at its seq.
+        if seq > chain.seq:
+            chain.seq, chain.hash = seq - 1, prev_hash
+
+    def _check_start(self, first: Reader, start_seq: int) -> None:
+        """A journal that starts after seq 1 lacks its earlier segments."""
+        self.report(
+            start_seq + 1,
+            "segment_missing",
+            f"the journal starts at seq {start_seq + 1} in {first.path.name}: seqs 1..{start_seq} "
+            f"(from {first.segment.prev_file or 'earlier segments'} back) are not here",
         )
 
     # --- events -----------------------------------------------------------------------
