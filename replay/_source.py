@@ -200,7 +200,8 @@ def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if not found:
             raise ReplayInputError(f"no journal in the directory {path}")
         files.extend(found)
-    return files
+    # A file named twice (given, and again as a segment of a journal given) is read once.
+    return list(dict.fromkeys(files))
 
 
 def _natural(path: Path) -> tuple[str, int, str]:

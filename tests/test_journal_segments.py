@@ -1,0 +1,285 @@
+"""Segments: a journal rolled over by size or age into files chained to one another.
+
+Every segment after the first opens with ``segment_started`` naming the previous file, its head
+hash and its closing signed checkpoint; seq and the journal id go on. `verify` checks the chain
+across the files and names a missing, replaced or truncated segment; every other reader reads
+the files as one journal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+import journal
+import replay
+from journal import CallReceived, CallResult, Event, SegmentStarted
+from tests.journal_helpers import KEY, SAMPLE_PAYLOADS, VKEY
+from tests.replay_helpers import replay_cli
+
+SEGMENT = 256 * 1024
+# 4-byte and 3-byte UTF-8 text: sizes are bytes, and every byte counts toward a roll-over.
+TEXT = "𝄞漢✓" * 2500
+
+
+def _call(i: int, session: str = "s1") -> list[Event]:
+    call, tool = f"c{i}", "task_create"
+    return [
+        Event(
+            session_id=session,
+            call_id=call,
+            gen_ai_tool_name=tool,
+            payload=CallReceived(arguments={"title": f"{i} 𝄞", "description": TEXT}),
+        ),
+        Event(
+            session_id=session,
+            call_id=call,
+            gen_ai_tool_name=tool,
+            payload=SAMPLE_PAYLOADS["context_injected"],
+        ),
+        Event(
+            session_id=session,
+            call_id=call,
+            gen_ai_tool_name=tool,
+            payload=CallResult(result={"data": {"number": i, "title": f"{i} 𝄞"}}),
+        ),
+    ]
+
+
+def _session(session: str = "s1") -> Event:
+    return Event(session_id=session, payload=SAMPLE_PAYLOADS["session_started"])
+
+
+def write_segmented(path: Path, calls: int, *, start: int = 0, **options: Any) -> None:
+    session = f"s{start}"
+    with journal.open_sync_writer(path, key=KEY, segment_bytes=SEGMENT, **options) as writer:
+        writer.append(_session(session))
+        for i in range(start, start + calls):
+            writer.append_many(_call(i, session))
+
+
+def files_of(path: Path) -> list[Path]:
+    return [p for _, p in journal.segment_files(path)]
+
+
+def first_row(path: Path) -> tuple[Any, ...]:
+    with journal.open_reader(path) as reader:
+        row = reader.first_row()
+    assert row is not None
+    return row
+
+
+def verify(*paths: Path, **options: Any) -> replay.VerifyResult:
+    return replay.verify(list(paths), trusted=[VKEY], **options)
+
+
+def rules(result: replay.VerifyResult) -> list[tuple[int | None, str]]:
+    return sorted({(f.seq, f.rule) for f in result.findings}, key=lambda f: (f[0] or 0, f[1]))
+
+
+def drop_triggers(path: Path, *statements: str) -> None:
+    """What an attacker with file access does: drop the triggers, then edit."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+            conn.execute(f"DROP TRIGGER {name}")
+        for statement in statements:
+            conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def test_a_journal_rolled_over_into_segments_verifies_as_one_chain(tmp_path: Path) -> None:
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 60)
+    files = files_of(path)
+    assert len(files) >= 4
+    names = ["journal-1.db", "journal-1.seg0002.db", "journal-1.seg0003.db"]
+    assert [f.name for f in files[:3]] == names
+
+    # Each later segment opens with segment_started, chained to the previous file's head.
+    expected_seq = 1
+    journal_ids = set()
+    for previous, current in itertools.pairwise(files):
+        with journal.open_reader(previous) as reader:
+            head_seq, head_hash = reader.head()
+            journal_ids.add(reader.journal_id)
+            assert reader.segment.next_file == current.name  # sealed
+        row = first_row(current)
+        started = msgspec.json.decode(row[14], type=SegmentStarted)
+        assert (row[0], row[15]) == (head_seq + 1, head_hash)
+        assert (started.previous_file, started.previous_seq) == (previous.name, head_seq)
+        assert started.previous_hash == head_hash and started.reason == "size"
+        assert started.previous_checkpoint is not None
+        assert started.previous_checkpoint.check(VKEY)
+        assert started.previous_checkpoint.seq == head_seq
+        expected_seq = head_seq + 1
+    assert expected_seq > 1 and len(journal_ids) == 1
+
+    result = verify(path)
+    assert result.ok, result.findings
+    (report,) = result.journals
+    assert report.segments == [str(f) for f in files]
+    assert report.events == report.head_seq == 1 + 60 * 3 + len(files) - 1
+    assert report.calls == 60
+
+    # The CLI: the journal's first file name stands for its segments, a directory for all.
+    for given in (path, tmp_path):
+        done = replay_cli("verify", given, "--trusted-key", VKEY.to_text())
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_reader_reads_a_segmented_journal_as_one(tmp_path: Path) -> None:
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 40)
+    assert len(files_of(path)) >= 3
+    with replay.open_journals([path]) as journals:
+        records = list(journals.records())
+    seqs = [r.seq for r in records]
+    assert seqs == list(range(1, seqs[-1] + 1))
+    calls = replay.list_calls([path]).calls
+    assert [c.call_id for c in calls] == [f"c{i}" for i in range(40)]
+    assert all(c.status == "result" for c in calls)
+    for command in ("calls", "audit", "show", "deprecations", "idempotency", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "show":
+            args = ["show", path, "c39"]
+        done = replay_cli(*args)
+        assert done.returncode in (0, 1), (command, done.stderr)
+        assert "Traceback" not in done.stderr
+    done = replay_cli("show", path, "c39")
+    assert "𝄞" in done.stdout
+
+
+def test_a_segment_rolls_over_by_age_and_the_async_writer_keeps_order(tmp_path: Path) -> None:
+    """Many tasks append at once (durable and not) while segments roll over after every commit
+    (an age already past); every seq is in one unbroken chain."""
+    path = tmp_path / "journal-1.db"
+    durable_seqs: list[int] = []
+
+    async def main() -> None:
+        async with journal.open_writer(path, key=KEY, segment_age=1e-9) as writer:
+            await writer.append(_session())
+
+            async def task(t: int) -> None:
+                for k in range(15):
+                    for event in _call(t * 100 + k):
+                        seq = await writer.append(event, durable=k % 2 == 0)
+                        if k % 2 == 0:
+                            durable_seqs.append(seq)
+
+            async with trio.open_nursery() as nursery:
+                for t in range(6):
+                    nursery.start_soon(task, t)
+
+    trio.run(main)
+    files = files_of(path)
+    assert len(files) >= 3
+    result = verify(path)
+    assert result.ok, result.findings
+    assert max(durable_seqs) <= result.journals[0].head_seq
+    started = [msgspec.json.decode(first_row(f)[14], type=SegmentStarted) for f in files[1:]]
+    assert {s.reason for s in started} == {"age"}
+
+
+def test_a_writer_reopens_the_live_segment_and_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 25)
+    before = files_of(path)
+    with journal.open_sync_writer(path, key=KEY) as writer:  # no roll-over configured
+        assert writer.path == before[-1]
+        head = writer.head
+        seq = writer.append(_call(99)[0])
+        assert seq == head[0] + 1
+    # A closed segment takes no more events, even from SQLite directly.
+    with pytest.raises(sqlite3.IntegrityError, match="segment is closed"):
+        conn = sqlite3.connect(before[0], isolation_level=None)
+        try:
+            row = list(first_row(before[0]))
+            row[0] = 10_000
+            conn.execute(f"INSERT INTO events VALUES ({', '.join('?' * len(row))})", row)
+        finally:
+            conn.close()
+    assert verify(path).ok
+
+
+def test_verify_names_a_missing_middle_segment(tmp_path: Path) -> None:
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 60)
+    files = files_of(path)
+    gone = files[2]
+    first_after = first_row(files[3])[0]
+    gone.unlink()
+    result = verify(path)
+    assert not result.ok
+    assert (first_after, "segment_missing") in rules(result)
+    missing = next(f for f in result.findings if f.rule == "segment_missing")
+    assert gone.name in missing.detail and f"..{first_after - 1}" in missing.detail
+    done = replay_cli("verify", path, "--trusted-key", VKEY.to_text())
+    assert done.returncode == 1
+    assert "segment_missing" in done.stdout
+
+
+def test_verify_names_a_segment_replaced_by_another_history(tmp_path: Path) -> None:
+    """A segment swapped for one of another history (a fork of the same journal, linked to the
+    same predecessor): the next segment's link and the closing checkpoint it names break."""
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 12)
+    fork_dir = tmp_path / "fork"
+    fork_dir.mkdir()
+    for f in files_of(path):
+        shutil.copy(f, fork_dir / f.name)
+    write_segmented(path, 40, start=100)
+    write_segmented(fork_dir / path.name, 40, start=500)  # the same seqs, other events
+    files = files_of(path)
+    middle = files[len(files) // 2]
+    shutil.copy(fork_dir / middle.name, middle)
+    next_first = first_row(files[len(files) // 2 + 1])[0]
+    result = verify(path)
+    assert (next_first, "segment_link_broken") in rules(result)
+    assert (next_first - 1, "checkpoint_hash_mismatch") in rules(result)
+
+
+def test_verify_names_a_truncated_last_segment(tmp_path: Path) -> None:
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 30, checkpoint_path=tmp_path / "journal-1.db.checkpoint.json")
+    files = files_of(path)
+    live = files[-1]
+    with journal.open_reader(live) as reader:
+        head_seq = reader.head()[0]
+    # The tail cut, its stored checkpoints with it: the exported one still names the head.
+    drop_triggers(
+        live,
+        f"DELETE FROM events WHERE seq > {head_seq - 3}",
+        f"DELETE FROM checkpoints WHERE seq > {head_seq - 3}",
+    )
+    result = verify(path)
+    assert (head_seq - 2, "truncated_before_checkpoint") in rules(result)
+
+    # The whole live segment removed: the one before it names it as its successor.
+    live.unlink()
+    result = verify(path)
+    assert any(f.rule == "segment_missing" and live.name in f.detail for f in result.findings)
+
+
+def test_a_journal_without_its_first_segments_is_not_ok(tmp_path: Path) -> None:
+    """Segments gone from the start (with no prune journaled) are reported, not ignored."""
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 40)
+    files = files_of(path)
+    start = first_row(files[2])[0]
+    files[0].unlink()
+    files[1].unlink()
+    result = verify(path)
+    assert (start, "segment_missing") in rules(result)
+    # A writer still finds the live segment by the journal's name (it was never recreated).
+    with journal.open_sync_writer(path, key=KEY) as writer:
+        assert writer.path == files[-1]
+    assert not path.exists()
