@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import shutil
 import signal
 import sqlite3
@@ -27,6 +28,7 @@ import replay
 from journal import CallReceived, CallResult, Event, SegmentStarted
 from tests.journal_helpers import KEY, SAMPLE_PAYLOADS, VKEY
 from tests.replay_helpers import replay_cli
+from tools.reliability.wire import bridge_env, open_raw_bridge
 
 SEGMENT = 256 * 1024
 # 4-byte and 3-byte UTF-8 text: sizes are bytes, and every byte counts toward a roll-over.
@@ -369,3 +371,49 @@ def test_sigkill_during_a_roll_over_leaves_a_verifiable_journal(
             assert reader.segment.next_file is not None
     assert not hidden.exists() or crash_at is None
     check_after_crash(path, promised)
+
+
+# --- real bridges ---------------------------------------------------------------------------
+
+BRIDGE_CALLS = 10
+
+
+@pytest.mark.slow
+async def test_bridges_in_one_pool_roll_over_under_load_and_replay_reads_every_chain(
+    tmp_path: Path,
+) -> None:
+    """Two `serve --embedded` sessions at once in one pool directory, each journal rolling over
+    every few calls of 4-byte text; then `verify` and `calls` over the pool see two journals,
+    each one chain across its segments, every call in it."""
+    pool = tmp_path / "journals"
+    pool.mkdir(mode=0o700)
+    env = bridge_env({}, tmp_path)
+
+    async def session(name: str) -> None:
+        extra = ("--embedded", "--journal-segment-bytes", "256K")
+        async with open_raw_bridge(pool, env, *extra, client_name=name) as raw:
+            for i in range(BRIDGE_CALLS):
+                task = {"title": f"{name} {i} " + "𝄞" * 190, "description": "𝄞漢" * 5000}
+                arguments = {"channel": "general", "tasks": [task]}
+                answer = await raw.call("task_create", arguments)
+                assert not answer["result"].get("isError"), answer
+
+    with trio.fail_after(300):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session, "a")
+            nursery.start_soon(session, "b")
+
+    chains = {base: files_of(base) for base in (pool / "journal-1.db", pool / "journal-2.db")}
+    assert all(len(files) >= 3 for files in chains.values()), chains
+    local = {**os.environ, **env}
+    done = replay_cli("verify", pool, "--json", env=local)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    verified = msgspec.json.decode(done.stdout)
+    assert sorted(j["segments"] for j in verified["journals"]) == sorted(
+        [str(f) for f in files] for files in chains.values()
+    )
+    done = replay_cli("calls", pool, "--json", env=local)
+    assert done.returncode == 0, done.stderr
+    calls = msgspec.json.decode(done.stdout)["calls"]
+    assert len(calls) == 2 * BRIDGE_CALLS
+    assert {c["status"] for c in calls} == {"result"}
