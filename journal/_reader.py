@@ -153,13 +153,16 @@ class Reader:
 
     def recorded_keys(self) -> list[tuple[int, str]]:
         """(seq, verifier key) of each signing key the journal names, oldest first: the
-        ``signing_key`` it was created with (seq 0), then each ``key_rotated`` event."""
+        ``signing_key`` it was created with (seq 0; a later segment's: the seq it follows),
+        then each ``key_rotated`` event."""
         keys: list[tuple[int, str]] = []
         meta = self._conn.execute(
             "SELECT value FROM journal_meta WHERE key = 'signing_key'"
         ).fetchone()
         if meta is not None:
-            keys.append((0, str(meta[0])))
+            # A later segment names the key in force when it was made, from its link on.
+            at = self.segment.first_seq - 1 if self.segment.index > 1 else 0
+            keys.append((at, str(meta[0])))
         cursor = self._conn.execute(
             "SELECT seq, payload FROM events WHERE kind = 'key_rotated' ORDER BY seq"
         )
