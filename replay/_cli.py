@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 import bridge
 import journal
 
+from . import _fleet_cli
 from . import _render as render
 from ._source import Progress as ProgressCallback
 from ._source import ReplayInputError, journal_files
@@ -344,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", type=Path, metavar="FILE", help="another signing key file")
     p.add_argument("--create", action="store_true", help="create the key if there is none")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _fleet_cli.add_ship(sub)
     return parser
 
 
@@ -384,6 +386,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             render.render_key(out, info)
         return EXIT_OK
+    if args.command == "ship":
+        return _ship(args, out)
     if args.command == "rerun" and args.allow_mutations and not args.against:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
@@ -398,6 +402,22 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         print(render.to_json(result), file=target.file)
     else:
         draw(target, result)
+    return code
+
+
+def _ship(args: argparse.Namespace, out: Console) -> int:
+    paths = journal_files(args.journals or default_journals())
+    try:
+        report, code = _fleet_cli.run_ship(args, paths, out)
+    except Exception as exc:
+        stopped = _fleet_cli.stopped_code(exc)
+        if stopped is None:
+            raise
+        return stopped
+    if args.json:
+        print(render.to_json(report), file=out.file)
+    elif not args.follow:
+        _fleet_cli.render_ship(out, report)
     return code
 
 

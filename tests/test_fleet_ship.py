@@ -1,0 +1,192 @@
+"""``ship`` into a real PostgreSQL: incremental, idempotent, resumable, verified, append-only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import journal
+from replay import contiguous_seq, ship, store_findings, witnessed_checkpoint
+
+from .fleet_helpers import (
+    append_calls,
+    consolidated_copy,
+    rewrite_payload,
+    write_fleet,
+    write_fleet_journal,
+)
+from .journal_helpers import KEY
+
+
+def store_rows(url: str, journal_id: str) -> list[tuple[int, str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq",
+            (journal_id,),
+        ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def local_rows(path: Path) -> list[tuple[int, str]]:
+    with journal.open_reader(path) as reader:
+        return [(row[0], row[16]) for row in reader.rows()]
+
+
+def test_ship_copies_every_event_once_and_resumes(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 1, 12)
+    first = ship([path], pg_url, batch_size=7)
+    assert first.ok and first.shipped == len(local_rows(path))
+    assert store_rows(pg_url, jid) == local_rows(path)
+    again = ship([path], pg_url)
+    assert again.ok and again.shipped == 0, "a repeated ship ships nothing"
+    append_calls(path, jid, 50, 5)
+    more = ship([path], pg_url, batch_size=4)
+    assert more.journals[0].store_head_before == first.journals[0].store_head
+    assert store_rows(pg_url, jid) == local_rows(path)
+    head = local_rows(path)[-1]
+    assert contiguous_seq(pg_url, jid) == head[0]
+    witnessed = witnessed_checkpoint(pg_url, jid)
+    assert witnessed is not None and witnessed == head, "the close checkpoint is the witness"
+
+
+def test_payloads_are_the_redacted_text_as_hashed(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "secret.db"
+    secret = "sk-live-4eC39HqLyjWDarjtT1zdp7dc"
+    with journal.open_sync_writer(path, key=KEY, secrets=[secret]) as writer:
+        writer.append(
+            journal.Event(
+                session_id="s",
+                call_id="c",
+                payload=journal.CallReceived(arguments={"note": f"token {secret} ✓"}),
+            )
+        )
+        jid = writer.journal_id
+    assert ship([path], pg_url).ok
+    with psycopg.connect(pg_url) as conn:
+        payloads = [r[0] for r in conn.execute("SELECT payload FROM agentteam.events")]
+    assert payloads and not any(secret in p for p in payloads)
+    with journal.open_reader(path) as reader:
+        assert payloads == [row[14] for row in reader.rows()]
+    assert jid
+
+
+def test_a_fork_is_refused_and_recorded(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 2, 6)
+    assert ship([path], pg_url).ok
+    shipped = store_rows(pg_url, jid)
+    forked = consolidated_copy(path, tmp_path / "forked.db")
+    rewrite_payload(forked, 5, '{"arguments":{"channel":"other"},"meta_keys":[]}')
+    report = ship([forked], pg_url)
+    assert not report.ok and report.refused == 1
+    refused = report.journals[0].refused
+    assert refused is not None and refused.rule == "fork"
+    assert [f.rule for f in store_findings(pg_url, jid)] == ["fork"]
+    assert store_rows(pg_url, jid) == shipped, "nothing of the fork is stored"
+
+
+def test_a_forged_checkpoint_is_refused(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 3, 4, checkpoint_every=1000)
+    assert ship([path], pg_url).ok
+    append_calls(path, jid, 10, 3)
+    forged = consolidated_copy(path, tmp_path / "forged.db")
+    attacker = journal.SigningKey("agentteam-bridge/attacker", bytes(range(1, 33)))
+    head_seq, head_hash = local_rows(forged)[-1]
+    cp = journal.sign_checkpoint(
+        attacker, journal_id=jid, seq=head_seq, head_hash=head_hash, ts_wall="2026-12-03T00:00:00Z"
+    )
+    import sqlite3
+
+    conn = sqlite3.connect(forged)
+    conn.execute(
+        "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+    )
+    conn.commit()
+    conn.close()
+    report = ship([forged], pg_url)
+    refused = report.journals[0].refused
+    assert refused is not None and refused.rule == "checkpoint_unverified"
+    assert refused.seq == head_seq
+    witnessed = witnessed_checkpoint(pg_url, jid)
+    assert witnessed is not None and witnessed[0] < head_seq
+
+
+def test_the_store_is_append_only(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 4, 2)
+    assert ship([path], pg_url).ok
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("CREATE ROLE shipper LOGIN IN ROLE agentteam_ship")
+        for statement in (
+            "UPDATE agentteam.events SET kind = 'x'",
+            "DELETE FROM agentteam.events",
+            "DELETE FROM agentteam.checkpoints",
+            "TRUNCATE agentteam.findings",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+                admin.execute(statement)
+    shipper_url = pg_url.replace("postgresql://postgres@", "postgresql://shipper@")
+    with psycopg.connect(shipper_url, autocommit=True) as shipper:
+        for statement in ("UPDATE agentteam.events SET kind = 'x'", "DELETE FROM agentteam.events"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                shipper.execute(statement)
+    more = tmp_path / "b.db"
+    write_fleet_journal(more, 5, 2)
+    assert ship([more], shipper_url).ok, "the shipping role can ship"
+
+
+@pytest.mark.slow
+def test_a_hundred_journals_ship_and_an_interrupted_ship_resumes(
+    pg_url: str, tmp_path: Path
+) -> None:
+    paths = write_fleet(tmp_path / "fleet", 100, 3)
+    expected = {p: local_rows(p) for p in paths}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "replay._cli", "ship", str(tmp_path / "fleet")]
+    cmd += ["--to", pg_url, "--batch-size", "5"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        while time.monotonic() < deadline and proc.poll() is None:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'agentteam'"
+                " AND tablename = 'events'"
+            ).fetchone()
+            if row and row[0]:
+                count = conn.execute("SELECT count(*) FROM agentteam.events").fetchone()
+                if count and count[0] >= 300:
+                    break
+            time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    report = ship([tmp_path / "fleet"], pg_url)
+    assert report.ok
+    again = ship([tmp_path / "fleet"], pg_url)
+    assert again.ok and again.shipped == 0
+    with psycopg.connect(pg_url) as conn:
+        total = conn.execute(
+            "SELECT count(*), count(DISTINCT (journal_id, seq)) FROM agentteam.events"
+        ).fetchone()
+    assert total is not None
+    assert total[0] == total[1] == sum(len(rows) for rows in expected.values())
+    for path, rows in expected.items():
+        with journal.open_reader(path) as reader:
+            jid = reader.journal_id
+        assert jid is not None
+        assert store_rows(pg_url, jid) == rows
+
+
+def _unused(_: Any) -> None:
+    pass
