@@ -346,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--create", action="store_true", help="create the key if there is none")
     p.add_argument("--json", action="store_true", help="print JSON")
     _fleet_cli.add_ship(sub)
+    _fleet_cli.add_store_options(sub)
     return parser
 
 
@@ -429,6 +430,8 @@ def _execute(
 ) -> tuple[Any, Drawer, int]:
     import replay
 
+    if getattr(args, "store", None):
+        return _fleet_cli.execute_from(args, progress)
     paths = journal_files(args.journals or default_journals())
     if args.command == "verify":
         verified = replay.verify(

@@ -14,7 +14,9 @@ from ._fleet_ship import BATCH_SIZE, ShipReport
 from ._fleet_store import is_store_url
 from ._source import ReplayInputError
 
-__all__ = ["add_ship", "render_ship", "run_ship", "store_url"]
+__all__ = ["add_ship", "add_store_options", "execute_from", "render_ship", "run_ship", "store_url"]
+
+FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
 
 SHIP_EPILOG: Final = """\
 examples:
@@ -80,6 +82,58 @@ def add_ship(sub: Any) -> None:
     )
 
 
+def add_store_options(sub: Any) -> None:
+    """``--from URL`` on the reports the store computes, ``--witness URL`` on verify."""
+    for name in FROM_COMMANDS:
+        sub.choices[name].add_argument(
+            "--from",
+            dest="store",
+            type=store_url,
+            metavar="URL",
+            help="read the fleet store (postgresql://...) instead of journal files; computed in "
+            "the database, same report",
+        )
+    sub.choices["verify"].add_argument(
+        "--witness",
+        type=store_url,
+        metavar="URL",
+        help="compare each journal with what the fleet store received of it (catches a journal "
+        "truncated, rolled back or rewritten after shipping); trusts the keys it registered",
+    )
+
+
+def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
+    """Run a report over the store given with ``--from`` (no journal files)."""
+    from . import _fleet_reports as reports
+    from . import _render as render
+    from ._calls import CallFilter
+
+    if args.journals:
+        raise ReplayInputError("give journals or --from URL, not both")
+    if args.command == "calls":
+        where = CallFilter(
+            session=args.session,
+            tool=args.tool,
+            agent=args.agent,
+            status=args.status,
+            error_code=args.error_code,
+            since=args.since,
+            until=args.until,
+        )
+        return reports.calls_from(args.store, where, limit=args.limit), render.render_calls, 0
+    if args.command == "audit":
+        return reports.audit_from(args.store), render.render_audit, 0
+    if args.command == "deprecations":
+        report = reports.deprecations_from(
+            args.store, gate_days=args.gate_days, as_of=args.as_of, names=args.name
+        )
+        return report, render.render_deprecations, 0 if report.ok else 1
+    if args.command == "idempotency":
+        checked = reports.idempotency_from(args.store, progress=progress)
+        return checked, render.render_idempotency, 0 if checked.ok else 1
+    raise AssertionError(args.command)
+
+
 def run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
     from ._fleet_ship import ship, ship_follow
 
@@ -137,8 +191,3 @@ def render_ship(console: Console, report: ShipReport) -> None:
             console.print(f"  REFUSED at seq {f.seq}: {f.rule}: {f.detail}", markup=False)
     verdict = "OK" if report.ok else f"FAILED: {report.refused} journal(s) refused"
     console.print(f"{report.shipped} events shipped to {report.store}; {verdict}", markup=False)
-
-
-def reject_journals_with_store(args: argparse.Namespace) -> None:
-    if getattr(args, "store", None) and args.journals:
-        raise ReplayInputError("give journals or --from URL, not both")

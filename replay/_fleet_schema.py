@@ -4,7 +4,8 @@ Everything lives in the schema ``agentteam``:
 
 * ``events``: every shipped event, the journal's columns as stored (the payload text as hashed,
   already redacted) plus ``ts`` (the event's wall time) and ``doc`` (the payload as jsonb, for
-  the views). Declaratively partitioned by month of ``ts``; ``journal_id`` leads every key, the
+  the views). Text columns sort bytewise (``COLLATE "C"``), as SQLite and Python do.
+  Declaratively partitioned by month of ``ts``; ``journal_id`` leads every key, the
   distribution key on Citus.
 * ``journals``: the registry (journal id, when first shipped, from where); ``journal_keys``: the
   signing keys each journal named (its key at creation, then each ``key_rotated`` event shipped),
@@ -69,24 +70,24 @@ CREATE TABLE IF NOT EXISTS agentteam.findings (
   PRIMARY KEY (journal_id, id)
 );
 CREATE TABLE IF NOT EXISTS agentteam.events (
-  journal_id text NOT NULL,
+  journal_id text COLLATE "C" NOT NULL,
   seq bigint NOT NULL,
   ts timestamptz NOT NULL,
-  session_id text NOT NULL,
-  call_id text,
+  session_id text COLLATE "C" NOT NULL,
+  call_id text COLLATE "C",
   ts_mono_ns bigint NOT NULL,
-  ts_wall text NOT NULL,
-  kind text NOT NULL,
+  ts_wall text COLLATE "C" NOT NULL,
+  kind text COLLATE "C" NOT NULL,
   kind_version integer NOT NULL,
-  mcp_method_name text,
-  gen_ai_tool_name text,
-  jsonrpc_request_id text,
+  mcp_method_name text COLLATE "C",
+  gen_ai_tool_name text COLLATE "C",
+  jsonrpc_request_id text COLLATE "C",
   http_response_status_code integer,
-  error_type text,
+  error_type text COLLATE "C",
   duration_ms double precision,
-  payload text NOT NULL,
-  prev_hash text NOT NULL,
-  hash text NOT NULL,
+  payload text COLLATE "C" NOT NULL,
+  prev_hash text COLLATE "C" NOT NULL,
+  hash text COLLATE "C" NOT NULL,
   doc jsonb GENERATED ALWAYS AS (payload::jsonb) STORED,
   PRIMARY KEY (journal_id, seq, ts)
 ) PARTITION BY RANGE (ts);
