@@ -443,6 +443,7 @@ def _execute(
             auto_checkpoint=not args.no_auto_checkpoint,
             progress=progress,
         )
+        verified = _fleet_cli.apply_witness(args, paths, verified)
         code = EXIT_IN_DOUBT if verified.in_doubt else EXIT_OK
         return verified, render.render_verify, code if verified.ok else EXIT_FAILED
     if args.command == "calls":

@@ -14,7 +14,15 @@ from ._fleet_ship import BATCH_SIZE, ShipReport
 from ._fleet_store import is_store_url
 from ._source import ReplayInputError
 
-__all__ = ["add_ship", "add_store_options", "execute_from", "render_ship", "run_ship", "store_url"]
+__all__ = [
+    "add_ship",
+    "add_store_options",
+    "apply_witness",
+    "execute_from",
+    "render_ship",
+    "run_ship",
+    "store_url",
+]
 
 FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
 
@@ -100,6 +108,18 @@ def add_store_options(sub: Any) -> None:
         help="compare each journal with what the fleet store received of it (catches a journal "
         "truncated, rolled back or rewritten after shipping); trusts the keys it registered",
     )
+
+
+def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) -> Any:
+    """Add the findings of ``--witness URL`` (the fleet store's copy) to a verify result."""
+    if not getattr(args, "witness", None):
+        return verified
+    import msgspec
+
+    from ._fleet_witness import witness_findings
+
+    found = witness_findings(args.witness, paths)
+    return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
 
 
 def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:

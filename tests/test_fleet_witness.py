@@ -1,0 +1,107 @@
+"""``verify --witness postgresql://...``: a journal cut, rolled back or rewritten after shipping."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import replay
+from replay._fleet_witness import witness_findings
+
+from .fleet_helpers import (
+    append_calls,
+    consolidated_copy,
+    rewrite_payload,
+    truncate_to,
+    write_fleet_journal,
+)
+
+
+def rules(url: str, path: Path) -> list[tuple[str, int | None]]:
+    return [(f.rule, f.seq) for f in witness_findings(url, [path])]
+
+
+def head(path: Path) -> int:
+    import journal
+
+    with journal.open_reader(path) as reader:
+        return reader.head()[0]
+
+
+def test_an_intact_journal_agrees_with_its_witness(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 1, 5)
+    assert replay.ship([path], pg_url).ok
+    assert rules(pg_url, path) == []
+    append_calls(path, jid, 9, 2)
+    assert rules(pg_url, path) == [], "a journal ahead of the store is fine"
+
+
+def test_truncation_after_shipping_is_caught(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 2, 6)
+    assert replay.ship([path], pg_url).ok
+    last = head(path)
+    cut = consolidated_copy(path, tmp_path / "cut.db")
+    truncate_to(cut, last - 4)
+    assert rules(pg_url, cut) == [
+        ("witness_truncated", last - 3),
+        ("witness_checkpoint_beyond", last - 3),
+    ]
+
+
+def test_a_rewritten_history_is_caught_at_its_first_changed_seq(
+    pg_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 3, 6)
+    assert replay.ship([path], pg_url).ok
+    rewritten = consolidated_copy(path, tmp_path / "rewritten.db")
+    rewrite_payload(rewritten, 7, '{"arguments":{"channel":"elsewhere"},"meta_keys":[]}')
+    assert rules(pg_url, rewritten) == [("witness_rewritten", 7)]
+
+
+def test_a_rollback_to_an_older_copy_is_caught(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 4, 3)
+    older = consolidated_copy(path, tmp_path / "older.db")
+    backup = head(older)
+    append_calls(path, jid, 20, 3)
+    assert replay.ship([path], pg_url).ok
+    assert rules(pg_url, older)[0] == ("witness_truncated", backup + 1)
+    # rolled back, then written on: the first event after the rollback differs
+    continued = tmp_path / "continued.db"
+    shutil.copy(older, continued)
+    append_calls(continued, jid, 40, 1)
+    assert ("witness_rewritten", backup + 1) in rules(pg_url, continued)
+
+
+def test_a_journal_the_store_never_received_is_not_witnessed(pg_url: str, tmp_path: Path) -> None:
+    shipped, other = tmp_path / "a.db", tmp_path / "b.db"
+    write_fleet_journal(shipped, 5, 1)
+    write_fleet_journal(other, 6, 1)
+    assert replay.ship([shipped], pg_url).ok
+    assert rules(pg_url, other) == [("witness_unknown", None)]
+
+
+def test_verify_witness_on_the_command_line(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 7, 4)
+    assert replay.ship([path], pg_url).ok
+    cut = consolidated_copy(path, tmp_path / "cut.db")
+    truncate_to(cut, 5)
+    done = subprocess.run(
+        [sys.executable, "-m", "replay._cli", "verify", str(cut), "--witness", pg_url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout)["findings"]
+    assert {"rule": "witness_truncated", "seq": 6} in [
+        {"rule": f["rule"], "seq": f["seq"]} for f in found
+    ]
