@@ -407,7 +407,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _ship(args: argparse.Namespace, out: Console) -> int:
-    paths = journal_files(args.journals or default_journals())
+    # Directories stay directories: --follow picks up the journals that appear in them.
+    paths = args.journals or default_journals()
     try:
         report, code = _fleet_cli.run_ship(args, paths, out)
     except Exception as exc:

@@ -161,6 +161,8 @@ def contiguous_seq(store: str | psycopg.Connection[Any], journal_id: str) -> int
     Stable name: ``prune`` relies on it.
     """
     with _connection(store) as conn:
+        if not _has_schema(conn):
+            return 0
         row = conn.execute(
             "SELECT COALESCE(MAX(seq), 0), COUNT(DISTINCT seq), COALESCE(MIN(seq), 0)"
             " FROM agentteam.events WHERE journal_id = %s",
@@ -187,12 +189,20 @@ def witnessed_checkpoint(
     """(seq, head hash) of the latest checkpoint of the journal the store verified and keeps
     (the witness), or None when it holds none. Stable name: ``prune`` relies on it."""
     with _connection(store) as conn:
+        if not _has_schema(conn):
+            return None
         row = conn.execute(
             "SELECT seq, head_hash FROM agentteam.checkpoints WHERE journal_id = %s"
             " ORDER BY seq DESC LIMIT 1",
             (journal_id,),
         ).fetchone()
     return (int(row[0]), str(row[1])) if row else None
+
+
+def _has_schema(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the store's tables exist (a store nothing was shipped to holds nothing)."""
+    row = conn.execute("SELECT to_regclass('agentteam.checkpoints') IS NOT NULL").fetchone()
+    return bool(row and row[0])
 
 
 def record_finding(conn: psycopg.Connection[Any], finding: StoreFinding) -> None:

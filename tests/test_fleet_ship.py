@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -19,6 +19,7 @@ from replay import contiguous_seq, ship, store_findings, witnessed_checkpoint
 from .fleet_helpers import (
     append_calls,
     consolidated_copy,
+    journal_events,
     rewrite_payload,
     write_fleet,
     write_fleet_journal,
@@ -188,5 +189,39 @@ def test_a_hundred_journals_ship_and_an_interrupted_ship_resumes(
         assert store_rows(pg_url, jid) == rows
 
 
-def _unused(_: Any) -> None:
-    pass
+def test_follow_ships_live_journals_with_a_bounded_lag(pg_url: str, tmp_path: Path) -> None:
+    directory = tmp_path / "live"
+    directory.mkdir()
+    first = directory / "journal-1.db"
+    jid = write_fleet_journal(first, 7, 2)
+    cmd = [sys.executable, "-m", "replay._cli", "ship", str(directory), "--to", pg_url]
+    proc = subprocess.Popen(
+        [*cmd, "--follow", "--interval", "0.2", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def wait_shipped(journal_id: str, path: Path) -> None:
+        want = local_rows(path)[-1][0]
+        deadline = time.monotonic() + 60  # bounds a hang only
+        while contiguous_seq(pg_url, journal_id) < want:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, f"{journal_id} not shipped up to {want}"
+            time.sleep(0.05)
+
+    try:
+        wait_shipped(jid, first)
+        with journal.open_sync_writer(first, key=KEY, journal_id=jid) as writer:
+            for round_ in range(3):  # a live writer appending while the shipper follows
+                writer.append_many(journal_events(100 + round_, 2))
+                wait_shipped(jid, first)
+        second = directory / "journal-2.db"
+        other = write_fleet_journal(second, 8, 1)
+        wait_shipped(other, second)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert store_rows(pg_url, jid) == local_rows(first)
+    assert all(json.loads(line)["ok"] for line in out.splitlines())
