@@ -225,3 +225,38 @@ def test_follow_ships_live_journals_with_a_bounded_lag(pg_url: str, tmp_path: Pa
     assert proc.returncode == 0, err
     assert store_rows(pg_url, jid) == local_rows(first)
     assert all(json.loads(line)["ok"] for line in out.splitlines())
+
+
+def test_ship_json_follows_its_published_schema(pg_url: str, tmp_path: Path) -> None:
+    from jsonschema import Draft202012Validator
+
+    from tools.replay_schemas import DIRECTORY
+
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 9, 2)
+    cmd = [sys.executable, "-m", "replay._cli", "ship", str(path), "--to", pg_url, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ok"] is True and out["shipped"] == len(local_rows(path))
+    assert "postgres@" in out["store"] and "sock" in out["store"]
+    schema = json.loads((DIRECTORY / "ship.schema.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(out))
+
+
+def test_store_urls_are_printed_without_secrets(tmp_path: Path) -> None:
+    from replay._fleet_store import redact_store_url
+
+    url = "postgresql://ship:s3cr%C3%A9t@db.example:6432/fleet?sslmode=require&password=p4ss"
+    shown = redact_store_url(url)
+    assert "s3cr" not in shown and "p4ss" not in shown
+    assert shown.startswith("postgresql://ship:REDACTED@db.example:6432/fleet?sslmode=require")
+    cmd = [sys.executable, "-m", "replay._cli", "ship", str(tmp_path), "--to"]
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 10, 1)
+    unreachable = "postgresql://ship:s3cret@127.0.0.1:1/fleet?connect_timeout=5"
+    done = subprocess.run(
+        [*cmd, unreachable], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert "cannot reach the store" in done.stderr and "s3cret" not in done.stderr
