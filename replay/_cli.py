@@ -438,7 +438,7 @@ def _execute(
         verified = replay.verify(
             paths,
             checkpoints=args.checkpoint,
-            trusted=_trusted(args.trusted_key, args.key),
+            trusted=_trusted(args.trusted_key, args.key) + _fleet_cli.witness_keys(args, paths),
             trust_recorded_keys=args.trust_journal_key,
             accept_unverified=args.accept_unverified,
             auto_checkpoint=not args.no_auto_checkpoint,

@@ -22,6 +22,7 @@ __all__ = [
     "render_ship",
     "run_ship",
     "store_url",
+    "witness_keys",
 ]
 
 FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
@@ -108,6 +109,21 @@ def add_store_options(sub: Any) -> None:
         help="compare each journal with what the fleet store received of it (catches a journal "
         "truncated, rolled back or rewritten after shipping); trusts the keys it registered",
     )
+
+
+def witness_keys(args: argparse.Namespace, paths: list[Path]) -> list[Any]:
+    """With ``--witness URL``: the keys the store registered for these journals, trusted."""
+    if not getattr(args, "witness", None):
+        return []
+    from ._fleet_witness import registered_keys
+    from ._source import open_reader
+
+    ids = []
+    for path in paths:
+        with open_reader(path) as reader:
+            if reader.journal_id is not None:
+                ids.append(reader.journal_id)
+    return list(registered_keys(args.witness, ids))
 
 
 def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) -> Any:

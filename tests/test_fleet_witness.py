@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,24 @@ def test_a_journal_the_store_never_received_is_not_witnessed(pg_url: str, tmp_pa
     write_fleet_journal(other, 6, 1)
     assert replay.ship([shipped], pg_url).ok
     assert rules(pg_url, other) == [("witness_unknown", None)]
+
+
+def test_the_witness_is_a_trusted_key_source(pg_url: str, tmp_path: Path) -> None:
+    """A copy on an auditor's machine (no key of its own) verifies against the store's key."""
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 8, 3)
+    assert replay.ship([path], pg_url).ok
+    copy = consolidated_copy(path, tmp_path / "copy.db")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "auditor")}
+    cmd = [sys.executable, "-m", "replay._cli", "verify", str(copy), "--json"]
+    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert alone.returncode == 1, "no trusted key: not OK"
+    witnessed = subprocess.run(
+        [*cmd, "--witness", pg_url], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert witnessed.returncode in (0, 3), witnessed.stdout + witnessed.stderr
+    out = json.loads(witnessed.stdout)
+    assert out["ok"] and out["journals"][0]["signatures_checked"] > 0
 
 
 def test_verify_witness_on_the_command_line(pg_url: str, tmp_path: Path) -> None:
