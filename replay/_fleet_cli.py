@@ -30,8 +30,8 @@ FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
 SHIP_EPILOG: Final = """\
 examples:
   agentteam-replay ship ~/.local/share/agentteam-bridge/journals/ --to postgresql://ship@db/fleet
-  agentteam-replay ship journal.db --to "$FLEET_URL" --json
-  agentteam-replay ship journals/ --to "$FLEET_URL" --follow --interval 2
+  agentteam-replay ship journal.db --to postgresql://ship@db.example/fleet --json
+  agentteam-replay ship journals/ --to postgresql://ship@db.example/fleet --follow --interval 2
 
 Each journal resumes after the last event the store holds; a journal whose history differs
 from what the store holds (a fork), or whose checkpoint does not verify under the key the store
