@@ -252,28 +252,30 @@ def _where(where: CallFilter) -> tuple[list[str], list[Any]]:
 
 # --- audit ------------------------------------------------------------------------------
 
+# Each aggregate's columns are named a, b, c... (one JSON object per row, keys in that order).
 _AUDIT_SQL: Final = {
-    "usage": "SELECT coalesce(tool, '?'), coalesce(nullif(agent_id, ''), '?'), status, count(*)"
-    " FROM lines GROUP BY 1, 2, 3",
-    "errors": "SELECT error_code, coalesce(tool, '?'), count(*) FROM lines"
+    "usage": "SELECT coalesce(tool, '?') a, coalesce(nullif(agent_id, ''), '?') b, status c,"
+    " count(*) d FROM lines GROUP BY 1, 2, 3",
+    "errors": "SELECT error_code a, coalesce(tool, '?') b, count(*) c FROM lines"
     " WHERE error_code IS NOT NULL GROUP BY 1, 2",
     # Rounded to whole microseconds in SQL when exact; ties (x.xxx5 ms) as nanoseconds.
-    "bridge": "SELECT coalesce(tool, '?'),"
-    " CASE WHEN bridge_ns % 1000 = 500 THEN NULL ELSE round(bridge_ns / 1000.0)::bigint END,"
-    " CASE WHEN bridge_ns % 1000 = 500 THEN bridge_ns END, count(*)"
+    "bridge": "SELECT coalesce(tool, '?') a,"
+    " CASE WHEN bridge_ns % 1000 = 500 THEN NULL ELSE round(bridge_ns / 1000.0)::bigint END b,"
+    " CASE WHEN bridge_ns % 1000 = 500 THEN bridge_ns END c, count(*) d"
     " FROM lines WHERE bridge_ns IS NOT NULL GROUP BY 1, 2, 3",
-    "upstream": "SELECT d, count(*) FROM lines, unnest(upstream_durations) d GROUP BY 1",
-    "truncation": "SELECT coalesce(tool, '?'), count(*), count(*) FILTER (WHERE truncated)"
+    "upstream": "SELECT d a, count(*) b FROM lines, unnest(upstream_durations) d GROUP BY 1",
+    "truncation": "SELECT coalesce(tool, '?') a, count(*) b, count(*) FILTER (WHERE truncated) c"
     " FROM lines WHERE status = 'result' GROUP BY 1",
-    "boards": "SELECT coalesce(nullif(workspace_id, ''), '?'), coalesce(nullif(channel, ''), '?'),"
-    " coalesce(tool, '?'),"
-    " count(*) FROM lines WHERE status = 'result' AND mutation GROUP BY 1, 2, 3",
-    "session_calls": "SELECT journal_id, session_id, count(*),"
-    " count(*) FILTER (WHERE status IN ('error', 'rejected')),"
-    " count(*) FILTER (WHERE mutation AND status = 'result'),"
-    " count(*) FILTER (WHERE in_doubt IS NOT NULL),"
-    ' min(started_at COLLATE "C"), max(ended_at COLLATE "C"),'
-    " (array_agg(session ORDER BY first_seq))[1], (array_agg(started_at ORDER BY first_seq))[1]"
+    "boards": "SELECT coalesce(nullif(workspace_id, ''), '?') a,"
+    " coalesce(nullif(channel, ''), '?') b, coalesce(tool, '?') c, count(*) d"
+    " FROM lines WHERE status = 'result' AND mutation GROUP BY 1, 2, 3",
+    "session_calls": "SELECT journal_id a, session_id b, count(*) c,"
+    " count(*) FILTER (WHERE status IN ('error', 'rejected')) d,"
+    " count(*) FILTER (WHERE mutation AND status = 'result') e,"
+    " count(*) FILTER (WHERE in_doubt IS NOT NULL) f,"
+    ' min(started_at COLLATE "C") g, max(ended_at COLLATE "C") h,'
+    " (array_agg(session ORDER BY first_seq))[1] i,"
+    " (array_agg(started_at ORDER BY first_seq))[1] j"
     " FROM lines GROUP BY 1, 2",
 }
 
@@ -290,12 +292,26 @@ WHERE s.kind = 'session_started' AND s.call_id IS NULL
 """
 
 
+def _audit_query() -> str:
+    """One statement (so it runs on a read-only replica): the call lines folded once, every
+    aggregate a JSON array of rows."""
+    parts = ",\n".join(
+        f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
+        for name, sql in _AUDIT_SQL.items()
+    )
+    return f"WITH lines AS MATERIALIZED ({CALL_LINES}) SELECT {parts}"
+
+
 def audit_from(store_url: str) -> AuditReport:
     """``audit`` over the store: every aggregate computed in SQL over the call lines."""
     with connect(store_url, autocommit=True) as conn:
-        conn.execute(f"CREATE TEMPORARY TABLE lines AS {CALL_LINES}")
-        got = {name: conn.execute(sql).fetchall() for name, sql in _AUDIT_SQL.items()}
+        row = conn.execute(_audit_query()).fetchone()
         sessions = conn.execute(_SESSIONS).fetchall()
+    assert row is not None
+    got = {
+        name: [tuple(item.values()) for item in value]
+        for name, value in zip(_AUDIT_SQL, row, strict=True)
+    }
     usage = {(r[0], r[1], r[2]): int(r[3]) for r in got["usage"]}
     errors = {(r[0], r[1]): int(r[2]) for r in got["errors"]}
     bridge = Histogram()

@@ -117,9 +117,11 @@ BEGIN
   END IF;
   PERFORM pg_advisory_xact_lock(hashtext('agentteam.ensure_partition'));
   IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
+    -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
     EXECUTE format(
       'CREATE TABLE agentteam.%I PARTITION OF agentteam.events FOR VALUES FROM (%L) TO (%L)',
-      name, first_day, (first_day + interval '1 month')::date);
+      name, first_day::timestamp AT TIME ZONE 'UTC',
+      (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
   END IF;
 END $$;
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -81,6 +82,10 @@ def shipper_peak_rss_mb(path: Path, url: str) -> float:
     return int(done.stdout.split()[-1]) / 1024
 
 
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench.bench_fleet",
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     from tests.pg_cluster import Cluster, start_cluster
 
     cluster = Cluster(args.url, None, None, None) if args.url else start_cluster()
+    signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             run(Path(tmp), cluster, journals, per)
