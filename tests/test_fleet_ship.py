@@ -260,3 +260,24 @@ def test_store_urls_are_printed_without_secrets(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "cannot reach the store" in done.stderr and "s3cret" not in done.stderr
+
+
+def test_partitions_are_months_in_utc_whatever_the_session_time_zone(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        from replay._fleet_store import ensure_schema
+
+        ensure_schema(conn)
+        conn.execute("SET TimeZone = 'Pacific/Kiritimati'")  # UTC+14
+        conn.execute("SELECT agentteam.ensure_partition('2026-12-01')")
+        conn.execute("SELECT agentteam.ensure_partition('2026-11-01')")
+        for at, month in (("2026-12-01T00:30:00Z", "2026_12"), ("2026-11-30T23:30:00Z", "2026_11")):
+            row = conn.execute(
+                "SELECT %s::timestamptz >= lower_bound AND %s::timestamptz < upper_bound FROM"
+                " (SELECT (regexp_match(pg_get_expr(relpartbound, oid),"
+                "  'FROM \\(''([^'']+)''\\) TO \\(''([^'']+)''\\)'))[1]::timestamptz lower_bound,"
+                "  (regexp_match(pg_get_expr(relpartbound, oid),"
+                "  'FROM \\(''([^'']+)''\\) TO \\(''([^'']+)''\\)'))[2]::timestamptz upper_bound"
+                "  FROM pg_class WHERE relname = %s) b",
+                (at, at, f"events_{month}"),
+            ).fetchone()
+            assert row is not None and row[0], (at, month)
