@@ -222,6 +222,8 @@ def render_ship(console: Console, report: ShipReport) -> None:
         if item.checkpoints_skipped:
             line += f", {item.checkpoints_skipped} HMAC-era checkpoints not witnessed"
         console.print(line, markup=False)
+        if item.waiting is not None:
+            console.print(f"  not shipped yet: {item.waiting}", markup=False)
         if item.refused is not None:
             f = item.refused
             console.print(f"  REFUSED at seq {f.seq}: {f.rule}: {f.detail}", markup=False)

@@ -66,6 +66,8 @@ class JournalShipped(msgspec.Struct, kw_only=True):
     checkpoints: int = 0
     checkpoints_skipped: int = 0
     refused: StoreFinding | None = None
+    # A later segment of a journal whose earlier one the store does not hold yet: not shipped.
+    waiting: str | None = None
 
 
 class ShipReport(msgspec.Struct, kw_only=True):
@@ -177,20 +179,8 @@ def _ship_journal(
     head_seq, head_hash = stored_head(conn, journal_id)
     result.store_head_before = result.store_head = head_seq
     keys = _register(conn, reader, journal_id, refuse)
-    local_seq, _ = reader.head()
-    if head_seq:
-        local_hash = reader.hash_at(min(head_seq, local_seq))
-        store_hash = (
-            head_hash if local_seq >= head_seq else _store_hash(conn, journal_id, local_seq)
-        )
-        if local_hash != store_hash:
-            at = min(head_seq, local_seq)
-            raise refuse(
-                at,
-                "fork",
-                f"the journal's event {at} has hash {str(local_hash)[:16]}…, the store holds"
-                f" {str(store_hash)[:16]}… (the history was rewritten after it was shipped)",
-            )
+    if not _extends(conn, reader, journal_id, head_seq, head_hash, refuse, result):
+        return
     pending = sorted(
         (cp for cp in reader.checkpoints() if cp.journal_id == journal_id),
         key=lambda cp: cp.seq,
@@ -226,6 +216,49 @@ def _ship_journal(
         _commit_batch(conn, journal_id, accepted, rotations, covered, result)
         if progress is not None:
             progress(result.shipped)
+
+
+def _extends(
+    conn: psycopg.Connection[Any],
+    reader: Reader,
+    journal_id: str,
+    head_seq: int,
+    head_hash: str,
+    refuse: Callable[[int | None, str, str], _Refused],
+    result: JournalShipped,
+) -> bool:
+    """Whether the file continues what the store holds (False: nothing to do with it yet).
+
+    A file may hold the whole journal or one segment of it (a later segment starts past seq
+    1, its first row naming the previous segment's head as ``prev_hash``). The same history
+    shows as the same hash at the last seq both hold (chain hashes cover everything before);
+    another one is a fork. A segment starting past the store's head waits for its predecessor.
+    """
+    first = next(reader.rows(), None)
+    if first is None:
+        return False
+    low, low_prev = int(first[0]), str(first[15])
+    local_seq, _ = reader.head()
+    if low > head_seq + 1:
+        result.waiting = f"starts at seq {low}; the store holds up to {head_seq}"
+        return False
+    local_hash: str | None
+    store_hash: str | None
+    if low == head_seq + 1:
+        at, local_hash, store_hash = low, low_prev, head_hash
+    else:
+        at = min(head_seq, local_seq)
+        local_hash = reader.hash_at(at)
+        store_hash = head_hash if at == head_seq else _store_hash(conn, journal_id, at)
+    if local_hash != store_hash:
+        raise refuse(
+            at,
+            "fork",
+            f"the journal's history at seq {at} differs from the one the store holds"
+            f" ({str(local_hash)[:16]}… here, {str(store_hash)[:16]}… in the store):"
+            " rewritten after it was shipped",
+        )
+    return True
 
 
 def _register(

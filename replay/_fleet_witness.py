@@ -20,6 +20,7 @@ events 1..N, so the first differing seq is found by a binary search over hashes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +38,41 @@ __all__ = ["registered_keys", "witness_findings"]
 
 
 def witness_findings(store_url: str, paths: Sequence[str | Path]) -> list[Finding]:
-    """Findings for every journal the paths stand for that differs from the store's copy."""
+    """Findings for every journal the paths stand for that differs from the store's copy.
+
+    The files of one journal id (its segments) are compared as one journal.
+    """
     found: list[Finding] = []
-    with connect(store_url, autocommit=True) as conn:
-        for path in journal_files(paths):
-            with open_reader(path) as reader:
-                found += _compare(conn, reader)
+    with ExitStack() as stack, connect(store_url, autocommit=True) as conn:
+        readers = [stack.enter_context(open_reader(p)) for p in journal_files(paths)]
+        by_journal: dict[str | None, list[Reader]] = {}
+        for reader in readers:
+            by_journal.setdefault(reader.journal_id, []).append(reader)
+        for jid, group in by_journal.items():
+            found += _compare(conn, jid, _Local(group))
     return found
+
+
+class _Local:
+    """One journal held in one or several files (segments): its head, and its hash at a seq."""
+
+    def __init__(self, readers: list[Reader]) -> None:
+        self.readers = readers
+        self.head = max(r.head()[0] for r in readers)
+        firsts = [row for row in (next(r.rows(), None) for r in readers) if row is not None]
+        first = min(firsts, key=lambda row: row[0]) if firsts else None
+        # The first seq held here, and the hash it follows (older segments may be pruned).
+        self.low = int(first[0]) if first else 1
+        self.low_prev = str(first[15]) if first else journal.GENESIS_HASH
+
+    def hash_at(self, seq: int) -> str | None:
+        if seq == self.low - 1:
+            return self.low_prev
+        for reader in self.readers:
+            found = reader.hash_at(seq)
+            if found is not None:
+                return found
+        return None
 
 
 def registered_keys(store_url: str, journal_ids: Sequence[str]) -> list[journal.VerifierKey]:
@@ -63,8 +92,7 @@ def registered_keys(store_url: str, journal_ids: Sequence[str]) -> list[journal.
     return keys
 
 
-def _compare(conn: psycopg.Connection[Any], reader: Reader) -> list[Finding]:
-    jid = reader.journal_id
+def _compare(conn: psycopg.Connection[Any], jid: str | None, local: _Local) -> list[Finding]:
     known = conn.execute(
         "SELECT 1 FROM agentteam.journals WHERE journal_id = %s", (jid,)
     ).fetchone()
@@ -79,11 +107,11 @@ def _compare(conn: psycopg.Connection[Any], reader: Reader) -> list[Finding]:
         ]
     assert jid is not None
     store_seq, _ = stored_head(conn, jid)
-    local_seq, _ = reader.head()
+    local_seq = local.head
     found: list[Finding] = []
     common = min(store_seq, local_seq)
-    if common and reader.hash_at(common) != _hash_at(conn, jid, common):
-        first = _first_difference(conn, reader, jid, common)
+    if common >= local.low - 1 and local.hash_at(common) != _hash_at(conn, jid, common):
+        first = _first_difference(conn, local, jid, common)
         found.append(
             Finding(
                 journal_id=jid,
@@ -118,6 +146,8 @@ def _compare(conn: psycopg.Connection[Any], reader: Reader) -> list[Finding]:
 
 
 def _hash_at(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:
+    if seq == 0:
+        return journal.GENESIS_HASH
     row = conn.execute(
         "SELECT hash FROM agentteam.events WHERE journal_id = %s AND seq = %s", (journal_id, seq)
     ).fetchone()
@@ -125,13 +155,16 @@ def _hash_at(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | 
 
 
 def _first_difference(
-    conn: psycopg.Connection[Any], reader: Reader, journal_id: str, high: int
+    conn: psycopg.Connection[Any], local: _Local, journal_id: str, high: int
 ) -> int:
-    """The lowest seq <= high where the journal and the store disagree (they do at ``high``)."""
-    low = 0  # they agree at seq 0 (genesis)
+    """The lowest seq <= high held here where the journal and the store disagree (they do at
+    ``high``); the first seq held when they disagree already before it."""
+    low = local.low - 1
+    if local.hash_at(low) != _hash_at(conn, journal_id, low):
+        return local.low
     while high - low > 1:
         middle = (low + high) // 2
-        if reader.hash_at(middle) == _hash_at(conn, journal_id, middle):
+        if local.hash_at(middle) == _hash_at(conn, journal_id, middle):
             low = middle
         else:
             high = middle

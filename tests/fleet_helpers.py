@@ -189,6 +189,29 @@ def truncate_to(path: Path, seq: int) -> None:
         conn.close()
 
 
+def drop_before(path: Path, seq: int) -> None:
+    """Remove events 1..seq and the checkpoints up to it: what a later segment holds."""
+    conn = sqlite3.connect(path)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
+        for name in names:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DELETE FROM events WHERE seq <= ?", (seq,))
+        conn.execute("DELETE FROM checkpoints WHERE seq <= ?", (seq,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def split_in_segments(path: Path, at: int, directory: Path) -> tuple[Path, Path]:
+    """The journal as two files, events 1..at and at+1.. (a rolled-over journal's shape)."""
+    first = consolidated_copy(path, directory / "seg1.db")
+    second = consolidated_copy(path, directory / "seg2.db")
+    truncate_to(first, at)
+    drop_before(second, at)
+    return first, second
+
+
 def rewrite_payload(path: Path, seq: int, payload: str) -> None:
     """Rewrite one event's payload and re-hash the chain from there (a re-chained history)."""
     conn = sqlite3.connect(path)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import journal
 import replay
 from replay._fleet_witness import witness_findings
 
@@ -16,18 +17,17 @@ from .fleet_helpers import (
     append_calls,
     consolidated_copy,
     rewrite_payload,
+    split_in_segments,
     truncate_to,
     write_fleet_journal,
 )
 
 
-def rules(url: str, path: Path) -> list[tuple[str, int | None]]:
-    return [(f.rule, f.seq) for f in witness_findings(url, [path])]
+def rules(url: str, *paths: Path) -> list[tuple[str, int | None]]:
+    return [(f.rule, f.seq) for f in witness_findings(url, paths)]
 
 
 def head(path: Path) -> int:
-    import journal
-
     with journal.open_reader(path) as reader:
         return reader.head()[0]
 
@@ -124,3 +124,36 @@ def test_verify_witness_on_the_command_line(pg_url: str, tmp_path: Path) -> None
     assert {"rule": "witness_truncated", "seq": 6} in [
         {"rule": f["rule"], "seq": f["seq"]} for f in found
     ]
+
+
+def test_a_journal_in_segments_is_shipped_and_witnessed_as_one(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 11, 8)
+    last = head(path)
+    first, second = split_in_segments(path, last // 2, tmp_path)
+    waiting = replay.ship([second], pg_url)
+    assert waiting.ok and waiting.shipped == 0 and waiting.journals[0].waiting
+    assert replay.ship([first, second], pg_url).ok
+    with journal.open_reader(path) as reader:
+        whole = [(row[0], row[16]) for row in reader.rows()]
+    assert [(s, h) for s, h in _store(pg_url, jid)] == whole
+    assert rules(pg_url, first, second) == []
+    assert rules(pg_url, second) == [], "the first segment pruned: the rest still agrees"
+    assert rules(pg_url, first) == [
+        ("witness_truncated", last // 2 + 1),
+        ("witness_checkpoint_beyond", last // 2 + 1),
+    ], "only the first segment: the rest is missing"
+    rewritten = consolidated_copy(second, tmp_path / "seg2-rewritten.db")
+    rewrite_payload(rewritten, last // 2 + 3, '{"arguments":{},"meta_keys":[]}')
+    assert rules(pg_url, first, rewritten) == [("witness_rewritten", last // 2 + 3)]
+
+
+def _store(url: str, journal_id: str) -> list[tuple[int, str]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq",
+            (journal_id,),
+        ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
