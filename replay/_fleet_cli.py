@@ -11,7 +11,7 @@ from typing import Any, Final
 from rich.console import Console
 
 from ._fleet_ship import BATCH_SIZE, ShipReport
-from ._fleet_store import is_store_url
+from ._fleet_store import is_store_url, store_errors
 from ._source import ReplayInputError
 
 __all__ = [
@@ -123,7 +123,8 @@ def witness_keys(args: argparse.Namespace, paths: list[Path]) -> list[Any]:
         with open_reader(path) as reader:
             if reader.journal_id is not None:
                 ids.append(reader.journal_id)
-    return list(registered_keys(args.witness, ids))
+    with store_errors(args.witness):
+        return list(registered_keys(args.witness, ids))
 
 
 def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) -> Any:
@@ -134,18 +135,25 @@ def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) ->
 
     from ._fleet_witness import witness_findings
 
-    found = witness_findings(args.witness, paths)
+    with store_errors(args.witness):
+        found = witness_findings(args.witness, paths)
     return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
 
 
 def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
     """Run a report over the store given with ``--from`` (no journal files)."""
+
+    if args.journals:
+        raise ReplayInputError("give journals or --from URL, not both")
+    with store_errors(args.store):
+        return _report_from(args, progress)
+
+
+def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
     from . import _fleet_reports as reports
     from . import _render as render
     from ._calls import CallFilter
 
-    if args.journals:
-        raise ReplayInputError("give journals or --from URL, not both")
     if args.command == "calls":
         where = CallFilter(
             session=args.session,
@@ -171,6 +179,12 @@ def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
 
 
 def run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
+
+    with store_errors(args.to):
+        return _run_ship(args, paths, out)
+
+
+def _run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
     from ._fleet_ship import ship, ship_follow
 
     if not args.follow:

@@ -31,7 +31,15 @@ SCHEMA_VERSION: Final = 1
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
-_TABLES: Final = """
+_TABLES: Final = r"""
+-- The payload as jsonb for the views. jsonb cannot hold U+0000, which JSON text can (a model
+-- may send it): it reads as U+FFFD there, while the payload text keeps it (and its hash).
+CREATE OR REPLACE FUNCTION agentteam.payload_doc(payload text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(payload, '\u0000') = 0 THEN payload::jsonb
+         ELSE regexp_replace(payload, '(?<!\\)((?:\\\\)*)\\u0000', '\1\\ufffd', 'g')::jsonb
+         END
+$$;
 CREATE TABLE IF NOT EXISTS agentteam.store_meta (
   key text PRIMARY KEY,
   value text NOT NULL
@@ -88,7 +96,7 @@ CREATE TABLE IF NOT EXISTS agentteam.events (
   payload text COLLATE "C" NOT NULL,
   prev_hash text COLLATE "C" NOT NULL,
   hash text COLLATE "C" NOT NULL,
-  doc jsonb GENERATED ALWAYS AS (payload::jsonb) STORED,
+  doc jsonb GENERATED ALWAYS AS (agentteam.payload_doc(payload)) STORED,
   PRIMARY KEY (journal_id, seq, ts)
 ) PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS events_call ON agentteam.events (journal_id, call_id, seq);

@@ -30,6 +30,7 @@ __all__ = [
     "is_store_url",
     "record_finding",
     "redact_store_url",
+    "store_errors",
     "stored_head",
     "witnessed_checkpoint",
 ]
@@ -109,6 +110,18 @@ def _connection(store: str | psycopg.Connection[Any]) -> Iterator[psycopg.Connec
             conn.close()
     else:
         yield store
+
+
+@contextmanager
+def store_errors(url: str) -> Iterator[None]:
+    """Turn a failure of the store (a psycopg error) into a one-line StoreError."""
+    driver = _psycopg()
+    try:
+        yield
+    except driver.Error as exc:
+        text = str(exc).strip()
+        reason = text.splitlines()[0] if text else type(exc).__name__
+        raise StoreError(f"the store {redact_store_url(url)} failed: {reason}") from None
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:

@@ -281,3 +281,28 @@ def test_partitions_are_months_in_utc_whatever_the_session_time_zone(pg_url: str
                 (at, at, f"events_{month}"),
             ).fetchone()
             assert row is not None and row[0], (at, month)
+
+
+def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "nul.db"
+    texts = ["a\x00b", "\\u0000 literal", "x\\\x00y\x00\x00"]
+    with journal.open_sync_writer(path, key=KEY) as writer:
+        for n, text in enumerate(texts):
+            writer.append(
+                journal.Event(
+                    session_id="s",
+                    call_id=f"c{n}",
+                    payload=journal.CallReceived(arguments={"note": text}),
+                )
+            )
+        jid = writer.journal_id
+    assert ship([path], pg_url).ok
+    assert store_rows(pg_url, jid) == local_rows(path)
+    with psycopg.connect(pg_url) as conn:
+        notes = [
+            r[0]
+            for r in conn.execute(
+                "SELECT doc -> 'arguments' ->> 'note' FROM agentteam.events ORDER BY seq"
+            )
+        ]
+    assert notes == [t.replace("\x00", "\ufffd") for t in texts]

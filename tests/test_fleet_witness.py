@@ -157,3 +157,14 @@ def _store(url: str, journal_id: str) -> list[tuple[int, str]]:
             (journal_id,),
         ).fetchall()
     return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def test_a_failing_store_is_one_line(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 12, 1)
+    cmd = [sys.executable, "-m", "replay._cli"]
+    for args in (["audit", "--from", pg_url], ["verify", str(path), "--witness", pg_url]):
+        done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "failed" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
