@@ -18,10 +18,13 @@ from anywhere else.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -190,32 +193,116 @@ def _ship_journal(
     chain = journal.ChainVerifier(
         journal_id, start_seq=head_seq, start_hash=head_hash, check_payloads=False
     )
-    for batch in _batches(reader.rows(since_seq=head_seq), batch_size):
-        accepted: list[tuple[Any, ...]] = []
-        rotations: list[tuple[int, str]] = []
-        hashes: dict[int, str] = {}
-        for row in batch:
+    # Reading and checking the next batch overlaps with the server taking this one.
+    checked = _checked_batches(reader.rows(since_seq=head_seq), chain, batch_size)
+    with closing(_prefetched(checked)) as batches:
+        for batch in batches:
+            _take(conn, journal_id, batch, keys, later, refuse, result)
+            if progress is not None:
+                progress(result.shipped)
+
+
+def _take(
+    conn: psycopg.Connection[Any],
+    journal_id: str,
+    batch: _Batch,
+    keys: list[tuple[int, str]],
+    later: list[Checkpoint],
+    refuse: Callable[[int | None, str, str], _Refused],
+    result: JournalShipped,
+) -> None:
+    """Store one checked batch with the checkpoints it covers (verified), in one transaction."""
+    keys.extend(batch.rotations)
+    if batch.refused is not None:
+        _commit_batch(conn, journal_id, batch.rows, batch.rotations, [], result)
+        bad = batch.refused
+        raise refuse(bad.seq, bad.rule, bad.detail)
+    covered: list[Checkpoint] = []
+    while later and later[0].seq <= batch.rows[-1][0]:
+        cp = later.pop(0)
+        if _check_checkpoint(cp, batch.hashes.get(cp.seq), keys, refuse):
+            covered.append(cp)
+        else:
+            result.checkpoints_skipped += 1
+    _commit_batch(conn, journal_id, batch.rows, batch.rotations, covered, result)
+
+
+class _Batch:
+    """Rows checked as verify checks them, up to the first unacceptable one (``refused``)."""
+
+    __slots__ = ("hashes", "refused", "rotations", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.rotations: list[tuple[int, str]] = []
+        self.hashes: dict[int, str] = {}
+        self.refused: journal.Finding | None = None
+
+
+def _checked_batches(
+    rows: Iterator[Any], chain: journal.ChainVerifier, size: int
+) -> Iterator[_Batch]:
+    for raw in _batches(rows, size):
+        batch = _Batch()
+        for row in raw:
             before = len(chain.findings)
             chain.feed(row)
             bad = [f for f in chain.findings[before:] if f.rule in _REFUSED]
             if bad:
-                _commit_batch(conn, journal_id, accepted, rotations, [], result)
-                raise refuse(bad[0].seq, bad[0].rule, bad[0].detail)
-            accepted.append(row)
-            hashes[row[0]] = row[16]
+                batch.refused = bad[0]
+                yield batch
+                return
+            batch.rows.append(row)
+            batch.hashes[row[0]] = row[16]
             if row[6] == "key_rotated":
-                rotations.append((row[0], _rotated_key(row[14])))
-        keys.extend(rotations)
-        covered: list[Checkpoint] = []
-        while later and later[0].seq <= accepted[-1][0]:
-            cp = later.pop(0)
-            if _check_checkpoint(cp, hashes.get(cp.seq), keys, refuse):
-                covered.append(cp)
-            else:
-                result.checkpoints_skipped += 1
-        _commit_batch(conn, journal_id, accepted, rotations, covered, result)
-        if progress is not None:
-            progress(result.shipped)
+                batch.rotations.append((row[0], _rotated_key(row[14])))
+        yield batch
+
+
+_T = TypeVar("_T")
+_DONE: Final = object()
+
+
+def _prefetched(items: Iterator[_T], depth: int = 2) -> Generator[_T, None, None]:
+    """Yield ``items`` computed ahead in a worker thread (at most ``depth`` waiting).
+
+    The worker ends when the consumer stops early; its exception is raised here.
+    """
+    ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put(_DONE)
+        except BaseException as exc:  # handed to the consumer
+            ready.put(exc)
+
+    worker = threading.Thread(target=produce, name="ship-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():
+            try:
+                ready.get_nowait()
+            except queue.Empty:
+                worker.join(timeout=0.1)
 
 
 def _extends(
