@@ -306,3 +306,25 @@ def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: P
             )
         ]
     assert notes == [t.replace("\x00", "\ufffd") for t in texts]
+
+
+def test_an_edited_row_is_refused_and_what_precedes_it_is_stored(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 13, 6)
+    edited = consolidated_copy(path, tmp_path / "edited.db")
+    conn = sqlite3.connect(edited)
+    conn.execute("DROP TRIGGER journal_events_no_update")
+    conn.execute('UPDATE events SET payload = \'{"reason":"edited"}\' WHERE seq = 12')
+    conn.commit()
+    conn.close()
+    report = ship([edited], pg_url, batch_size=5)
+    refused = report.journals[0].refused
+    assert refused is not None and (refused.rule, refused.seq) == ("hash_mismatch", 12)
+    assert store_rows(pg_url, jid) == local_rows(path)[:11]
+    assert [f.rule for f in store_findings(pg_url, jid)] == ["hash_mismatch"]
+    assert ship([path], pg_url).ok, "the genuine journal goes on from there"
+    assert store_rows(pg_url, jid) == local_rows(path)
