@@ -14,6 +14,11 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
     replay.audit(paths)                                -> AuditReport
     replay.rerun(paths, against=None)                  -> RerunResult (.ok: nothing differs)
     replay.export_otlp(paths, file) / export_jsonl(paths, file) -> ExportResult
+    replay.ship(paths, "postgresql://...")             -> ShipReport (.ok: nothing refused)
+
+The fleet store (PostgreSQL, ``psycopg``; see docs/fleet.md): ``ship`` copies journals into it;
+``contiguous_seq(url, journal_id)`` and ``witnessed_checkpoint(url, journal_id)`` say what it
+holds of a journal.
 
 A finding (:class:`Finding`) names the journal, the sequence number and the rule broken; the rules
 of each check are listed in its module (``replay._verify``, ``replay._idempotency``). Inputs a
@@ -29,6 +34,9 @@ from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Ga
 from ._diff import Difference, normalize
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
+from ._fleet_ship import JournalShipped, ShipReport, ship, ship_follow
+from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_checkpoint
+from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._key import KeyInfo, signing_key
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
@@ -57,6 +65,7 @@ __all__ = [
     "IdempotencyResult",
     "InDoubtCall",
     "JournalReport",
+    "JournalShipped",
     "Journals",
     "Key",
     "KeyGroup",
@@ -68,11 +77,15 @@ __all__ = [
     "RerunResult",
     "SessionInfo",
     "SessionRow",
+    "ShipReport",
+    "StoreError",
+    "StoreFinding",
     "StoryEvent",
     "ToolUsage",
     "VerifyResult",
     "audit",
     "check_idempotency",
+    "contiguous_seq",
     "deprecations",
     "export_jsonl",
     "export_otlp",
@@ -84,7 +97,11 @@ __all__ = [
     "push_otlp",
     "rerun",
     "rerun_async",
+    "ship",
+    "ship_follow",
     "show_call",
     "signing_key",
+    "store_findings",
     "verify",
+    "witnessed_checkpoint",
 ]

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 import bridge
 import journal
 
+from . import _fleet_cli
 from . import _render as render
 from ._source import Progress as ProgressCallback
 from ._source import ReplayInputError, journal_files
@@ -344,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", type=Path, metavar="FILE", help="another signing key file")
     p.add_argument("--create", action="store_true", help="create the key if there is none")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _fleet_cli.add_ship(sub)
+    _fleet_cli.add_store_options(sub)
     return parser
 
 
@@ -384,6 +387,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             render.render_key(out, info)
         return EXIT_OK
+    if args.command == "ship":
+        return _ship(args, out)
     if args.command == "rerun" and args.allow_mutations and not args.against:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
@@ -401,6 +406,23 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return code
 
 
+def _ship(args: argparse.Namespace, out: Console) -> int:
+    # Directories stay directories: --follow picks up the journals that appear in them.
+    paths = args.journals or default_journals()
+    try:
+        report, code = _fleet_cli.run_ship(args, paths, out)
+    except Exception as exc:
+        stopped = _fleet_cli.stopped_code(exc)
+        if stopped is None:
+            raise
+        return stopped
+    if args.json:
+        print(render.to_json(report), file=out.file)
+    elif not args.follow:
+        _fleet_cli.render_ship(out, report)
+    return code
+
+
 Drawer = Callable[[Console, Any], None]
 
 
@@ -409,17 +431,20 @@ def _execute(
 ) -> tuple[Any, Drawer, int]:
     import replay
 
+    if getattr(args, "store", None):
+        return _fleet_cli.execute_from(args, progress)
     paths = journal_files(args.journals or default_journals())
     if args.command == "verify":
         verified = replay.verify(
             paths,
             checkpoints=args.checkpoint,
-            trusted=_trusted(args.trusted_key, args.key),
+            trusted=_trusted(args.trusted_key, args.key) + _fleet_cli.witness_keys(args, paths),
             trust_recorded_keys=args.trust_journal_key,
             accept_unverified=args.accept_unverified,
             auto_checkpoint=not args.no_auto_checkpoint,
             progress=progress,
         )
+        verified = _fleet_cli.apply_witness(args, paths, verified)
         code = EXIT_IN_DOUBT if verified.in_doubt else EXIT_OK
         return verified, render.render_verify, code if verified.ok else EXIT_FAILED
     if args.command == "calls":

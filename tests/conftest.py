@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 from .bridge_inprocess import inprocess_session
+from .pg_cluster import Cluster, ClusterUnavailable, start_cluster
 
 # In CI a run checks a commit, so hypothesis draws the same examples every time there (a failure
 # is the commit's, and reproduces); elsewhere every run explores new ones, and keeps what failed
@@ -146,3 +147,24 @@ async def bridge(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         open_bridge(rt.bridge_env(), path, runtime=rt) as session,
     ):
         yield session
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One PostgreSQL server for the session (tests/pg_cluster.py); CI fails without one."""
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs PostgreSQL for the fleet tests: {exc}")
+        pytest.skip(f"no PostgreSQL here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """A fresh, empty database on the session's server: its superuser URL."""
+    return pg_cluster.create_database()

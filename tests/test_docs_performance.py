@@ -24,6 +24,7 @@ PARSERS = {
     "tools.bench.profile_bridge": "tools.bench.profile_bridge",
     "tools.bench.bench_journal": "tools.bench.bench_journal",
     "tools.bench.bench_replay": "tools.bench.bench_replay",
+    "tools.bench.bench_fleet": "tools.bench.bench_fleet",
 }
 
 

@@ -31,6 +31,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "rerun": replay.RerunResult,
     "export": replay.ExportResult,
     "key": replay.KeyInfo,
+    "ship": replay.ShipReport,
 }
 
 

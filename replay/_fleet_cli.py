@@ -1,0 +1,245 @@
+"""The fleet's part of the command line: ``ship``, and the ``--from`` / ``--witness`` options."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from rich.console import Console
+
+from ._fleet_ship import BATCH_SIZE, ShipReport
+from ._fleet_store import is_store_url, store_errors
+from ._source import ReplayInputError
+
+__all__ = [
+    "add_ship",
+    "add_store_options",
+    "apply_witness",
+    "execute_from",
+    "render_ship",
+    "run_ship",
+    "store_url",
+    "witness_keys",
+]
+
+FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
+
+SHIP_EPILOG: Final = """\
+examples:
+  agentteam-replay ship ~/.local/share/agentteam-bridge/journals/ --to postgresql://ship@db/fleet
+  agentteam-replay ship journal.db --to postgresql://ship@db.example/fleet --json
+  agentteam-replay ship journals/ --to postgresql://ship@db.example/fleet --follow --interval 2
+
+Each journal resumes after the last event the store holds; a journal whose history differs
+from what the store holds (a fork), or whose checkpoint does not verify under the key the store
+registered for it, is refused, recorded as a finding in the store, and the exit status is 1.
+The store's schema is created on first use by a role allowed to (see docs/fleet.md).
+"""
+
+
+def store_url(text: str) -> str:
+    """argparse type of a store URL."""
+    if not is_store_url(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a postgresql:// URL")
+    return text
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.05 <= value <= 3600:
+        raise argparse.ArgumentTypeError("between 0.05 and 3600 seconds")
+    return value
+
+
+def _batch(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError("between 1 and 1000000")
+    return value
+
+
+def add_ship(sub: Any) -> None:
+    p = sub.add_parser(
+        "ship",
+        help="copy journals into the fleet store (PostgreSQL)",
+        description="Copy the events of journals into a PostgreSQL fleet store, incrementally "
+        "(each journal resumes after what the store holds), verified (no fork; checkpoints "
+        "under the journal's registered key) and idempotent.",
+        epilog=SHIP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "journals", nargs="*", metavar="JOURNAL_OR_DIR", type=Path, help="journals or directories"
+    )
+    p.add_argument("--to", required=True, type=store_url, metavar="URL", help="postgresql://...")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--follow", action="store_true", help="keep shipping live journals")
+    p.add_argument(
+        "--interval", type=_interval, default=1.0, metavar="SECONDS", help="with --follow (1)"
+    )
+    p.add_argument(
+        "--batch-size", type=_batch, default=BATCH_SIZE, metavar="N", help=f"({BATCH_SIZE})"
+    )
+
+
+def add_store_options(sub: Any) -> None:
+    """``--from URL`` on the reports the store computes, ``--witness URL`` on verify."""
+    for name in FROM_COMMANDS:
+        sub.choices[name].add_argument(
+            "--from",
+            dest="store",
+            type=store_url,
+            metavar="URL",
+            help="read the fleet store (postgresql://...) instead of journal files; computed in "
+            "the database, same report",
+        )
+    sub.choices["verify"].add_argument(
+        "--witness",
+        type=store_url,
+        metavar="URL",
+        help="compare each journal with what the fleet store received of it (catches a journal "
+        "truncated, rolled back or rewritten after shipping); trusts the keys it registered",
+    )
+
+
+def witness_keys(args: argparse.Namespace, paths: list[Path]) -> list[Any]:
+    """With ``--witness URL``: the keys the store registered for these journals, trusted."""
+    if not getattr(args, "witness", None):
+        return []
+    from ._fleet_witness import registered_keys
+    from ._source import open_reader
+
+    ids = []
+    for path in paths:
+        with open_reader(path) as reader:
+            if reader.journal_id is not None:
+                ids.append(reader.journal_id)
+    with store_errors(args.witness):
+        return list(registered_keys(args.witness, ids))
+
+
+def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) -> Any:
+    """Add the findings of ``--witness URL`` (the fleet store's copy) to a verify result."""
+    if not getattr(args, "witness", None):
+        return verified
+    import msgspec
+
+    from ._fleet_witness import witness_findings
+
+    with store_errors(args.witness):
+        found = witness_findings(args.witness, paths)
+    return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
+
+
+def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
+    """Run a report over the store given with ``--from`` (no journal files)."""
+
+    if args.journals:
+        raise ReplayInputError("give journals or --from URL, not both")
+    with store_errors(args.store):
+        return _report_from(args, progress)
+
+
+def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
+    from . import _fleet_reports as reports
+    from . import _render as render
+    from ._calls import CallFilter
+
+    if args.command == "calls":
+        where = CallFilter(
+            session=args.session,
+            tool=args.tool,
+            agent=args.agent,
+            status=args.status,
+            error_code=args.error_code,
+            since=args.since,
+            until=args.until,
+        )
+        return reports.calls_from(args.store, where, limit=args.limit), render.render_calls, 0
+    if args.command == "audit":
+        return reports.audit_from(args.store), render.render_audit, 0
+    if args.command == "deprecations":
+        report = reports.deprecations_from(
+            args.store, gate_days=args.gate_days, as_of=args.as_of, names=args.name
+        )
+        return report, render.render_deprecations, 0 if report.ok else 1
+    if args.command == "idempotency":
+        checked = reports.idempotency_from(args.store, progress=progress)
+        return checked, render.render_idempotency, 0 if checked.ok else 1
+    raise AssertionError(args.command)
+
+
+def run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
+
+    with store_errors(args.to):
+        return _run_ship(args, paths, out)
+
+
+def _run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
+    from ._fleet_ship import ship, ship_follow
+
+    if not args.follow:
+        report = ship(paths, args.to, batch_size=args.batch_size)
+        return report, 0 if report.ok else 1
+    refused = 0
+
+    def on_round(report: ShipReport) -> None:
+        nonlocal refused
+        refused += report.refused
+        if report.shipped or report.refused:
+            if args.json:
+                from . import _render as render
+
+                print(render.to_json(report), file=out.file, flush=True)
+            else:
+                render_ship(out, report)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        report = ship_follow(paths, args.to, interval=args.interval, on_round=on_round)
+    except KeyboardInterrupt:
+        sys.stderr.flush()
+        raise _Stopped(1 if refused else 0) from None
+    return report, 0
+
+
+class _Stopped(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def stopped_code(exc: BaseException) -> int | None:
+    return exc.code if isinstance(exc, _Stopped) else None
+
+
+def render_ship(console: Console, report: ShipReport) -> None:
+    for item in report.journals:
+        line = (
+            f"{item.journal_id}  {item.path}: {item.shipped} events shipped"
+            f" (store seq {item.store_head_before} -> {item.store_head})"
+        )
+        if item.checkpoints:
+            line += f", {item.checkpoints} checkpoints witnessed"
+        if item.checkpoints_skipped:
+            line += f", {item.checkpoints_skipped} HMAC-era checkpoints not witnessed"
+        console.print(line, markup=False)
+        if item.waiting is not None:
+            console.print(f"  not shipped yet: {item.waiting}", markup=False)
+        if item.refused is not None:
+            f = item.refused
+            console.print(f"  REFUSED at seq {f.seq}: {f.rule}: {f.detail}", markup=False)
+    verdict = "OK" if report.ok else f"FAILED: {report.refused} journal(s) refused"
+    console.print(f"{report.shipped} events shipped to {report.store}; {verdict}", markup=False)

@@ -1,0 +1,545 @@
+"""``calls``, ``audit``, ``deprecations`` and ``idempotency`` over the fleet store (``--from``).
+
+The reports are the local ones (same types, same ``--json``), computed inside PostgreSQL: one
+query folds each call's events into the line ``calls`` prints (``CALL_LINES``, the SQL twin of
+:meth:`CallStory.summary`), and ``audit`` and ``deprecations`` aggregate in SQL; the client
+receives the aggregates (rows per tool, agent, error code, latency value, board, session, name,
+user), never the events, and only orders and formats them as the local code does.
+
+Exactness: latencies are fetched as exact integers (nanoseconds, or whole microseconds once
+rounded) and turned into the same floats the local code computes; text sorts bytewise
+(``COLLATE "C"``). The local reader folds at most ``MAX_EVENTS_PER_CALL`` events into a call,
+and so does the SQL. ``idempotency`` is a sequential state machine over the calls in journal
+order (epochs of tasks, a window of recent repeats): the store streams the events through a
+server-side cursor (constant memory) into the same checker, rather than computing it in SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import journal
+
+from ._audit import (
+    AuditReport,
+    BoardMutations,
+    ErrorCount,
+    Histogram,
+    SessionRow,
+    ToolUsage,
+    Truncation,
+    _rate,
+)
+from ._calls import CallFilter, CallList, wall
+from ._deprecations import (
+    DEFAULT_GATE_DAYS,
+    DeprecatedName,
+    DeprecatedUser,
+    DeprecationReport,
+    _gate,
+)
+from ._fleet_store import connect
+from ._idempotency import IdempotencyResult, _Checker, declared_hints
+from ._source import PROGRESS_EVERY, Progress, to_record
+from ._story import MAX_EVENTS_PER_CALL, CallSummary, iter_stories
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["CALL_LINES", "audit_from", "calls_from", "deprecations_from", "idempotency_from"]
+
+_OUTCOMES: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
+
+# One row per call, as CallStory.summary() sees it (its first MAX_EVENTS_PER_CALL events).
+CALL_LINES: Final = f"""
+WITH ev AS (
+  SELECT e.*, row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
+  FROM agentteam.events e
+  WHERE e.call_id IS NOT NULL
+), folded AS (
+  SELECT
+    journal_id, call_id,
+    (array_agg(session_id ORDER BY seq))[1] AS session_id,
+    (array_agg(gen_ai_tool_name ORDER BY seq DESC)
+      FILTER (WHERE gen_ai_tool_name <> ''))[1] AS tool,
+    (array_agg(gen_ai_tool_name ORDER BY seq))[1] AS requested_tool,
+    (array_agg(jsonrpc_request_id ORDER BY seq))[1] AS request_id,
+    min(seq) AS first_seq,
+    max(seq) AS last_seq,
+    (array_agg(ts_wall ORDER BY seq))[1] AS started_at,
+    (array_agg(ts_wall ORDER BY seq DESC))[1] AS ended_at,
+    (array_agg(ts_mono_ns ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1] AS received_ns,
+    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_kind,
+    (array_agg(doc ->> 'error_code' ORDER BY seq DESC)
+      FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_code,
+    (array_agg(ts_mono_ns ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_ns,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome,
+    count(*) FILTER (WHERE kind = 'upstream_request') AS upstream_requests,
+    coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
+                     AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
+    (array_agg(kind ORDER BY seq DESC)
+      FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream,
+    (array_agg((doc ->> 'status')::int ORDER BY seq DESC)
+      FILTER (WHERE kind = 'upstream_response'))[1] AS http_status,
+    array_agg((doc ->> 'duration_ms')::float8 ORDER BY seq)
+      FILTER (WHERE kind = 'upstream_response'
+              AND jsonb_typeof(doc -> 'duration_ms') = 'number') AS upstream_durations,
+    count(*) FILTER (WHERE kind = 'token_refreshed') AS token_refreshes,
+    count(*) FILTER (WHERE kind = 'deprecated_usage') AS deprecated_uses,
+    (array_agg(doc -> 'body' ->> 'channel' ORDER BY seq)
+      FILTER (WHERE kind = 'upstream_request'
+              AND jsonb_typeof(doc -> 'body' -> 'channel') = 'string'))[1] AS request_channel,
+    (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
+      AS injected
+  FROM ev
+  WHERE n <= {MAX_EVENTS_PER_CALL}
+  GROUP BY journal_id, call_id
+), lines AS (
+  SELECT
+    f.*,
+    CASE f.outcome_kind
+      WHEN 'call_result' THEN 'result' WHEN 'call_error' THEN 'error'
+      WHEN 'call_rejected' THEN 'rejected' WHEN 'call_cancelled' THEN 'cancelled'
+      ELSE CASE WHEN f.mutation THEN 'in_doubt' ELSE 'incomplete' END
+    END AS status,
+    CASE WHEN f.outcome_kind IN ('call_error', 'call_rejected') THEN f.outcome_code END
+      AS error_code,
+    f.outcome_ns - f.received_ns AS bridge_ns,
+    coalesce(
+      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
+         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
+         WITH ORDINALITY x(f, i)
+       WHERE x.f ->> 'name' = 'agent_id' ORDER BY x.i DESC LIMIT 1),
+      '') AS injected_agent,
+    coalesce(
+      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
+         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
+         WITH ORDINALITY x(f, i)
+       WHERE x.f ->> 'name' = 'workspace_id' ORDER BY x.i DESC LIMIT 1),
+      '') AS injected_workspace,
+    s.doc AS session,
+    CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
+      (f.outcome ->> 'truncated')::boolean, false) ELSE false END AS truncated,
+    coalesce(
+      f.request_channel,
+      CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
+        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'channel') = 'string'
+             THEN f.outcome -> 'result' -> 'data' ->> 'channel' END,
+        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'task' -> 'channel') = 'string'
+             THEN f.outcome -> 'result' -> 'data' -> 'task' ->> 'channel' END) END
+    ) AS channel
+  FROM folded f
+  LEFT JOIN LATERAL (
+    SELECT st.doc FROM agentteam.events st
+    WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
+      AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
+    ORDER BY st.seq DESC LIMIT 1
+  ) s ON true
+)
+SELECT
+  l.*,
+  CASE WHEN NOT l.mutation THEN NULL
+       WHEN l.outcome_kind IS NULL THEN 'no_outcome'
+       WHEN l.outcome_kind = 'call_cancelled' AND l.last_upstream = 'upstream_request'
+         THEN 'cancelled_in_flight'
+       WHEN l.error_code IN ('outcome_unknown', 'internal_error') THEN l.error_code
+  END AS in_doubt,
+  coalesce(nullif(l.injected_agent, ''), l.session ->> 'agent_id') AS agent_id,
+  coalesce(nullif(l.injected_workspace, ''), l.session ->> 'workspace_id') AS workspace_id,
+  l.session ->> 'client_name' AS client_name
+FROM lines l
+"""
+
+_LINE_COLUMNS: Final = (
+    "journal_id, call_id, session_id, tool, requested_tool, agent_id, workspace_id, client_name,"
+    " request_id, first_seq, last_seq, started_at, ended_at, status, error_code, in_doubt,"
+    " bridge_ns, upstream_durations, upstream_requests, http_status, token_refreshes, truncated,"
+    " deprecated_uses, mutation, channel"
+)
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 3)
+
+
+def _summary(row: tuple[Any, ...]) -> CallSummary:
+    durations = row[17]
+    return CallSummary(
+        journal_id=row[0],
+        call_id=row[1],
+        session_id=row[2],
+        tool=row[3],
+        requested_tool=row[4],
+        agent_id=row[5],
+        workspace_id=row[6],
+        client_name=row[7],
+        request_id=row[8],
+        first_seq=int(row[9]),
+        last_seq=int(row[10]),
+        started_at=row[11],
+        ended_at=row[12],
+        status=row[13],
+        error_code=row[14],
+        in_doubt=row[15],
+        bridge_ms=_ms(row[16]),
+        upstream_ms=round(sum(durations), 3) if durations else None,
+        upstream_requests=int(row[18]),
+        http_status=row[19],
+        token_refreshes=int(row[20]),
+        truncated=bool(row[21]),
+        deprecated_uses=int(row[22]),
+        mutation=bool(row[23]),
+        channel=row[24],
+    )
+
+
+def calls_from(
+    store_url: str, where: CallFilter | None = None, *, limit: int | None = None
+) -> CallList:
+    """``list_calls`` over the store: the filter, the order and the limit applied in SQL."""
+    where = where or CallFilter()
+    clauses, params = _where(where)
+    sql = (
+        f"WITH c AS ({CALL_LINES}) SELECT {_LINE_COLUMNS}, count(*) OVER () FROM c"
+        f" WHERE {' AND '.join(clauses) or 'true'}"
+        " ORDER BY journal_id, first_seq"
+    )
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    with connect(store_url, autocommit=True) as conn:
+        rows = conn.execute(sql, params).fetchall()
+        total = conn.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT journal_id, call_id FROM agentteam.events"
+            " WHERE call_id IS NOT NULL) c"
+        ).fetchone()
+    return CallList(
+        calls=[_summary(r) for r in rows],
+        scanned=int(total[0]) if total else 0,
+        matched=int(rows[0][-1]) if rows else 0,  # limit >= 1: no row, no match
+    )
+
+
+def _where(where: CallFilter) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if where.session is not None:
+        clauses.append("session_id = %s")
+        params.append(where.session)
+    if where.tool is not None:
+        clauses.append("(tool = %s OR requested_tool = %s)")
+        params += [where.tool, where.tool]
+    if where.agent is not None:
+        clauses.append("agent_id = %s")
+        params.append(where.agent)
+    if where.status == "in_doubt":
+        clauses.append("in_doubt IS NOT NULL")
+    elif where.status is not None:
+        clauses.append("status = %s")
+        params.append(where.status)
+    if where.error_code is not None:
+        clauses.append("error_code = %s")
+        params.append(where.error_code)
+    if where.since is not None:
+        clauses.append('started_at >= %s COLLATE "C"')
+        params.append(wall(where.since))
+    if where.until is not None:
+        clauses.append('started_at <= %s COLLATE "C"')
+        params.append(wall(where.until))
+    return clauses, params
+
+
+# --- audit ------------------------------------------------------------------------------
+
+# Each aggregate's columns are named a, b, c... (one JSON object per row, keys in that order).
+_AUDIT_SQL: Final = {
+    "usage": "SELECT coalesce(tool, '?') a, coalesce(nullif(agent_id, ''), '?') b, status c,"
+    " count(*) d FROM lines GROUP BY 1, 2, 3",
+    "errors": "SELECT error_code a, coalesce(tool, '?') b, count(*) c FROM lines"
+    " WHERE error_code IS NOT NULL GROUP BY 1, 2",
+    # Rounded to whole microseconds in SQL when exact; ties (x.xxx5 ms) as nanoseconds.
+    "bridge": "SELECT coalesce(tool, '?') a,"
+    " CASE WHEN bridge_ns % 1000 = 500 THEN NULL ELSE round(bridge_ns / 1000.0)::bigint END b,"
+    " CASE WHEN bridge_ns % 1000 = 500 THEN bridge_ns END c, count(*) d"
+    " FROM lines WHERE bridge_ns IS NOT NULL GROUP BY 1, 2, 3",
+    "upstream": "SELECT d a, count(*) b FROM lines, unnest(upstream_durations) d GROUP BY 1",
+    "truncation": "SELECT coalesce(tool, '?') a, count(*) b, count(*) FILTER (WHERE truncated) c"
+    " FROM lines WHERE status = 'result' GROUP BY 1",
+    "boards": "SELECT coalesce(nullif(workspace_id, ''), '?') a,"
+    " coalesce(nullif(channel, ''), '?') b, coalesce(tool, '?') c, count(*) d"
+    " FROM lines WHERE status = 'result' AND mutation GROUP BY 1, 2, 3",
+    "session_calls": "SELECT journal_id a, session_id b, count(*) c,"
+    " count(*) FILTER (WHERE status IN ('error', 'rejected')) d,"
+    " count(*) FILTER (WHERE mutation AND status = 'result') e,"
+    " count(*) FILTER (WHERE in_doubt IS NOT NULL) f,"
+    ' min(started_at COLLATE "C") g, max(ended_at COLLATE "C") h,'
+    " (array_agg(session ORDER BY first_seq))[1] i,"
+    " (array_agg(started_at ORDER BY first_seq))[1] j"
+    " FROM lines GROUP BY 1, 2",
+}
+
+_SESSIONS: Final = """
+SELECT s.journal_id, s.session_id, s.ts_wall, s.doc, x.ts_wall, x.doc ->> 'reason'
+FROM agentteam.events s
+LEFT JOIN LATERAL (
+  SELECT e.ts_wall, e.doc FROM agentteam.events e
+  WHERE e.journal_id = s.journal_id AND e.session_id = s.session_id
+    AND e.kind = 'session_ended' AND e.call_id IS NULL AND e.seq > s.seq
+  ORDER BY e.seq LIMIT 1
+) x ON true
+WHERE s.kind = 'session_started' AND s.call_id IS NULL
+"""
+
+
+def _audit_query() -> str:
+    """One statement (so it runs on a read-only replica): the call lines folded once, every
+    aggregate a JSON array of rows."""
+    parts = ",\n".join(
+        f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
+        for name, sql in _AUDIT_SQL.items()
+    )
+    return f"WITH lines AS MATERIALIZED ({CALL_LINES}) SELECT {parts}"
+
+
+def audit_from(store_url: str) -> AuditReport:
+    """``audit`` over the store: every aggregate computed in SQL over the call lines."""
+    with connect(store_url, autocommit=True) as conn:
+        row = conn.execute(_audit_query()).fetchone()
+        sessions = conn.execute(_SESSIONS).fetchall()
+    assert row is not None
+    got = {
+        name: [tuple(item.values()) for item in value]
+        for name, value in zip(_AUDIT_SQL, row, strict=True)
+    }
+    usage = {(r[0], r[1], r[2]): int(r[3]) for r in got["usage"]}
+    errors = {(r[0], r[1]): int(r[2]) for r in got["errors"]}
+    bridge = Histogram()
+    by_tool: dict[str, Histogram] = {}
+    for tool, micros, tie_ns, count in sorted(got["bridge"], key=_bridge_order):
+        ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
+        for _ in range(int(count)):
+            bridge.add(ms)
+            by_tool.setdefault(tool, Histogram()).add(ms)
+    upstream = Histogram()
+    for value, count in sorted(got["upstream"]):
+        for _ in range(int(count)):
+            upstream.add(float(value))
+    results = {r[0]: int(r[1]) for r in got["truncation"]}
+    truncated = {r[0]: int(r[2]) for r in got["truncation"]}
+    boards = {(r[0], r[1], r[2]): int(r[3]) for r in got["boards"]}
+    rows = _session_rows(sessions, got["session_calls"])
+    return AuditReport(
+        calls=sum(usage.values()),
+        tool_usage=[
+            ToolUsage(tool=t, agent_id=a, status=st, calls=n)
+            for (t, a, st), n in sorted(usage.items())
+        ],
+        error_codes=[
+            ErrorCount(error_code=c, tool=t, calls=n)
+            for (c, t), n in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        latency=[bridge.summary("bridge"), upstream.summary("upstream")],
+        latency_by_tool=[h.summary(t) for t, h in sorted(by_tool.items())],
+        truncation=[
+            Truncation(tool=t, results=n, truncated=truncated[t], rate=_rate(truncated[t], n))
+            for t, n in sorted(results.items())
+        ],
+        truncation_rate=_rate(sum(truncated.values()), sum(results.values())),
+        mutations_by_board=[
+            BoardMutations(workspace_id=w, channel=c, tool=t, mutations=n)
+            for (w, c, t), n in sorted(boards.items())
+        ],
+        sessions=sorted(rows, key=lambda r: (r.started_at, r.session_id)),
+    )
+
+
+def _bridge_order(row: tuple[Any, ...]) -> tuple[str, int]:
+    return (row[0], row[1] if row[1] is not None else row[2] // 1000)
+
+
+def _client(doc: Any) -> str | None:
+    if not isinstance(doc, dict) or doc.get("client_name") is None:
+        return None
+    name, version = doc["client_name"], doc.get("client_version")
+    return f"{name} {version}" if version else str(name)
+
+
+def _session_rows(
+    sessions: list[tuple[Any, ...]], calls: list[tuple[Any, ...]]
+) -> list[SessionRow]:
+    rows: dict[tuple[str, str], SessionRow] = {}
+    for jid, sid, started, doc, ended, reason in sessions:
+        rows.setdefault(
+            (jid, sid),
+            SessionRow(
+                journal_id=jid,
+                session_id=sid,
+                client=_client(doc),
+                agent_id=doc.get("agent_id") if isinstance(doc, dict) else None,
+                started_at=started,
+                ended_at=ended,
+                end_reason=reason,
+            ),
+        )
+    for jid, sid, n, errors, mutations, in_doubt, first, last, doc, first_at in calls:
+        row = rows.get((jid, sid))
+        if row is None:
+            row = rows[(jid, sid)] = SessionRow(
+                journal_id=jid,
+                session_id=sid,
+                client=_client(doc),
+                agent_id=doc.get("agent_id") if isinstance(doc, dict) else None,
+                started_at=first_at,
+                ended_at=None,
+                end_reason=None,
+            )
+        row.calls, row.errors, row.mutations, row.in_doubt = (
+            int(n),
+            int(errors),
+            int(mutations),
+            int(in_doubt),
+        )
+        row.first_call_at, row.last_call_at = first, last
+    return list(rows.values())
+
+
+# --- deprecations -----------------------------------------------------------------------
+
+_DEPRECATED: Final = r"""
+WITH d AS (
+  SELECT journal_id, seq, ts_wall, gen_ai_tool_name,
+    doc ->> 'use_kind' AS use_kind,
+    CASE WHEN doc ->> 'use_kind' = 'argument'
+         THEN regexp_replace(doc ->> 'old_name', '\[\d+\]', '[]', 'g')
+         ELSE doc ->> 'old_name' END AS name,
+    doc ->> 'replacement' AS replacement,
+    doc ->> 'client_name' AS client_name,
+    doc ->> 'client_version' AS client_version,
+    doc ->> 'agent_id' AS agent_id
+  FROM agentteam.events WHERE kind = 'deprecated_usage'
+)
+"""
+
+_NAMES: Final = (
+    _DEPRECATED
+    + """
+SELECT use_kind, name, count(*),
+  min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),
+  (array_agg(replacement ORDER BY journal_id, seq) FILTER (WHERE replacement <> ''))[1],
+  array_agg(DISTINCT gen_ai_tool_name COLLATE "C") FILTER (WHERE gen_ai_tool_name <> ''),
+  min(ARRAY[journal_id, lpad(seq::text, 20, '0')] COLLATE "C")
+FROM d GROUP BY use_kind, name
+"""
+)
+
+_USERS: Final = (
+    _DEPRECATED
+    + """
+SELECT use_kind, name, client_name, client_version, agent_id, count(*),
+  min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),
+  min(ARRAY[journal_id, lpad(seq::text, 20, '0')] COLLATE "C")
+FROM d GROUP BY use_kind, name, client_name, client_version, agent_id
+"""
+)
+
+
+def deprecations_from(
+    store_url: str,
+    *,
+    gate_days: int = DEFAULT_GATE_DAYS,
+    as_of: datetime | None = None,
+    names: Sequence[str] = (),
+) -> DeprecationReport:
+    """``deprecations`` over the store: uses grouped by name and by user in SQL."""
+    moment = as_of or datetime.now(UTC)
+    with connect(store_url, autocommit=True) as conn:
+        window = conn.execute(
+            'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),'
+            " count(*) FILTER (WHERE kind = 'deprecated_usage') FROM agentteam.events"
+        ).fetchone()
+        found = conn.execute(_NAMES).fetchall()
+        users = conn.execute(_USERS).fetchall()
+    assert window is not None
+    window_start, window_end, uses = window[0], window[1], int(window[2])
+    by_name: dict[tuple[str, str], list[tuple[list[str], DeprecatedUser]]] = {}
+    for use_kind, name, c_name, c_version, agent, n, first, last, at in users:
+        user = DeprecatedUser(
+            client_name=c_name,
+            client_version=c_version,
+            agent_id=agent,
+            count=int(n),
+            first_seen=first,
+            last_seen=last,
+        )
+        by_name.setdefault((use_kind, name), []).append((list(at), user))
+    wanted = set(names)
+    report: list[tuple[list[str], DeprecatedName]] = []
+    for use_kind, name, n, first, last, replacement, tools, at in found:
+        if wanted and name not in wanted:
+            continue
+        wanted.discard(name)
+        ordered = [u for _, u in sorted(by_name.get((use_kind, name), []), key=lambda p: p[0])]
+        entry = DeprecatedName(
+            use_kind=use_kind,
+            old_name=name,
+            replacement=replacement,
+            tools=sorted(tools or []),
+            count=int(n),
+            first_seen=first,
+            last_seen=last,
+            users=sorted(ordered, key=lambda u: (-u.count, str(u.client_name))),
+            gate=_gate(last, gate_days, moment),
+        )
+        report.append((list(at), entry))
+    listed = [entry for _, entry in sorted(report, key=lambda p: p[0])]
+    for old_name in sorted(wanted):
+        listed.append(
+            DeprecatedName(
+                use_kind="unknown",
+                old_name=old_name,
+                replacement=None,
+                tools=[],
+                count=0,
+                first_seen=None,
+                last_seen=None,
+                users=[],
+                gate=_gate(window_start, gate_days, moment),
+            )
+        )
+    listed.sort(key=lambda n: (n.gate.met, -n.count, n.old_name))
+    return DeprecationReport(
+        names=listed,
+        gate_days=gate_days,
+        as_of=wall(moment),
+        window_start=window_start,
+        window_end=window_end,
+        uses=uses,
+    )
+
+
+# --- idempotency ------------------------------------------------------------------------
+
+
+def idempotency_from(
+    store_url: str, *, hints: dict[str, bool] | None = None, progress: Progress | None = None
+) -> IdempotencyResult:
+    """``idempotency`` over the store: its events streamed in journal order into the checker."""
+    checker = _Checker(declared_hints() if hints is None else hints)
+    with connect(store_url) as conn:
+        for story in iter_stories(_records(conn, progress)):
+            checker.feed(story)
+    return checker.result()
+
+
+def _records(conn: psycopg.Connection[Any], progress: Progress | None) -> Iterator[journal.Record]:
+    columns = ", ".join(journal.COLUMNS)
+    done = 0
+    with conn.cursor(name="agentteam_events") as cursor:
+        cursor.itersize = 5_000
+        cursor.execute(f"SELECT {columns} FROM agentteam.events ORDER BY journal_id, seq")
+        for row in cursor:
+            yield to_record(row)
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, None)

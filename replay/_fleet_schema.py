@@ -1,0 +1,284 @@
+"""The fleet store's PostgreSQL schema: tables, roles, append-only triggers, partitions, views.
+
+Everything lives in the schema ``agentteam``:
+
+* ``events``: every shipped event, the journal's columns as stored (the payload text as hashed,
+  already redacted) plus ``ts`` (the event's wall time) and ``doc`` (the payload as jsonb, for
+  the views). Text columns sort bytewise (``COLLATE "C"``), as SQLite and Python do.
+  Declaratively partitioned by month of ``ts``; ``journal_id`` leads every key, the
+  distribution key on Citus.
+* ``journals``: the registry (journal id, when first shipped, from where); ``journal_keys``: the
+  signing keys each journal named (its key at creation, then each ``key_rotated`` event shipped),
+  the keys its checkpoints must verify under; ``checkpoints``: the verified checkpoints received,
+  the latest being the witness; ``findings``: forks, bad signatures, broken chains refused.
+* Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
+  local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
+
+The shipping role ``agentteam_ship`` may only SELECT and INSERT (and create the month's
+partition through ``ensure_partition``, which runs as the store's owner); triggers refuse UPDATE,
+DELETE and TRUNCATE on every table for everyone, the owner included. ``agentteam_read`` may only
+SELECT.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
+
+SCHEMA: Final = "agentteam"
+SCHEMA_VERSION: Final = 1
+SHIP_ROLE: Final = "agentteam_ship"
+READ_ROLE: Final = "agentteam_read"
+
+_TABLES: Final = r"""
+-- The payload as jsonb for the views. jsonb cannot hold U+0000, which JSON text can (a model
+-- may send it): it reads as U+FFFD there, while the payload text keeps it (and its hash).
+CREATE OR REPLACE FUNCTION agentteam.payload_doc(payload text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT CASE WHEN strpos(payload, '\u0000') = 0 THEN payload::jsonb
+         ELSE regexp_replace(payload, '(?<!\\)((?:\\\\)*)\\u0000', '\1\\ufffd', 'g')::jsonb
+         END
+$$;
+CREATE TABLE IF NOT EXISTS agentteam.store_meta (
+  key text PRIMARY KEY,
+  value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agentteam.journals (
+  journal_id text PRIMARY KEY,
+  created_at text,
+  registered_at timestamptz NOT NULL DEFAULT now(),
+  registered_from text
+);
+CREATE TABLE IF NOT EXISTS agentteam.journal_keys (
+  journal_id text NOT NULL REFERENCES agentteam.journals,
+  seq bigint NOT NULL,
+  vkey text NOT NULL,
+  registered_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, seq)
+);
+CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
+  journal_id text NOT NULL REFERENCES agentteam.journals,
+  seq bigint NOT NULL,
+  head_hash text NOT NULL,
+  ts_wall text NOT NULL,
+  key_id text NOT NULL,
+  signature text NOT NULL,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, seq, key_id)
+);
+CREATE TABLE IF NOT EXISTS agentteam.findings (
+  journal_id text NOT NULL,
+  id bigint GENERATED ALWAYS AS IDENTITY,
+  seq bigint,
+  rule text NOT NULL,
+  detail text NOT NULL,
+  source text,
+  found_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, id)
+);
+CREATE TABLE IF NOT EXISTS agentteam.events (
+  journal_id text COLLATE "C" NOT NULL,
+  seq bigint NOT NULL,
+  ts timestamptz NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  call_id text COLLATE "C",
+  ts_mono_ns bigint NOT NULL,
+  ts_wall text COLLATE "C" NOT NULL,
+  kind text COLLATE "C" NOT NULL,
+  kind_version integer NOT NULL,
+  mcp_method_name text COLLATE "C",
+  gen_ai_tool_name text COLLATE "C",
+  jsonrpc_request_id text COLLATE "C",
+  http_response_status_code integer,
+  error_type text COLLATE "C",
+  duration_ms double precision,
+  payload text COLLATE "C" NOT NULL,
+  prev_hash text COLLATE "C" NOT NULL,
+  hash text COLLATE "C" NOT NULL,
+  doc jsonb GENERATED ALWAYS AS (agentteam.payload_doc(payload)) STORED,
+  PRIMARY KEY (journal_id, seq, ts)
+) PARTITION BY RANGE (ts);
+CREATE INDEX IF NOT EXISTS events_call ON agentteam.events (journal_id, call_id, seq);
+CREATE INDEX IF NOT EXISTS events_kind ON agentteam.events (kind, journal_id);
+"""
+
+_APPEND_ONLY: Final = """
+CREATE OR REPLACE FUNCTION agentteam.refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'the fleet store is append-only: % on %.% refused',
+    TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+    USING ERRCODE = 'insufficient_privilege';
+END $$;
+"""
+
+_PARTITIONS: Final = """
+CREATE OR REPLACE FUNCTION agentteam.ensure_partition(month date) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  first_day date := date_trunc('month', month)::date;
+  name text := format('events_%s', to_char(first_day, 'YYYY_MM'));
+BEGIN
+  IF to_regclass(format('agentteam.%I', name)) IS NOT NULL THEN
+    RETURN;
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtext('agentteam.ensure_partition'));
+  IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
+    -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
+    EXECUTE format(
+      'CREATE TABLE agentteam.%I PARTITION OF agentteam.events FOR VALUES FROM (%L) TO (%L)',
+      name, first_day::timestamp AT TIME ZONE 'UTC',
+      (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+  END IF;
+END $$;
+"""
+
+# The local views (journal/_schema.py VIEWS), in PostgreSQL, over every journal of the fleet.
+VIEWS: Final[dict[str, str]] = {
+    "calls": """
+SELECT
+  e.journal_id,
+  e.call_id,
+  MIN(e.session_id) AS session_id,
+  MIN(e.seq) AS first_seq,
+  MAX(e.seq) AS last_seq,
+  MIN(e.ts_wall) AS started_at,
+  MAX(e.ts_wall) AS ended_at,
+  MAX(e.gen_ai_tool_name) AS gen_ai_tool_name,
+  MAX(e.mcp_method_name) AS mcp_method_name,
+  MAX(e.jsonrpc_request_id) AS jsonrpc_request_id,
+  CASE
+    WHEN bool_or(e.kind = 'call_result') THEN 'result'
+    WHEN bool_or(e.kind = 'call_error') THEN 'error'
+    WHEN bool_or(e.kind = 'call_rejected') THEN 'rejected'
+    WHEN bool_or(e.kind = 'call_cancelled') THEN 'cancelled'
+    WHEN bool_or(e.kind = 'upstream_request') THEN 'in_doubt'
+    ELSE 'incomplete'
+  END AS outcome,
+  MAX(CASE WHEN e.kind IN ('call_error', 'call_rejected') THEN e.error_type END) AS error_type,
+  MAX(CASE WHEN e.kind IN ('call_result', 'call_error') THEN e.duration_ms END) AS duration_ms,
+  COUNT(*) FILTER (WHERE e.kind = 'upstream_request') AS upstream_requests,
+  (array_agg(e.http_response_status_code ORDER BY e.seq DESC)
+    FILTER (WHERE e.kind = 'upstream_response'))[1] AS last_http_response_status_code,
+  COUNT(*) FILTER (WHERE e.kind = 'deprecated_usage') AS deprecated_uses,
+  COUNT(*) FILTER (WHERE e.kind = 'token_refreshed') AS token_refreshes
+FROM agentteam.events e
+WHERE e.call_id IS NOT NULL
+GROUP BY e.journal_id, e.call_id""",
+    "errors": """
+SELECT
+  journal_id, seq, ts_wall, session_id, call_id, gen_ai_tool_name, kind, error_type,
+  http_response_status_code,
+  doc ->> 'message' AS message,
+  (doc -> 'retryable')::boolean AS retryable,
+  duration_ms
+FROM agentteam.events
+WHERE kind IN ('call_error', 'call_rejected')
+   OR (kind = 'upstream_response' AND http_response_status_code >= 400)""",
+    "deprecated_usages": """
+SELECT
+  journal_id, seq, ts_wall, session_id, call_id, gen_ai_tool_name,
+  doc ->> 'use_kind' AS use_kind,
+  doc ->> 'old_name' AS old_name,
+  doc ->> 'replacement' AS replacement,
+  doc ->> 'client_name' AS client_name,
+  doc ->> 'client_version' AS client_version,
+  doc ->> 'agent_id' AS agent_id
+FROM agentteam.events
+WHERE kind = 'deprecated_usage'""",
+    "injected_context": """
+SELECT
+  e.journal_id, e.seq, e.ts_wall, e.session_id, e.call_id, e.gen_ai_tool_name,
+  f.value ->> 'name' AS name,
+  f.value ->> 'source' AS source,
+  f.value -> 'value' AS value
+FROM agentteam.events e,
+  jsonb_array_elements(CASE WHEN jsonb_typeof(e.doc -> 'fields') = 'array'
+                       THEN e.doc -> 'fields' ELSE '[]'::jsonb END) f
+WHERE e.kind = 'context_injected'""",
+    "sessions": """
+SELECT
+  s.journal_id,
+  s.session_id,
+  s.seq AS started_seq,
+  s.ts_wall AS started_at,
+  s.doc ->> 'client_name' AS client_name,
+  s.doc ->> 'client_version' AS client_version,
+  s.doc ->> 'protocol_version' AS protocol_version,
+  s.doc ->> 'bridge_version' AS bridge_version,
+  s.doc ->> 'compat_policy' AS compat_policy,
+  s.doc ->> 'agent_id' AS agent_id,
+  x.ts_wall AS ended_at,
+  x.doc ->> 'reason' AS end_reason,
+  (x.doc ->> 'calls')::bigint AS calls
+FROM agentteam.events s
+LEFT JOIN agentteam.events x
+  ON x.journal_id = s.journal_id AND x.session_id = s.session_id AND x.kind = 'session_ended'
+WHERE s.kind = 'session_started'""",
+}
+
+_TABLE_NAMES: Final = (
+    "store_meta",
+    "journals",
+    "journal_keys",
+    "checkpoints",
+    "findings",
+    "events",
+)
+
+
+def _roles() -> str:
+    return f"""
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{SHIP_ROLE}') THEN
+    CREATE ROLE {SHIP_ROLE} NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READ_ROLE}') THEN
+    CREATE ROLE {READ_ROLE} NOLOGIN;
+  END IF;
+END $$;
+GRANT USAGE ON SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
+GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
+GRANT INSERT ON agentteam.events, agentteam.journals, agentteam.journal_keys,
+  agentteam.checkpoints, agentteam.findings TO {SHIP_ROLE};
+REVOKE UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam FROM {SHIP_ROLE}, {READ_ROLE};
+REVOKE ALL ON FUNCTION agentteam.ensure_partition(date) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION agentteam.ensure_partition(date) TO {SHIP_ROLE};
+"""
+
+
+def _triggers() -> str:
+    statements = []
+    for table in _TABLE_NAMES:
+        if table == "store_meta":
+            continue  # the owner records the schema version there
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE"
+            f" ON agentteam.{table} FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();"
+        )
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_no_truncate BEFORE TRUNCATE"
+            f" ON agentteam.{table} FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();"
+        )
+    return "\n".join(statements)
+
+
+def ddl() -> list[str]:
+    """The statements that create (or bring up to date) the store; idempotent."""
+    views = [
+        f"CREATE OR REPLACE VIEW agentteam.{name} AS {sql.strip()};" for name, sql in VIEWS.items()
+    ]
+    return [
+        "CREATE SCHEMA IF NOT EXISTS agentteam;",
+        _TABLES,
+        _APPEND_ONLY,
+        _PARTITIONS,
+        _triggers(),
+        *views,
+        _roles(),
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",
+        "INSERT INTO agentteam.store_meta (key, value) VALUES"
+        f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING;",
+    ]

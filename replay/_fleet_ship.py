@@ -1,0 +1,516 @@
+"""``ship``: copy journals' events into the fleet store, incrementally and verified.
+
+For each journal the store's head (last seq and hash) is the resume point: the local journal must
+hold the same hash at that seq (otherwise it is a fork, refused and recorded as a finding), and
+every row after it is checked as ``verify`` checks it (sequence, chain, hash, journal id) before it
+is accepted. Rows go in batches of ``batch_size``, each in one transaction with the checkpoints it
+covers, so an interrupted ship leaves whole batches and the next one resumes after them; a
+repeated ship finds nothing new. Memory is one batch.
+
+Checkpoints are accepted only when they verify under the key the journal names at their seq, as
+the store registered it: the journal's key at its first ship (``journal_meta.signing_key``), then
+each ``key_rotated`` event shipped in its chain. A forged or foreign signature is refused and
+recorded; checkpoints of the HMAC era (which only the writer's secret can check) are skipped.
+The payloads shipped are the stored text, already redacted when written: nothing is re-read
+from anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import msgspec
+
+import journal
+from journal import Checkpoint, Reader
+
+from ._fleet_store import (
+    StoreFinding,
+    connect,
+    ensure_schema,
+    record_finding,
+    stored_head,
+)
+from ._source import ReplayInputError, journal_files, open_reader
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["JournalShipped", "ShipReport", "ship", "ship_follow"]
+
+BATCH_SIZE: Final = 5_000
+_COPY_COLUMNS: Final = ("ts", *journal.COLUMNS)
+_COPY: Final = f"COPY agentteam.events ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
+# Rules of journal.ChainVerifier that make a row unacceptable.
+_REFUSED: Final = {
+    "sequence_gap",
+    "chain_broken",
+    "hash_mismatch",
+    "row_malformed",
+    "journal_id_mismatch",
+}
+
+
+class JournalShipped(msgspec.Struct, kw_only=True):
+    """What one ship did for one journal file."""
+
+    path: str
+    journal_id: str | None
+    store_head_before: int
+    shipped: int = 0
+    store_head: int = 0
+    checkpoints: int = 0
+    checkpoints_skipped: int = 0
+    refused: StoreFinding | None = None
+    # A later segment of a journal whose earlier one the store does not hold yet: not shipped.
+    waiting: str | None = None
+
+
+class ShipReport(msgspec.Struct, kw_only=True):
+    """Every journal shipped; ``ok`` unless one was refused."""
+
+    store: str
+    journals: list[JournalShipped]
+    shipped: int
+    refused: int
+
+    @property
+    def ok(self) -> bool:
+        return self.refused == 0
+
+
+class _Refused(Exception):
+    def __init__(self, finding: StoreFinding) -> None:
+        super().__init__(finding.detail)
+        self.finding = finding
+
+
+def ship(
+    paths: Sequence[str | os.PathLike[str]],
+    store_url: str,
+    *,
+    batch_size: int = BATCH_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> ShipReport:
+    """Ship every journal the paths stand for (files, or directories of journals)."""
+    from ._fleet_store import redact_store_url
+
+    files = journal_files(paths)
+    conn = connect(store_url, autocommit=True)
+    try:
+        ensure_schema(conn)
+        shipped = [_ship_file(conn, path, batch_size, progress) for path in files]
+    finally:
+        conn.close()
+    return ShipReport(
+        store=redact_store_url(store_url),
+        journals=shipped,
+        shipped=sum(s.shipped for s in shipped),
+        refused=sum(s.refused is not None for s in shipped),
+    )
+
+
+def ship_follow(
+    paths: Sequence[str | os.PathLike[str]],
+    store_url: str,
+    *,
+    interval: float = 1.0,
+    batch_size: int = BATCH_SIZE,
+    rounds: int | None = None,
+    on_round: Callable[[ShipReport], None] | None = None,
+) -> ShipReport:
+    """Ship, then again every ``interval`` seconds (new files in a directory included), until
+    interrupted or ``rounds`` are done: a live journal lags the store by about one interval and
+    one batch. Returns the last round's report."""
+    done = 0
+    while True:
+        started = time.monotonic()
+        report = ship(paths, store_url, batch_size=batch_size)
+        if on_round is not None:
+            on_round(report)
+        done += 1
+        if rounds is not None and done >= rounds:
+            return report
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _ship_file(
+    conn: psycopg.Connection[Any],
+    path: Path,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+) -> JournalShipped:
+    with open_reader(path) as reader:
+        journal_id = reader.journal_id
+        if journal_id is None:
+            raise ReplayInputError(f"{path} has no journal id")
+        result = JournalShipped(path=str(path), journal_id=journal_id, store_head_before=0)
+        # One shipper per journal at a time (two machines shipping copies of one journal).
+        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (journal_id,))
+        try:
+            _ship_journal(conn, reader, journal_id, batch_size, progress, result)
+        except _Refused as refused:
+            record_finding(conn, refused.finding)
+            result.refused = refused.finding
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (journal_id,))
+        return result
+
+
+def _ship_journal(
+    conn: psycopg.Connection[Any],
+    reader: Reader,
+    journal_id: str,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    result: JournalShipped,
+) -> None:
+    source = str(reader.path)
+
+    def refuse(seq: int | None, rule: str, detail: str) -> _Refused:
+        return _Refused(
+            StoreFinding(journal_id=journal_id, seq=seq, rule=rule, detail=detail, source=source)
+        )
+
+    head_seq, head_hash = stored_head(conn, journal_id)
+    result.store_head_before = result.store_head = head_seq
+    keys = _register(conn, reader, journal_id, refuse)
+    if not _extends(conn, reader, journal_id, head_seq, head_hash, refuse, result):
+        return
+    pending = sorted(
+        (cp for cp in reader.checkpoints() if cp.journal_id == journal_id),
+        key=lambda cp: cp.seq,
+    )
+    _late_checkpoints(conn, journal_id, pending, head_seq, keys, refuse, result)
+    later = [cp for cp in pending if cp.seq > head_seq]
+    chain = journal.ChainVerifier(
+        journal_id, start_seq=head_seq, start_hash=head_hash, check_payloads=False
+    )
+    # Reading and checking the next batch overlaps with the server taking this one.
+    checked = _checked_batches(reader.rows(since_seq=head_seq), chain, batch_size)
+    with closing(_prefetched(checked)) as batches:
+        for batch in batches:
+            _take(conn, journal_id, batch, keys, later, refuse, result)
+            if progress is not None:
+                progress(result.shipped)
+
+
+def _take(
+    conn: psycopg.Connection[Any],
+    journal_id: str,
+    batch: _Batch,
+    keys: list[tuple[int, str]],
+    later: list[Checkpoint],
+    refuse: Callable[[int | None, str, str], _Refused],
+    result: JournalShipped,
+) -> None:
+    """Store one checked batch with the checkpoints it covers (verified), in one transaction."""
+    keys.extend(batch.rotations)
+    if batch.refused is not None:
+        _commit_batch(conn, journal_id, batch.rows, batch.rotations, [], result)
+        bad = batch.refused
+        raise refuse(bad.seq, bad.rule, bad.detail)
+    covered: list[Checkpoint] = []
+    while later and later[0].seq <= batch.rows[-1][0]:
+        cp = later.pop(0)
+        if _check_checkpoint(cp, batch.hashes.get(cp.seq), keys, refuse):
+            covered.append(cp)
+        else:
+            result.checkpoints_skipped += 1
+    _commit_batch(conn, journal_id, batch.rows, batch.rotations, covered, result)
+
+
+class _Batch:
+    """Rows checked as verify checks them, up to the first unacceptable one (``refused``)."""
+
+    __slots__ = ("hashes", "refused", "rotations", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.rotations: list[tuple[int, str]] = []
+        self.hashes: dict[int, str] = {}
+        self.refused: journal.Finding | None = None
+
+
+def _checked_batches(
+    rows: Iterator[Any], chain: journal.ChainVerifier, size: int
+) -> Iterator[_Batch]:
+    for raw in _batches(rows, size):
+        batch = _Batch()
+        for row in raw:
+            before = len(chain.findings)
+            chain.feed(row)
+            bad = [f for f in chain.findings[before:] if f.rule in _REFUSED]
+            if bad:
+                batch.refused = bad[0]
+                yield batch
+                return
+            batch.rows.append(row)
+            batch.hashes[row[0]] = row[16]
+            if row[6] == "key_rotated":
+                batch.rotations.append((row[0], _rotated_key(row[14])))
+        yield batch
+
+
+_T = TypeVar("_T")
+_DONE: Final = object()
+
+
+def _prefetched(items: Iterator[_T], depth: int = 2) -> Generator[_T, None, None]:
+    """Yield ``items`` computed ahead in a worker thread (at most ``depth`` waiting).
+
+    The worker ends when the consumer stops early; its exception is raised here.
+    """
+    ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put(_DONE)
+        except BaseException as exc:  # handed to the consumer
+            ready.put(exc)
+
+    worker = threading.Thread(target=produce, name="ship-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():
+            try:
+                ready.get_nowait()
+            except queue.Empty:
+                worker.join(timeout=0.1)
+
+
+def _extends(
+    conn: psycopg.Connection[Any],
+    reader: Reader,
+    journal_id: str,
+    head_seq: int,
+    head_hash: str,
+    refuse: Callable[[int | None, str, str], _Refused],
+    result: JournalShipped,
+) -> bool:
+    """Whether the file continues what the store holds (False: nothing to do with it yet).
+
+    A file may hold the whole journal or one segment of it (a later segment starts past seq
+    1, its first row naming the previous segment's head as ``prev_hash``). The same history
+    shows as the same hash at the last seq both hold (chain hashes cover everything before);
+    another one is a fork. A segment starting past the store's head waits for its predecessor.
+    """
+    first = next(reader.rows(), None)
+    if first is None:
+        return False
+    low, low_prev = int(first[0]), str(first[15])
+    local_seq, _ = reader.head()
+    if low > head_seq + 1:
+        result.waiting = f"starts at seq {low}; the store holds up to {head_seq}"
+        return False
+    local_hash: str | None
+    store_hash: str | None
+    if low == head_seq + 1:
+        at, local_hash, store_hash = low, low_prev, head_hash
+    else:
+        at = min(head_seq, local_seq)
+        local_hash = reader.hash_at(at)
+        store_hash = head_hash if at == head_seq else _store_hash(conn, journal_id, at)
+    if local_hash != store_hash:
+        raise refuse(
+            at,
+            "fork",
+            f"the journal's history at seq {at} differs from the one the store holds"
+            f" ({str(local_hash)[:16]}… here, {str(store_hash)[:16]}… in the store):"
+            " rewritten after it was shipped",
+        )
+    return True
+
+
+def _register(
+    conn: psycopg.Connection[Any],
+    reader: Reader,
+    journal_id: str,
+    refuse: Callable[[int | None, str, str], _Refused],
+) -> list[tuple[int, str]]:
+    """Register the journal and its creation key on first sight; the keys the store holds."""
+    recorded = reader.recorded_keys()
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO agentteam.journals (journal_id, created_at, registered_from)"
+            " VALUES (%s, %s, %s) ON CONFLICT (journal_id) DO NOTHING",
+            (journal_id, reader.created_at, str(reader.path)),
+        )
+        if recorded and recorded[0][0] == 0:
+            conn.execute(
+                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, 0, %s)"
+                " ON CONFLICT (journal_id, seq) DO NOTHING",
+                (journal_id, recorded[0][1]),
+            )
+    keys = [
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT seq, vkey FROM agentteam.journal_keys WHERE journal_id = %s ORDER BY seq",
+            (journal_id,),
+        )
+    ]
+    local = dict(recorded)
+    for seq, vkey in keys:
+        if seq in local and local[seq] != vkey:
+            raise refuse(
+                seq,
+                "signing_key_changed",
+                f"the journal names another signing key at seq {seq} than the store registered"
+                f" ({_key_name(local[seq])}, registered {_key_name(vkey)})",
+            )
+    return keys
+
+
+def _late_checkpoints(
+    conn: psycopg.Connection[Any],
+    journal_id: str,
+    pending: list[Checkpoint],
+    head_seq: int,
+    keys: list[tuple[int, str]],
+    refuse: Callable[[int | None, str, str], _Refused],
+    result: JournalShipped,
+) -> None:
+    """Checkpoints signed over events already shipped (e.g. at close, after the last ship)."""
+    known = {
+        (int(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT seq, key_id FROM agentteam.checkpoints WHERE journal_id = %s", (journal_id,)
+        )
+    }
+    late = [cp for cp in pending if cp.seq <= head_seq and (cp.seq, cp.key_id) not in known]
+    accepted = [
+        cp
+        for cp in late
+        if cp.seq > 0 and _check_checkpoint(cp, _store_hash(conn, journal_id, cp.seq), keys, refuse)
+    ]
+    result.checkpoints_skipped += len(late) - len(accepted)
+    if accepted:
+        _commit_batch(conn, journal_id, [], [], accepted, result)
+
+
+def _check_checkpoint(
+    cp: Checkpoint,
+    event_hash: str | None,
+    keys: list[tuple[int, str]],
+    refuse: Callable[[int | None, str, str], _Refused],
+) -> bool:
+    """True to keep it as a witness, False to skip it (HMAC era); _Refused when it is false."""
+    if event_hash != cp.head_hash:
+        raise refuse(cp.seq, "checkpoint_hash_mismatch", "a checkpoint names another head hash")
+    if cp.scheme == "hmac":
+        return False
+    in_force = [vkey for seq, vkey in keys if seq <= cp.seq]
+    if not in_force:
+        raise refuse(cp.seq, "checkpoint_unverified", "no registered key for the journal")
+    try:
+        key = journal.VerifierKey.parse(in_force[-1])
+    except ValueError:
+        raise refuse(cp.seq, "checkpoint_unverified", "the registered key is not a key") from None
+    verdict = journal.Trust([key]).check(cp)
+    if verdict == "valid":
+        return True
+    if verdict == "invalid":
+        raise refuse(
+            cp.seq,
+            "checkpoint_signature_invalid",
+            f"forged or altered: does not verify under the registered {key.key_id}",
+        )
+    raise refuse(
+        cp.seq,
+        "checkpoint_unverified",
+        f"signed by {cp.key_id}, not the registered key in force ({key.key_id})",
+    )
+
+
+def _commit_batch(
+    conn: psycopg.Connection[Any],
+    journal_id: str,
+    rows: list[tuple[Any, ...]],
+    rotations: list[tuple[int, str]],
+    checkpoints: list[Checkpoint],
+    result: JournalShipped,
+) -> None:
+    if not (rows or checkpoints):
+        return
+    with conn.transaction():
+        for month in sorted({row[5][:7] for row in rows}):
+            conn.execute("SELECT agentteam.ensure_partition(%s::date)", (f"{month}-01",))
+        if rows:
+            with conn.cursor() as cur, cur.copy(_COPY) as copy:
+                for row in rows:
+                    copy.write_row((row[5], *row))
+        for seq, vkey in rotations:
+            conn.execute(
+                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, %s, %s)"
+                " ON CONFLICT (journal_id, seq) DO NOTHING",
+                (journal_id, seq, vkey),
+            )
+        for cp in checkpoints:
+            conn.execute(
+                "INSERT INTO agentteam.checkpoints"
+                " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+            )
+    result.shipped += len(rows)
+    result.checkpoints += len(checkpoints)
+    if rows:
+        result.store_head = int(rows[-1][0])
+
+
+def _store_hash(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:
+    if seq == 0:
+        return journal.GENESIS_HASH
+    row = conn.execute(
+        "SELECT hash FROM agentteam.events WHERE journal_id = %s AND seq = %s",
+        (journal_id, seq),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _batches(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _rotated_key(payload: str) -> str:
+    try:
+        return str(msgspec.json.decode(payload)["vkey"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return ""
+
+
+def _key_name(vkey: str) -> str:
+    return "+".join(vkey.split("+", 2)[:2])

@@ -1,0 +1,170 @@
+"""``verify --witness postgresql://...``: a journal cut, rolled back or rewritten after shipping."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import journal
+import replay
+from replay._fleet_witness import witness_findings
+
+from .fleet_helpers import (
+    append_calls,
+    consolidated_copy,
+    rewrite_payload,
+    split_in_segments,
+    truncate_to,
+    write_fleet_journal,
+)
+
+
+def rules(url: str, *paths: Path) -> list[tuple[str, int | None]]:
+    return [(f.rule, f.seq) for f in witness_findings(url, paths)]
+
+
+def head(path: Path) -> int:
+    with journal.open_reader(path) as reader:
+        return reader.head()[0]
+
+
+def test_an_intact_journal_agrees_with_its_witness(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 1, 5)
+    assert replay.ship([path], pg_url).ok
+    assert rules(pg_url, path) == []
+    append_calls(path, jid, 9, 2)
+    assert rules(pg_url, path) == [], "a journal ahead of the store is fine"
+
+
+def test_truncation_after_shipping_is_caught(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 2, 6)
+    assert replay.ship([path], pg_url).ok
+    last = head(path)
+    cut = consolidated_copy(path, tmp_path / "cut.db")
+    truncate_to(cut, last - 4)
+    assert rules(pg_url, cut) == [
+        ("witness_truncated", last - 3),
+        ("witness_checkpoint_beyond", last - 3),
+    ]
+
+
+def test_a_rewritten_history_is_caught_at_its_first_changed_seq(
+    pg_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 3, 6)
+    assert replay.ship([path], pg_url).ok
+    rewritten = consolidated_copy(path, tmp_path / "rewritten.db")
+    rewrite_payload(rewritten, 7, '{"arguments":{"channel":"elsewhere"},"meta_keys":[]}')
+    assert rules(pg_url, rewritten) == [("witness_rewritten", 7)]
+
+
+def test_a_rollback_to_an_older_copy_is_caught(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 4, 3)
+    older = consolidated_copy(path, tmp_path / "older.db")
+    backup = head(older)
+    append_calls(path, jid, 20, 3)
+    assert replay.ship([path], pg_url).ok
+    assert rules(pg_url, older)[0] == ("witness_truncated", backup + 1)
+    # rolled back, then written on: the first event after the rollback differs
+    continued = tmp_path / "continued.db"
+    shutil.copy(older, continued)
+    append_calls(continued, jid, 40, 1)
+    assert ("witness_rewritten", backup + 1) in rules(pg_url, continued)
+
+
+def test_a_journal_the_store_never_received_is_not_witnessed(pg_url: str, tmp_path: Path) -> None:
+    shipped, other = tmp_path / "a.db", tmp_path / "b.db"
+    write_fleet_journal(shipped, 5, 1)
+    write_fleet_journal(other, 6, 1)
+    assert replay.ship([shipped], pg_url).ok
+    assert rules(pg_url, other) == [("witness_unknown", None)]
+
+
+def test_the_witness_is_a_trusted_key_source(pg_url: str, tmp_path: Path) -> None:
+    """A copy on an auditor's machine (no key of its own) verifies against the store's key."""
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 8, 3)
+    assert replay.ship([path], pg_url).ok
+    copy = consolidated_copy(path, tmp_path / "copy.db")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "auditor")}
+    cmd = [sys.executable, "-m", "replay._cli", "verify", str(copy), "--json"]
+    alone = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert alone.returncode == 1, "no trusted key: not OK"
+    witnessed = subprocess.run(
+        [*cmd, "--witness", pg_url], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert witnessed.returncode in (0, 3), witnessed.stdout + witnessed.stderr
+    out = json.loads(witnessed.stdout)
+    assert out["ok"] and out["journals"][0]["signatures_checked"] > 0
+
+
+def test_verify_witness_on_the_command_line(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 7, 4)
+    assert replay.ship([path], pg_url).ok
+    cut = consolidated_copy(path, tmp_path / "cut.db")
+    truncate_to(cut, 5)
+    done = subprocess.run(
+        [sys.executable, "-m", "replay._cli", "verify", str(cut), "--witness", pg_url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout)["findings"]
+    assert {"rule": "witness_truncated", "seq": 6} in [
+        {"rule": f["rule"], "seq": f["seq"]} for f in found
+    ]
+
+
+def test_a_journal_in_segments_is_shipped_and_witnessed_as_one(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 11, 8)
+    last = head(path)
+    first, second = split_in_segments(path, last // 2, tmp_path)
+    waiting = replay.ship([second], pg_url)
+    assert waiting.ok and waiting.shipped == 0 and waiting.journals[0].waiting
+    assert replay.ship([first, second], pg_url).ok
+    with journal.open_reader(path) as reader:
+        whole = [(row[0], row[16]) for row in reader.rows()]
+    assert [(s, h) for s, h in _store(pg_url, jid)] == whole
+    assert rules(pg_url, first, second) == []
+    assert rules(pg_url, second) == [], "the first segment pruned: the rest still agrees"
+    assert rules(pg_url, first) == [
+        ("witness_truncated", last // 2 + 1),
+        ("witness_checkpoint_beyond", last // 2 + 1),
+    ], "only the first segment: the rest is missing"
+    rewritten = consolidated_copy(second, tmp_path / "seg2-rewritten.db")
+    rewrite_payload(rewritten, last // 2 + 3, '{"arguments":{},"meta_keys":[]}')
+    assert rules(pg_url, first, rewritten) == [("witness_rewritten", last // 2 + 3)]
+
+
+def _store(url: str, journal_id: str) -> list[tuple[int, str]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq",
+            (journal_id,),
+        ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def test_a_failing_store_is_one_line(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    write_fleet_journal(path, 12, 1)
+    cmd = [sys.executable, "-m", "replay._cli"]
+    for args in (["audit", "--from", pg_url], ["verify", str(path), "--witness", pg_url]):
+        done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "failed" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

@@ -1,0 +1,160 @@
+"""Benchmark of the fleet store: ship against a plain COPY, audit --from against local files.
+
+Run: ``python -m tools.bench.bench_fleet [--journals J] [--events N] [--url URL] [--dir PATH]``
+(default 100 journals of 100,000 events: the issue's 10 million; ``--quick`` 10 of 10,000).
+The journals are generated with the journal's own writer (``bench_replay``'s sessions of
+bridge-shaped calls). Without ``--url`` a throwaway PostgreSQL is started as the tests do
+(``tests/pg_cluster.py``). Printed, side by side in one run:
+
+* ``ship`` into an empty store, events per second, beside a plain ``COPY`` of the same rows
+  (read from the same files) into a plain table of the same columns on the same server;
+* ``audit --from`` over the store beside ``audit`` over the same journals as local files;
+* the shipper's peak RSS shipping one journal of N/10 events and one of N (flat: about 1x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import journal
+import replay
+from replay import _fleet_reports as reports
+from replay._render import to_json
+
+from .bench_replay import generate
+
+T = TypeVar("T")
+_PLAIN: str = """
+CREATE TABLE plain_events (
+  ts timestamptz, journal_id text, seq bigint, session_id text, call_id text,
+  ts_mono_ns bigint, ts_wall text, kind text, kind_version integer, mcp_method_name text,
+  gen_ai_tool_name text, jsonrpc_request_id text, http_response_status_code integer,
+  error_type text, duration_ms double precision, payload text, prev_hash text, hash text
+)"""
+
+
+def _timed(fn: Callable[[], T]) -> tuple[float, T]:
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def plain_copy(url: str, paths: list[Path]) -> int:
+    """COPY every row of the files into a plain table (no keys, triggers, jsonb, partitions)."""
+    import psycopg
+
+    columns = ", ".join(("ts", *journal.COLUMNS))
+    count = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_PLAIN)
+        for path in paths:
+            source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            rows = source.execute(f"SELECT {', '.join(journal.COLUMNS)} FROM events ORDER BY seq")
+            with conn.transaction(), conn.cursor() as cur:
+                with cur.copy(f"COPY plain_events ({columns}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row((row[5], *row))
+                        count += 1
+            source.close()
+    return count
+
+
+def shipper_peak_rss_mb(path: Path, url: str) -> float:
+    """Peak RSS of a fresh ``agentteam-replay ship`` process shipping one journal."""
+    code = (
+        "import resource, sys, replay\n"
+        "assert replay.ship([sys.argv[1]], sys.argv[2]).ok\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), url], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.bench_fleet",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--journals", type=int, default=100, help="default 100")
+    parser.add_argument("--events", type=int, default=100_000, help="per journal, default 100,000")
+    parser.add_argument("--quick", action="store_true", help="10 journals of 10,000 events")
+    parser.add_argument("--url", help="a PostgreSQL server to use (a database is created on it)")
+    parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.pg_cluster import Cluster, start_cluster
+
+    cluster = Cluster(args.url, None, None, None) if args.url else start_cluster()
+    signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
+    try:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            run(Path(tmp), cluster, journals, per)
+    finally:
+        cluster.stop()
+
+
+def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
+    from tests.pg_cluster import Cluster
+
+    assert isinstance(cluster, Cluster)
+    paths = [tmp / f"journal-{i}.db" for i in range(journals)]
+    gen_s, counts = _timed(lambda: [generate(p, per) for p in paths])
+    events = sum(counts)
+    print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s")
+    store, baseline = cluster.create_database("bench"), cluster.create_database("plain")
+    ship_s, shipped = _timed(lambda: replay.ship(paths, store))
+    assert shipped.ok and shipped.shipped == events
+    copy_s, copied = _timed(lambda: plain_copy(baseline, paths))
+    assert copied == events
+    local_s, local = _timed(lambda: replay.audit(paths))
+    from_s, stored = _timed(lambda: reports.audit_from(store))
+    assert to_json(stored) == to_json(local), "audit differs"
+    big = tmp / "big.db"
+    small = tmp / "small.db"
+    generate(small, max(1_000, per // 10))
+    generate(big, per)
+    rss_small = shipper_peak_rss_mb(small, cluster.create_database("rss"))
+    rss_big = shipper_peak_rss_mb(big, cluster.create_database("rss"))
+    print(f"{'case':<48} {'seconds':>8} {'events/s':>10} {'ratio':>7}")
+    print(
+        f"{'plain COPY of the same rows':<48} {copy_s:>8.1f} {events / copy_s:>10,.0f} {1:>6.2f}x"
+    )
+    print(
+        f"{'ship (verified, partitioned, jsonb, indexed)':<48} {ship_s:>8.1f}"
+        f" {events / ship_s:>10,.0f} {copy_s / ship_s:>6.2f}x"
+    )
+    print(f"{'audit over local files':<48} {local_s:>8.1f} {events / local_s:>10,.0f} {1:>6.2f}x")
+    print(
+        f"{'audit --from the store (SQL)':<48} {from_s:>8.1f}"
+        f" {events / from_s:>10,.0f} {local_s / from_s:>6.2f}x"
+    )
+    print(
+        f"shipper peak RSS: {rss_small:.0f} MB for {max(1_000, per // 10):,} events,"
+        f" {rss_big:.0f} MB for {per:,} events ({rss_big / rss_small:.2f}x);"
+        f" bench process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()
