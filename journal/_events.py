@@ -34,8 +34,10 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PrunedSegment",
     "Record",
     "SegmentStarted",
+    "SegmentsPruned",
     "SessionEnded",
     "SessionStarted",
     "TokenRefreshed",
@@ -43,7 +45,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 4
+KIND_SET_VERSION: Final = 5
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -61,6 +63,7 @@ Kind: TypeAlias = Literal[
     "journal_gap",
     "key_rotated",
     "segment_started",
+    "segments_pruned",
 ]
 
 
@@ -251,6 +254,37 @@ class SegmentStarted(_Payload, frozen=True, kw_only=True):
     previous_checkpoint: Checkpoint | None = None
 
 
+class PrunedSegment(msgspec.Struct, frozen=True, kw_only=True):
+    """One segment file a prune removed: its name, seq range and last event's hash."""
+
+    file: str
+    first_seq: int
+    last_seq: int
+    last_hash: str
+
+
+class SegmentsPruned(_Payload, frozen=True, kw_only=True):
+    """Written in the live segment before a prune removes closed segments (kind set 5).
+
+    Every event of ``segments`` was held by the fleet store ``store`` (password and query
+    removed) up to ``held_seq``, and the store had witnessed a checkpoint at ``witnessed_seq``
+    (hash ``witnessed_hash``, equal to this journal's at that seq) at or after their end; each
+    was older than ``older_than_days``. A verifier accepts a journal that starts just after the
+    last of them.
+    """
+
+    kind: ClassVar[Kind] = "segments_pruned"
+    description: ClassVar[str] = (
+        "closed segments removed once a fleet store held and witnessed them"
+    )
+    segments: list[PrunedSegment]
+    store: str
+    held_seq: int
+    witnessed_seq: int
+    witnessed_hash: str
+    older_than_days: float
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -267,6 +301,7 @@ Payload: TypeAlias = (
     | JournalGap
     | KeyRotated
     | SegmentStarted
+    | SegmentsPruned
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -287,6 +322,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         JournalGap,
         KeyRotated,
         SegmentStarted,
+        SegmentsPruned,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

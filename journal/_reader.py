@@ -179,9 +179,14 @@ class Reader:
         return row
 
     def hash_at(self, seq: int) -> str | None:
-        """The stored hash of the event at seq (GENESIS for 0), or None if there is none."""
+        """The stored hash of the event at seq (GENESIS for 0), or None if there is none.
+
+        A later segment also knows the hash of the event just before its first (its link).
+        """
         if seq == 0:
             return GENESIS_HASH
+        if seq == self.segment.first_seq - 1 and self.segment.prev_hash is not None:
+            return self.segment.prev_hash
         row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else str(row[0])
 

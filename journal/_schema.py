@@ -44,7 +44,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 BUSY_TIMEOUT_S: Final = 5.0
 
 _V1_KINDS: Final = (
@@ -244,6 +244,7 @@ def migrations() -> Migrations:
     registry(name="0002_journal_gap")(_journal_gap)
     registry(name="0003_key_rotated")(_key_rotated)
     registry(name="0004_segments")(_segments)
+    registry(name="0005_segments_pruned")(_segments_pruned)
     return registry
 
 
@@ -373,6 +374,19 @@ def _segments(db: Database) -> None:
     db.execute("DROP TRIGGER journal_events_append")
     db.execute(_SEGMENT_EVENTS_APPEND)
     db.execute("PRAGMA user_version = 4")
+
+
+def _segments_pruned(db: Database) -> None:
+    """Kind set 5: ``segments_pruned`` (the only removal of journal data, journaled first)."""
+    db.table("event_kinds").insert(
+        {
+            "kind": "segments_pruned",
+            "kind_version": PAYLOAD_TYPES["segments_pruned"].kind_version,
+            "kind_set_version": 5,
+            "description": PAYLOAD_TYPES["segments_pruned"].description,
+        }
+    )
+    db.execute("PRAGMA user_version = 5")
 
 
 def create_private_file(path: Path) -> int:

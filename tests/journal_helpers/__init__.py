@@ -19,6 +19,8 @@ from journal import (
     JournalGap,
     KeyRotated,
     Payload,
+    PrunedSegment,
+    SegmentsPruned,
     SegmentStarted,
     SessionEnded,
     SessionStarted,
@@ -109,6 +111,16 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         previous_seq=12,
         previous_hash="ab" * 32,
     ),
+    "segments_pruned": SegmentsPruned(
+        segments=[
+            PrunedSegment(file="journal-1.db", first_seq=1, last_seq=12, last_hash="ab" * 32)
+        ],
+        store="postgresql://ship@db.example/fleet",
+        held_seq=40,
+        witnessed_seq=40,
+        witnessed_hash="cd" * 32,
+        older_than_days=30.0,
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
@@ -121,6 +133,7 @@ def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task
         "journal_gap",
         "key_rotated",
         "segment_started",
+        "segments_pruned",
     )
     return Event(
         session_id=SESSION,
