@@ -1,7 +1,9 @@
 """``verify``: integrity, the call grammar and the bridge's invariants, in one streaming pass.
 
-Each file is checked on its own (a copy must verify as well as the original), row by row, with
-the journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
+Each journal is checked on its own, row by row: a journal rolled over into segments as one
+chain across its files in seq order (each later file's first event must follow the previous
+file's last), any other file alone (a copy must verify as well as the original). With the
+journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
 besides those of :mod:`journal` (``sequence_gap``, ``chain_broken``, ``hash_mismatch``,
 ``row_malformed``, ``journal_id_mismatch``, ``kind_unknown``, ``payload_invalid``, and the
 checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_invalid``,
@@ -18,6 +20,12 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
 ``context_mismatch``             injected workspace/agent (or the route's) differ from the
                                  session's
 ``secret_in_payload``            a bearer credential, token or JWT in a stored event
+``segment_missing``              a segment is not here: seqs missing between two files, a
+                                 closed last file whose successor is absent, or a journal that
+                                 starts after seq 1 where no ``segments_pruned`` event names
+                                 the segment before its first file (a pruned start is accepted)
+``segment_link_broken``          a segment's first event does not follow the previous file's
+                                 last (a segment replaced by another history, or rewritten)
 ===============================  =============================================================
 
 In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apart, for
@@ -123,6 +131,8 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     # A journal rolled over into several files: its segments in seq order ([] for one file).
     segments: list[str] = msgspec.field(default_factory=list)
     first_seq: int = 1
+    # Segments before first_seq were removed by `prune`, as a segments_pruned event says.
+    pruned_through: int = 0
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -397,6 +407,10 @@ class _FileCheck:
     ):
         self.segments = segments
         self.journal_id = segments[0].journal_id
+        self._pruned: set[tuple[int, str]] = set()  # (last seq, last hash) of pruned segments
+        # The first file here starts after seq 1 (a pruned start, or segment_missing): sessions
+        # and calls may have begun before it.
+        self._starts_late = segments[0].segment.first_seq > 1
         self.held = held
         self.trust = trust
         self.trust_recorded_keys = trust_recorded_keys
@@ -464,6 +478,8 @@ class _FileCheck:
                 chain.feed(row)
                 checkpoints.see(row)
                 self._check_event(row)
+                if row[6] == "segments_pruned":
+                    self._note_prune(row)
                 pending += 1
                 if tick is not None and pending == PROGRESS_EVERY:
                     tick(pending)
@@ -471,8 +487,12 @@ class _FileCheck:
             previous = reader
         if tick is not None and pending:
             tick(pending)
+        pruned_through = 0
         if start_seq > 0:
-            self._check_start(segments[0], start_seq)
+            if (start_seq, start_hash) in self._pruned:
+                pruned_through = start_seq  # the first segments were pruned, as journaled
+            else:
+                self._check_start(segments[0], start_seq)
         last = segments[-1]
         if last.segment.next_file is not None:
             self.report(
@@ -509,6 +529,7 @@ class _FileCheck:
             recorded_keys=[vkey for _, vkey in checkpoints.recorded_keys],
             segments=[str(r.path) for r in segments] if len(segments) > 1 else [],
             first_seq=start_seq + 1,
+            pruned_through=pruned_through,
         )
 
     # --- segments ---------------------------------------------------------------------
@@ -539,8 +560,14 @@ class _FileCheck:
         if seq > chain.seq:
             chain.seq, chain.hash = seq - 1, prev_hash
 
+    def _note_prune(self, row: Any) -> None:
+        payload, problem = decode_payload(row[6], row[7], row[14])
+        if not problem and isinstance(payload, journal.SegmentsPruned):
+            self._pruned.update((s.last_seq, s.last_hash) for s in payload.segments)
+
     def _check_start(self, first: Reader, start_seq: int) -> None:
-        """A journal that starts after seq 1 lacks its earlier segments."""
+        """A journal that starts after seq 1 lacks its earlier segments, and no
+        ``segments_pruned`` event in it names the one before its first file."""
         self.report(
             start_seq + 1,
             "segment_missing",
@@ -617,6 +644,8 @@ class _FileCheck:
             call = self._open[call_id] = _Call(call_id, row[2], seq, row[9])
             if len(self._open) > MAX_OPEN_CALLS:
                 self._close(self._open[next(iter(self._open))])
+            if self._starts_late and kind != "call_received":
+                call.broken = True  # begun in a segment before the journal's first file here
         if not call.broken:
             wrong = call.grammar.step(kind)
             if wrong is not None:
@@ -648,7 +677,10 @@ class _FileCheck:
             )
         session = self._sessions.get(call.session_id)
         if session is None:
-            self.report(seq, "context_mismatch", "no session_started for this call", call.call_id)
+            if not self._starts_late:  # else it started in a segment before the first here
+                self.report(
+                    seq, "context_mismatch", "no session_started for this call", call.call_id
+                )
             return
         for i, name in enumerate(("workspace_id", "agent_id")):
             value = call.injected.get(name)

@@ -25,61 +25,18 @@ import trio
 
 import journal
 import replay
-from journal import CallReceived, CallResult, Event, SegmentStarted
-from tests.journal_helpers import KEY, SAMPLE_PAYLOADS, VKEY
+from journal import CallReceived, SegmentStarted
+from tests.journal_helpers import KEY, VKEY
+from tests.journal_helpers.segmented import (
+    TEXT,
+    call_events,
+    files_of,
+    first_row,
+    session_event,
+    write_segmented,
+)
 from tests.replay_helpers import replay_cli
 from tools.reliability.wire import bridge_env, open_raw_bridge
-
-SEGMENT = 256 * 1024
-# 4-byte and 3-byte UTF-8 text: sizes are bytes, and every byte counts toward a roll-over.
-TEXT = "𝄞漢✓" * 2500
-
-
-def _call(i: int, session: str = "s1") -> list[Event]:
-    call, tool = f"c{i}", "task_create"
-    return [
-        Event(
-            session_id=session,
-            call_id=call,
-            gen_ai_tool_name=tool,
-            payload=CallReceived(arguments={"title": f"{i} 𝄞", "description": TEXT}),
-        ),
-        Event(
-            session_id=session,
-            call_id=call,
-            gen_ai_tool_name=tool,
-            payload=SAMPLE_PAYLOADS["context_injected"],
-        ),
-        Event(
-            session_id=session,
-            call_id=call,
-            gen_ai_tool_name=tool,
-            payload=CallResult(result={"data": {"number": i, "title": f"{i} 𝄞"}}),
-        ),
-    ]
-
-
-def _session(session: str = "s1") -> Event:
-    return Event(session_id=session, payload=SAMPLE_PAYLOADS["session_started"])
-
-
-def write_segmented(path: Path, calls: int, *, start: int = 0, **options: Any) -> None:
-    session = f"s{start}"
-    with journal.open_sync_writer(path, key=KEY, segment_bytes=SEGMENT, **options) as writer:
-        writer.append(_session(session))
-        for i in range(start, start + calls):
-            writer.append_many(_call(i, session))
-
-
-def files_of(path: Path) -> list[Path]:
-    return [p for _, p in journal.segment_files(path)]
-
-
-def first_row(path: Path) -> tuple[Any, ...]:
-    with journal.open_reader(path) as reader:
-        row = reader.first_row()
-    assert row is not None
-    return row
 
 
 def verify(*paths: Path, **options: Any) -> replay.VerifyResult:
@@ -174,11 +131,11 @@ def test_a_segment_rolls_over_by_age_and_the_async_writer_keeps_order(tmp_path: 
 
     async def main() -> None:
         async with journal.open_writer(path, key=KEY, segment_age=1e-9) as writer:
-            await writer.append(_session())
+            await writer.append(session_event())
 
             async def task(t: int) -> None:
                 for k in range(15):
-                    for event in _call(t * 100 + k):
+                    for event in call_events(t * 100 + k):
                         seq = await writer.append(event, durable=k % 2 == 0)
                         if k % 2 == 0:
                             durable_seqs.append(seq)
@@ -204,7 +161,7 @@ def test_a_writer_reopens_the_live_segment_and_goes_on(tmp_path: Path) -> None:
     with journal.open_sync_writer(path, key=KEY) as writer:  # no roll-over configured
         assert writer.path == before[-1]
         head = writer.head
-        seq = writer.append(_call(99)[0])
+        seq = writer.append(call_events(99)[0])
         assert seq == head[0] + 1
     # A closed segment takes no more events, even from SQLite directly.
     with pytest.raises(sqlite3.IntegrityError, match="segment is closed"):
