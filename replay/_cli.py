@@ -69,8 +69,8 @@ that the journal was cut back below it.
 """,
     "prune": """\
 examples:
-  agentteam-replay prune --shipped-to "$FLEET_URL" --older-than 30            # the default pool
-  agentteam-replay prune journals/ --shipped-to "$FLEET_URL" --older-than 90 --dry-run --json
+  agentteam-replay prune --shipped-to postgresql://ship@db/fleet --older-than 30    # the pool
+  agentteam-replay prune journals/ --shipped-to postgresql://ship@db/fleet --older-than 90 --dry-run
 
 Removes only whole, closed segments (never a journal's live one) whose every event the store
 holds and whose end its witnessed checkpoint covers, oldest first, each older than DAYS; the
