@@ -23,6 +23,9 @@ lost; the calls that lost an event are closed (their later events are refused). 
 appends are committed together, one transaction per ready batch, by one worker thread owned by
 the writer's nursery; the event loop never blocks on the disk, and a bounded queue
 (``queue_size``) gives back-pressure.
+With ``segment_bytes`` / ``segment_age`` the journal rolls over into segment files chained
+to one another (``journal-3.db``, ``journal-3.seg0002.db``...; same journal id, seq goes on; see
+:mod:`journal._segments`): ``path`` names the journal and the writer appends to its live segment.
 ``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
 Ed25519 signed notes (C2SP signed-note / tlog-checkpoint), signed every ``checkpoint_every``
 events / ``checkpoint_interval`` seconds and on close, stored in the ``checkpoints`` table, and

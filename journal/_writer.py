@@ -225,6 +225,7 @@ class _Core:
                 self.path, self._lock_fd, self._conn = path, fd, conn
                 self.journal_id, self.segment = found_id, segment
                 try:
+                    self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
                     self._load_head()
                     self._segment_created = _created_at(conn)
                 except BaseException:
@@ -283,12 +284,11 @@ class _Core:
         if self._segment_age is not None and age >= self._segment_age:
             return "age"
         if self._segment_bytes is not None:
-            try:
+            try:  # the database's size, the pages still only in the WAL included
                 pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
-                size = self._conn.execute("PRAGMA page_size").fetchone()[0]
             except sqlite3.Error:
                 return None  # the next commit reports what is wrong
-            if pages * size >= self._segment_bytes:
+            if pages * self._page_size >= self._segment_bytes:
                 return "size"
         return None
 

@@ -90,6 +90,9 @@ def test_a_journal_rolled_over_into_segments_verifies_as_one_chain(tmp_path: Pat
     assert result.ok, result.findings
     (report,) = result.journals
     assert report.segments == [str(f) for f in files]
+    # One later segment alone checks from its link (journal.verify is per file).
+    alone = journal.verify(files[2], key=KEY)
+    assert alone.ok and alone.events == alone.head_seq - first_row(files[2])[0] + 1
     assert report.events == report.head_seq == 1 + 60 * 3 + len(files) - 1
     assert report.calls == 60
 
