@@ -52,7 +52,9 @@ class JournalAdapter:
 
     @property
     def path(self) -> Path:
-        return self._writer.path
+        """The journal's name: its first segment's path, which stands for all its segments in
+        `agentteam-replay` (the writer appends to the live one)."""
+        return journal.base_path(self._writer.path)
 
     @property
     def healthy(self) -> bool:

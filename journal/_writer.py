@@ -740,7 +740,10 @@ class SyncWriter:
             core.roll_over(row, checkpoint)
         except JournalUnavailable:
             core.discard_successor()
-            core.reconnect()
+            try:
+                core.reconnect()
+            except JournalUnavailable:
+                pass  # the events are committed; the next append reports the journal's state
 
     def checkpoint(self) -> Checkpoint:
         """Sign and store a checkpoint of the current head now (durable); return it."""
