@@ -17,6 +17,14 @@ from typing import Any
 from . import __version__
 from ._paths import default_journal_dir, journal_setting
 
+# Segment roll-over defaults: a day's heavy use fits a segment, and a week bounds how long a
+# prune waits for a quiet journal's segment to close (docs: README "Rotation and retention").
+SEGMENT_BYTES_DEFAULT = 64 * 1024 * 1024
+SEGMENT_AGE_DEFAULT = 7 * 86400.0
+SEGMENT_BYTES_MIN = 256 * 1024  # an empty journal file is 64 KiB
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
 _EPILOG_SERVE = """\
 examples:
   agentteam-bridge serve --embedded                 # local reference runtime, no server needed
@@ -24,6 +32,37 @@ examples:
   AGENTTEAM_TOKEN_COMMAND='agentteam auth token' agentteam-bridge serve
 stdout carries only the MCP protocol; logs go to stderr.
 """
+
+
+def segment_bytes(text: str) -> int | None:
+    """``--journal-segment-bytes``: bytes, or with K, M or G (powers of 1024); 0 or off: never."""
+    value = text.strip().lower()
+    if value in ("0", "off", "never"):
+        return None
+    number = value.rstrip("kmgib")
+    unit = value[len(number) :].removesuffix("b").removesuffix("i")
+    if unit not in _SIZE_UNITS or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 64M, 1G, 0 = off)")
+    size = int(number) * _SIZE_UNITS[unit]
+    if size < SEGMENT_BYTES_MIN:
+        raise argparse.ArgumentTypeError(f"a segment must be at least 256K, not {text!r}")
+    return size
+
+
+def segment_age(text: str) -> float | None:
+    """``--journal-segment-age``: a number with s, m, h or d (days); 0 or off: never."""
+    value = text.strip().lower()
+    if value in ("0", "off", "never"):
+        return None
+    try:
+        seconds = float(value[:-1]) * _AGE_UNITS[value[-1:]]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age (e.g. 7d, 12h, 30m, 0 = off)"
+        ) from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive age")
+    return seconds
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -44,6 +83,8 @@ def _serve(args: argparse.Namespace) -> int:
         runtime_db=args.runtime_db,
         durable=not args.no_durable,
         journal_max_bytes=args.journal_max_bytes,
+        journal_segment_bytes=args.journal_segment_bytes,
+        journal_segment_age=args.journal_segment_age,
         upstream_timeout_seconds=args.upstream_timeout,
         upstream_keepalive_seconds=args.upstream_keepalive,
     )
@@ -113,7 +154,23 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
         "--journal-max-bytes",
         type=int,
         default=None,
-        help="cap on the journal's size; beyond it mutations are refused (default: no cap)",
+        help="cap on each journal file's size; beyond it mutations are refused (default: no cap)",
+    )
+    sv.add_argument(
+        "--journal-segment-bytes",
+        type=segment_bytes,
+        default=SEGMENT_BYTES_DEFAULT,
+        metavar="SIZE",
+        help="roll the journal over into a new segment file once its live one is this large "
+        "(e.g. 64M, 1G; 0 = never; default 64M)",
+    )
+    sv.add_argument(
+        "--journal-segment-age",
+        type=segment_age,
+        default=SEGMENT_AGE_DEFAULT,
+        metavar="AGE",
+        help="roll the journal over once its live segment is this old (e.g. 7d, 12h; 0 = never; "
+        "default 7d)",
     )
     sv.add_argument(
         "--no-durable",

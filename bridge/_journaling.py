@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
 import trio
@@ -52,7 +52,9 @@ class JournalAdapter:
 
     @property
     def path(self) -> Path:
-        return self._writer.path
+        """The journal's name: its first segment's path, which stands for all its segments in
+        `agentteam-replay` (the writer appends to the live one)."""
+        return journal.base_path(self._writer.path)
 
     @property
     def healthy(self) -> bool:
@@ -75,14 +77,21 @@ async def open_journal(
     durable: bool = True,
     max_bytes: int | None = None,
     key_path: Path | None = None,
+    segment_bytes: int | None = None,
+    segment_age: float | None = None,
 ) -> AsyncIterator[JournalAdapter]:
-    """Open the session's journal: ``setting`` is one file, or a pool directory (see module)."""
+    """Open the session's journal: ``setting`` is one file, or a pool directory (see module).
+
+    ``segment_bytes`` / ``segment_age``: when the journal rolls over into a new segment file
+    (see :mod:`journal._segments`); a pool file's segments belong to it.
+    """
     key_path = key_path or journal.default_key_path()
     target, pool, created = await trio.to_thread.run_sync(_prepare, setting, key_path)
+    options = _Options(durable, max_bytes, key_path, segment_bytes, segment_age)
     if pool:
-        writer_cm, writer = await _open_from_pool(target, durable, max_bytes, key_path)
+        writer_cm, writer = await _open_from_pool(target, options)
     else:
-        opened = await _try_open(target, durable, max_bytes, key_path, pool=False)
+        opened = await _try_open(target, options, pool=False)
         assert opened is not None  # only a pool file is skipped
         writer_cm, writer = opened
     try:
@@ -103,31 +112,41 @@ def _prepare(
     return target, pool, created
 
 
-async def _open_from_pool(
-    directory: Path, durable: bool, max_bytes: int | None, key_path: Path
-) -> tuple[Any, journal.JournalWriter]:
+class _Options(NamedTuple):
+    durable: bool
+    max_bytes: int | None
+    key_path: Path
+    segment_bytes: int | None
+    segment_age: float | None
+
+
+async def _open_from_pool(directory: Path, options: _Options) -> tuple[Any, journal.JournalWriter]:
     """The first pool file no one holds, created when all are held (a race for a new file is
     settled by its lock: the loser moves on to the next number)."""
     number = 0
     while True:
         number += 1
         candidate = pool_file(directory, number)
-        opened = await _try_open(candidate, durable, max_bytes, key_path, pool=True)
+        opened = await _try_open(candidate, options, pool=True)
         if opened is not None:
             return opened
 
 
 async def _try_open(
-    path: Path, durable: bool, max_bytes: int | None, key_path: Path, *, pool: bool
+    path: Path, options: _Options, *, pool: bool
 ) -> tuple[Any, journal.JournalWriter] | None:
-    """The opened writer of ``path`` and its context; None for a pool file someone else holds."""
+    """The opened writer of ``path`` (its live segment) and its context; None for a pool file
+    someone else holds."""
     await trio.to_thread.run_sync(refuse_foreign_file, path)
+    key_path = options.key_path
     writer_cm = journal.open_writer(
         path,
         key=key_path,
-        max_bytes=max_bytes,
-        synchronous_full=durable,
+        max_bytes=options.max_bytes,
+        synchronous_full=options.durable,
         checkpoint_path=checkpoint_path(path),
+        segment_bytes=options.segment_bytes,
+        segment_age=options.segment_age,
     )
     try:
         writer = await writer_cm.__aenter__()

@@ -53,6 +53,9 @@ class ServeConfig:
     runtime_db: Path | None = None
     durable: bool = True
     journal_max_bytes: int | None = None
+    # Segment roll-over (None: never); `agentteam-bridge serve` passes its defaults (64M, 7d).
+    journal_segment_bytes: int | None = None
+    journal_segment_age: float | None = None
     upstream_timeout_seconds: float = 10.0
     upstream_keepalive_seconds: float = 4.0
 
@@ -218,7 +221,11 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(
             open_journal(
-                config.journal_path, durable=config.durable, max_bytes=config.journal_max_bytes
+                config.journal_path,
+                durable=config.durable,
+                max_bytes=config.journal_max_bytes,
+                segment_bytes=config.journal_segment_bytes,
+                segment_age=config.journal_segment_age,
             )
         )
         launch, credentials = await stack.enter_async_context(_launch(config, env))

@@ -23,6 +23,9 @@ lost; the calls that lost an event are closed (their later events are refused). 
 appends are committed together, one transaction per ready batch, by one worker thread owned by
 the writer's nursery; the event loop never blocks on the disk, and a bounded queue
 (``queue_size``) gives back-pressure.
+With ``segment_bytes`` / ``segment_age`` the journal rolls over into segment files chained
+to one another (``journal-3.db``, ``journal-3.seg0002.db``...; same journal id, seq goes on; see
+:mod:`journal._segments`): ``path`` names the journal and the writer appends to its live segment.
 ``w.flush()`` makes everything appended durable; ``w.checkpoint()`` signs one now. Checkpoints are
 Ed25519 signed notes (C2SP signed-note / tlog-checkpoint), signed every ``checkpoint_every``
 events / ``checkpoint_interval`` seconds and on close, stored in the ``checkpoints`` table, and
@@ -112,7 +115,10 @@ from ._events import (
     KeyRotated,
     Kind,
     Payload,
+    PrunedSegment,
     Record,
+    SegmentsPruned,
+    SegmentStarted,
     SessionEnded,
     SessionStarted,
     TokenRefreshed,
@@ -123,6 +129,7 @@ from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
+from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
 from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
 from ._writer import SyncWriter, open_sync_writer
 
@@ -166,10 +173,14 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PrunedSegment",
     "Reader",
     "Record",
     "Redactor",
     "Rule",
+    "SegmentInfo",
+    "SegmentStarted",
+    "SegmentsPruned",
     "SessionEnded",
     "SessionStarted",
     "SigningKey",
@@ -183,6 +194,7 @@ __all__ = [
     "WriterStats",
     "accepts",
     "announce_key",
+    "base_path",
     "canonical_bytes",
     "default_key_path",
     "export_checkpoint",
@@ -196,6 +208,9 @@ __all__ = [
     "open_writer",
     "record_from_row",
     "row_hash",
+    "segment_files",
+    "segment_index",
+    "segment_path",
     "sign_checkpoint",
     "tasks_route",
     "trust_of",

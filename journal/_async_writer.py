@@ -112,6 +112,17 @@ class _Recover(_Item):
         super().__init__(wait=True)
 
 
+class _Rollover(_Item):
+    """Go on in the prepared next segment, whose first row this is (None: drop it)."""
+
+    __slots__ = ("checkpoint", "row")
+
+    def __init__(self, row: Row | None, checkpoint: Checkpoint | None) -> None:
+        super().__init__(wait=False)
+        self.row = row
+        self.checkpoint = checkpoint
+
+
 class _GapAppend(_Append):
     """The journal_gap row written first after a recovery."""
 
@@ -397,6 +408,18 @@ class AsyncWriter:
 
     # --- in the event loop, called from the worker through run_sync_soon ---
 
+    def _request_rollover(self, reason: str) -> None:
+        """Sequence the next segment's first row after every row appended so far and queue it
+        (the worker has prepared the file); a failed or closing writer drops it."""
+        if self._closed:
+            return  # the worker discards the prepared file as it closes
+        if self._failed is not None:
+            self._enqueue(_Rollover(None, None))
+            return
+        row, checkpoint = self._core.build_segment_started(reason)
+        self._appended += 1
+        self._enqueue(_Rollover(row, checkpoint))
+
     def _settle(self, items: list[_Item], failure: JournalUnavailable | None) -> None:
         """Wake the waiters of items, free their queue slots."""
         for item in items:
@@ -447,6 +470,8 @@ class AsyncWriter:
         try:
             stopping = False
             while not stopping:
+                if failed is None:
+                    self._consider_rollover()
                 batch = self._next_batch()
                 stopping = _STOP in batch
                 items = [item for item in batch if isinstance(item, _Item)]
@@ -493,7 +518,7 @@ class AsyncWriter:
         """Commit items in order (a _Recover splits the batch); return the failure state."""
         segment: list[_Item] = []
         for item in [*items, None]:
-            if item is not None and not isinstance(item, _Recover):
+            if item is not None and not isinstance(item, _Recover | _Rollover):
                 segment.append(item)
                 continue
             if segment or (item is None and not items):
@@ -501,7 +526,32 @@ class AsyncWriter:
                 segment = []
             if isinstance(item, _Recover):
                 failed = self._recover(item, failed)
+            elif isinstance(item, _Rollover):
+                failed = self._roll_over(item, failed)
         return failed
+
+    def _consider_rollover(self) -> None:
+        """Prepare the next segment when the live one is due (its file is made here, off the
+        event loop); the event loop then sequences its first row (`_request_rollover`)."""
+        core = self._core
+        reason = core.rollover_due()
+        if reason is not None and core.prepare_successor():
+            self._call_soon(self._request_rollover, reason)
+
+    def _roll_over(
+        self, item: _Rollover, failed: JournalUnavailable | None
+    ) -> JournalUnavailable | None:
+        core = self._core
+        if failed is not None or item.row is None or item.checkpoint is None:
+            core.discard_successor()
+            return failed
+        try:
+            core.roll_over(item.row, item.checkpoint)
+        except JournalUnavailable as failure:
+            self._call_soon(self._on_failed, [], failure)
+            return failure
+        self._call_soon(self._on_committed, [], 1, True, True)
+        return None
 
     def _commit(
         self, items: list[_Item], failed: JournalUnavailable | None
@@ -566,6 +616,8 @@ async def open_writer(
     checkpoint_path: str | os.PathLike[str] | None = None,
     synchronous_full: bool = True,
     busy_timeout: float = BUSY_TIMEOUT_S,
+    segment_bytes: int | None = None,
+    segment_age: float | None = None,
 ) -> AsyncIterator[AsyncWriter]:
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
@@ -581,6 +633,10 @@ async def open_writer(
     crash but not a power loss; ``durable=True`` then only means "committed". For tests and
     benchmarks, not for production. ``busy_timeout``: seconds to wait for SQLite's lock (held
     briefly by other tools) before an append fails with reason ``locked``.
+    ``segment_bytes`` / ``segment_age`` (seconds): the live segment rolls over into a new file
+    chained to it once it is that large or that old (None: never; see :mod:`journal._segments`);
+    ``path`` names the journal (its first segment), and the writer appends to its live segment.
+    ``max_bytes`` then caps each segment file.
     On exit, queued events are committed and a final checkpoint is signed, even when cancelled.
     """
     core = await trio.to_thread.run_sync(
@@ -596,6 +652,8 @@ async def open_writer(
             secrets=secrets,
             synchronous_full=synchronous_full,
             busy_timeout=busy_timeout,
+            segment_bytes=segment_bytes,
+            segment_age=segment_age,
         )
     )
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
 
+from ._checkpoint import Checkpoint
+
 __all__ = [
     "KINDS",
     "KIND_SET_VERSION",
@@ -32,7 +34,10 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PrunedSegment",
     "Record",
+    "SegmentStarted",
+    "SegmentsPruned",
     "SessionEnded",
     "SessionStarted",
     "TokenRefreshed",
@@ -40,7 +45,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 3
+KIND_SET_VERSION: Final = 5
 
 Kind: TypeAlias = Literal[
     "session_started",
@@ -57,6 +62,8 @@ Kind: TypeAlias = Literal[
     "call_cancelled",
     "journal_gap",
     "key_rotated",
+    "segment_started",
+    "segments_pruned",
 ]
 
 
@@ -228,6 +235,56 @@ class KeyRotated(_Payload, frozen=True, kw_only=True):
     previous: str | None = None
 
 
+class SegmentStarted(_Payload, frozen=True, kw_only=True):
+    """The first event of every segment after the first (kind set 4): the journal goes on here.
+
+    The journal rolled over (``reason``: ``size`` or ``age``) from ``previous_file`` (a name in
+    the same directory), whose last event is ``previous_seq`` with hash ``previous_hash`` (this
+    row's ``prev_hash``), and whose last signed checkpoint, ``previous_checkpoint``, names that
+    event. The journal id stays the same and seq goes on; ``segment`` numbers the files from 1.
+    """
+
+    kind: ClassVar[Kind] = "segment_started"
+    description: ClassVar[str] = "the journal goes on in a new segment file chained to the last"
+    segment: int
+    reason: str
+    previous_file: str
+    previous_seq: int
+    previous_hash: str
+    previous_checkpoint: Checkpoint | None = None
+
+
+class PrunedSegment(msgspec.Struct, frozen=True, kw_only=True):
+    """One segment file a prune removed: its name, seq range and last event's hash."""
+
+    file: str
+    first_seq: int
+    last_seq: int
+    last_hash: str
+
+
+class SegmentsPruned(_Payload, frozen=True, kw_only=True):
+    """Written in the live segment before a prune removes closed segments (kind set 5).
+
+    Every event of ``segments`` was held by the fleet store ``store`` (password and query
+    removed) up to ``held_seq``, and the store had witnessed a checkpoint at ``witnessed_seq``
+    (hash ``witnessed_hash``, equal to this journal's at that seq) at or after their end; each
+    was older than ``older_than_days``. A verifier accepts a journal that starts just after the
+    last of them.
+    """
+
+    kind: ClassVar[Kind] = "segments_pruned"
+    description: ClassVar[str] = (
+        "closed segments removed once a fleet store held and witnessed them"
+    )
+    segments: list[PrunedSegment]
+    store: str
+    held_seq: int
+    witnessed_seq: int
+    witnessed_hash: str
+    older_than_days: float
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -243,6 +300,8 @@ Payload: TypeAlias = (
     | CallCancelled
     | JournalGap
     | KeyRotated
+    | SegmentStarted
+    | SegmentsPruned
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -262,6 +321,8 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         CallCancelled,
         JournalGap,
         KeyRotated,
+        SegmentStarted,
+        SegmentsPruned,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -20,6 +20,7 @@ from ._checkpoint import Checkpoint
 from ._errors import JournalFormatError
 from ._events import PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
+from ._segments import SegmentInfo
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
@@ -84,6 +85,8 @@ class Reader:
         meta = dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
         self.journal_id: str | None = meta.get("journal_id")
         self.created_at: str | None = meta.get("created_at")
+        # Where the file sits in a journal rolled over into several (see journal._segments).
+        self.segment = SegmentInfo.from_meta(meta)
         self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
 
     def head(self) -> tuple[int, str]:
@@ -150,13 +153,16 @@ class Reader:
 
     def recorded_keys(self) -> list[tuple[int, str]]:
         """(seq, verifier key) of each signing key the journal names, oldest first: the
-        ``signing_key`` it was created with (seq 0), then each ``key_rotated`` event."""
+        ``signing_key`` it was created with (seq 0; a later segment's: the seq it follows),
+        then each ``key_rotated`` event."""
         keys: list[tuple[int, str]] = []
         meta = self._conn.execute(
             "SELECT value FROM journal_meta WHERE key = 'signing_key'"
         ).fetchone()
         if meta is not None:
-            keys.append((0, str(meta[0])))
+            # A later segment names the key in force when it was made, from its link on.
+            at = self.segment.first_seq - 1 if self.segment.index > 1 else 0
+            keys.append((at, str(meta[0])))
         cursor = self._conn.execute(
             "SELECT seq, payload FROM events WHERE kind = 'key_rotated' ORDER BY seq"
         )
@@ -167,10 +173,20 @@ class Reader:
                 continue  # payload_invalid is reported by verify's payload check
         return keys
 
+    def first_row(self) -> Row | None:
+        """The file's first event as a raw row (a later segment's ``segment_started``)."""
+        row: Row | None = self._conn.execute(_SELECT + " ORDER BY seq LIMIT 1").fetchone()
+        return row
+
     def hash_at(self, seq: int) -> str | None:
-        """The stored hash of the event at seq (GENESIS for 0), or None if there is none."""
+        """The stored hash of the event at seq (GENESIS for 0), or None if there is none.
+
+        A later segment also knows the hash of the event just before its first (its link).
+        """
         if seq == 0:
             return GENESIS_HASH
+        if seq == self.segment.first_seq - 1 and self.segment.prev_hash is not None:
+            return self.segment.prev_hash
         row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else str(row[0])
 

@@ -1,8 +1,10 @@
 """The journal's SQLite schema: tables, append-only triggers, views, migrations and connections.
 
 Migrations are sqlite-utils ``Migrations`` and additive only: a migration may add a table, a
-nullable column, an index, a view, a kind (a row of ``event_kinds``); it never rewrites or drops
-data. ``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`; ``_sqlite_migrations`` lists what ran.
+nullable column, an index, a view, a kind (a row of ``event_kinds``), or replace a trigger with
+one that refuses at least what it refused in every file written before (0004: the append trigger
+learns where a later segment starts); it never rewrites or drops data. ``PRAGMA user_version``
+holds :data:`SCHEMA_VERSION`; ``_sqlite_migrations`` lists what ran.
 Each migration's last statement sets ``user_version`` to its number, so a journal at
 :data:`SCHEMA_VERSION` has run them all: opening it needs neither sqlite-utils nor its import
 (a fifth of the bridge's own start-up), which only a new or older journal pays for.
@@ -42,7 +44,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 5
 BUSY_TIMEOUT_S: Final = 5.0
 
 _V1_KINDS: Final = (
@@ -241,6 +243,8 @@ def migrations() -> Migrations:
     registry(name="0001_initial")(_initial)
     registry(name="0002_journal_gap")(_journal_gap)
     registry(name="0003_key_rotated")(_key_rotated)
+    registry(name="0004_segments")(_segments)
+    registry(name="0005_segments_pruned")(_segments_pruned)
     return registry
 
 
@@ -322,6 +326,67 @@ def _key_rotated(db: Database) -> None:
         }
     )
     db.execute("PRAGMA user_version = 3")
+
+
+# Segments (0004): a segment after the first starts at journal_meta's segment_first_seq, chained
+# to segment_prev_hash (the previous segment's head); a segment that names its successor
+# (segment_next) takes no more events.
+_SEGMENT_EVENTS_APPEND: Final = f"""
+CREATE TRIGGER journal_events_append BEFORE INSERT ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal: this segment is closed, the journal goes on in the next one')
+    WHERE EXISTS (SELECT 1 FROM journal_meta WHERE key = 'segment_next');
+  SELECT RAISE(ABORT, 'journal: seq must continue the stream (previous seq + 1)')
+    WHERE NEW.seq IS NOT IFNULL((SELECT MAX(seq) + 1 FROM events),
+            IFNULL((SELECT CAST(value AS INTEGER) FROM journal_meta
+                    WHERE key = 'segment_first_seq'), 1))
+       OR typeof(NEW.seq) != 'integer';
+  SELECT RAISE(ABORT, 'journal: prev_hash must equal the hash of the previous event')
+    WHERE NEW.prev_hash IS NOT IFNULL((SELECT hash FROM events WHERE seq = NEW.seq - 1),
+            IFNULL((SELECT value FROM journal_meta WHERE key = 'segment_prev_hash'),
+                   '{GENESIS_HASH}'));
+  SELECT RAISE(ABORT, 'journal: hash must be 64 lowercase hex digits')
+    WHERE typeof(NEW.hash) != 'text' OR length(NEW.hash) != 64
+       OR NEW.hash GLOB '*[^0-9a-f]*';
+  SELECT RAISE(ABORT, 'journal: event belongs to another journal')
+    WHERE NEW.journal_id IS NOT (SELECT value FROM journal_meta WHERE key = 'journal_id');
+  SELECT RAISE(ABORT, 'journal: unknown event kind or kind_version')
+    WHERE NOT EXISTS (SELECT 1 FROM event_kinds
+                      WHERE kind = NEW.kind AND kind_version = NEW.kind_version);
+END
+"""
+
+
+def _segments(db: Database) -> None:
+    """Kind set 4: ``segment_started``; the append trigger learns where a segment starts.
+
+    The trigger is replaced, not loosened: a file without segment rows in ``journal_meta`` (every
+    journal before this version, and every first segment) still starts at seq 1 from genesis.
+    """
+    db.table("event_kinds").insert(
+        {
+            "kind": "segment_started",
+            "kind_version": PAYLOAD_TYPES["segment_started"].kind_version,
+            "kind_set_version": 4,
+            "description": PAYLOAD_TYPES["segment_started"].description,
+        }
+    )
+    db.execute("DROP TRIGGER journal_events_append")
+    db.execute(_SEGMENT_EVENTS_APPEND)
+    db.execute("PRAGMA user_version = 4")
+
+
+def _segments_pruned(db: Database) -> None:
+    """Kind set 5: ``segments_pruned`` (the only removal of journal data, journaled first)."""
+    db.table("event_kinds").insert(
+        {
+            "kind": "segments_pruned",
+            "kind_version": PAYLOAD_TYPES["segments_pruned"].kind_version,
+            "kind_set_version": 5,
+            "description": PAYLOAD_TYPES["segments_pruned"].description,
+        }
+    )
+    db.execute("PRAGMA user_version = 5")
 
 
 def create_private_file(path: Path) -> int:

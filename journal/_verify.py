@@ -332,7 +332,10 @@ def _verify(
     progress: Callable[[int], None] | None,
     progress_every: int,
 ) -> VerifyReport:
-    start_seq, start_hash = (since.seq, since.head_hash) if since else (0, GENESIS_HASH)
+    # A later segment of a journal rolled over into several files starts from its link (the
+    # chain across the files is replay.verify's); any other file from genesis.
+    link = (reader.segment.first_seq - 1, reader.segment.prev_hash or GENESIS_HASH)
+    start_seq, start_hash = (since.seq, since.head_hash) if since else link
     chain = ChainVerifier(
         reader.journal_id, start_seq=start_seq, start_hash=start_hash, check_payloads=check_payloads
     )

@@ -15,10 +15,12 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
     replay.rerun(paths, against=None)                  -> RerunResult (.ok: nothing differs)
     replay.export_otlp(paths, file) / export_jsonl(paths, file) -> ExportResult
     replay.ship(paths, "postgresql://...")             -> ShipReport (.ok: nothing refused)
+    replay.prune(paths, "postgresql://...", older_than_days=30)  -> PruneReport (.removed)
 
 The fleet store (PostgreSQL, ``psycopg``; see docs/fleet.md): ``ship`` copies journals into it;
 ``contiguous_seq(url, journal_id)`` and ``witnessed_checkpoint(url, journal_id)`` say what it
-holds of a journal.
+holds of a journal; ``prune`` removes a journal's old segments once the store holds and has
+witnessed them (``replay._prune``: the only deletion of journal data).
 
 A finding (:class:`Finding`) names the journal, the sequence number and the rule broken; the rules
 of each check are listed in its module (``replay._verify``, ``replay._idempotency``). Inputs a
@@ -39,6 +41,7 @@ from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_ch
 from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._key import KeyInfo, signing_key
+from ._prune import JournalPruned, PruneReport, prune
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
@@ -64,6 +67,7 @@ __all__ = [
     "HintCheck",
     "IdempotencyResult",
     "InDoubtCall",
+    "JournalPruned",
     "JournalReport",
     "JournalShipped",
     "Journals",
@@ -71,6 +75,7 @@ __all__ = [
     "KeyGroup",
     "KeyInfo",
     "Latency",
+    "PruneReport",
     "PushError",
     "ReplayInputError",
     "RerunCall",
@@ -94,6 +99,7 @@ __all__ = [
     "list_calls",
     "normalize",
     "open_journals",
+    "prune",
     "push_otlp",
     "rerun",
     "rerun_async",

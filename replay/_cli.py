@@ -39,6 +39,7 @@ commands:
   rerun         re-drive recorded calls through today's bridge and diff
   export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
   key           the public key that signs this machine's checkpoints, and its fingerprint
+  prune         remove old segments a fleet store holds and has witnessed (journaled)
 
 Every command reads one or many journal files or directories of journals (merged by journal id
 and sequence); with none, where the bridge writes by default ($AGENTTEAM_JOURNAL, else the pool
@@ -65,6 +66,17 @@ checkpoints). A checkpoint no trusted key signed fails the check (checkpoint_unv
 The checkpoint exported beside a journal (<journal>.checkpoint.json) is used when no
 --checkpoint is given; it lives on the same machine, so only a copy held elsewhere can show
 that the journal was cut back below it.
+""",
+    "prune": """\
+examples:
+  agentteam-replay prune --shipped-to postgresql://ship@db/fleet --older-than 30    # the pool
+  agentteam-replay prune journals/ --shipped-to postgresql://ship@db/fleet --older-than 90 --dry-run
+
+Removes only whole, closed segments (never a journal's live one) whose every event the store
+holds and whose end its witnessed checkpoint covers, oldest first, each older than DAYS; the
+prune is journaled first as a segments_pruned event in the live segment, so verify still
+passes and accepts the journal's new start. Nothing else ever deletes journal data. A journal
+a live session holds is skipped (prune it once the session ends). Ship first.
 """,
     "key": """\
 examples:
@@ -345,6 +357,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", type=Path, metavar="FILE", help="another signing key file")
     p.add_argument("--create", action="store_true", help="create the key if there is none")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = command(
+        "prune",
+        "remove old segments a fleet store holds and witnessed",
+        "Remove a journal's closed segment files older than DAYS once the fleet store holds "
+        "every event of them and has witnessed a checkpoint at or after their end; journal the "
+        "prune in the live segment first.",
+    )
+    p.add_argument(
+        "--shipped-to",
+        required=True,
+        metavar="URL",
+        type=_fleet_cli.store_url,
+        help="the fleet store the journals were shipped to (postgresql://...)",
+    )
+    p.add_argument(
+        "--older-than",
+        required=True,
+        type=_days,
+        metavar="DAYS",
+        help="remove only segments whose last event is older than this many days",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
     return parser
@@ -389,6 +423,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_OK
     if args.command == "ship":
         return _ship(args, out)
+    if args.command == "prune":
+        return _prune(args, out)
     if args.command == "rerun" and args.allow_mutations and not args.against:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
@@ -421,6 +457,32 @@ def _ship(args: argparse.Namespace, out: Console) -> int:
     elif not args.follow:
         _fleet_cli.render_ship(out, report)
     return code
+
+
+def _prune(args: argparse.Namespace, out: Console) -> int:
+    import replay
+
+    report = replay.prune(
+        args.journals or default_journals(),
+        args.shipped_to,
+        older_than_days=args.older_than,
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print(render.to_json(report), file=out.file)
+    else:
+        render.render_prune(out, report)
+    return EXIT_OK
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not 0 <= value < 100_000:
+        raise argparse.ArgumentTypeError("a number of days, 0 or more")
+    return value
 
 
 Drawer = Callable[[Console, Any], None]

@@ -24,6 +24,7 @@ from ._export import ExportResult
 from ._findings import Finding
 from ._idempotency import IdempotencyResult
 from ._key import KeyInfo
+from ._prune import PruneReport
 from ._rerun import RerunResult
 from ._verify import VerifyResult
 
@@ -123,6 +124,19 @@ def _findings(console: Console, findings: Sequence[Finding], omitted: int = 0) -
 
 
 # --- verify -------------------------------------------------------------------------------
+
+
+def render_prune(console: Console, report: PruneReport) -> None:
+    verb = "would remove" if report.dry_run else "removed"
+    console.print(f"store: {report.store}; segments older than {report.older_than_days:g} days")
+    for j in report.journals:
+        files = ", ".join(s.file for s in j.removed) or "nothing"
+        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {files}")
+        witnessed = "nothing" if j.witnessed_seq is None else f"seq {j.witnessed_seq}"
+        console.print(
+            f"  store holds 1..{j.held_seq}, witnessed {witnessed}; {j.kept} files kept "
+            f"({j.stopped})"
+        )
 
 
 def render_key(console: Console, info: KeyInfo) -> None:

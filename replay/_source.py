@@ -4,11 +4,13 @@ A fleet's journals are merged by journal id and sequence: the files are read in 
 and merged on ``(journal_id, seq)``, so two copies of one journal (a backup beside the live file)
 yield each event once. Nothing is held in memory but one pending row per file.
 
-A directory stands for the journals in it (the bridge's pool of per-session files): every
-``*.db`` file directly in it, except SQLite files that hold no journal (the embedded runtime's
-database, a pool file a starting session has not initialised yet). A file that is not SQLite at
-all, or a damaged journal, is still an input error: a directory never hides a journal it cannot
-read.
+A journal rolled over into several files (segments, see :mod:`journal._segments`) reads as one:
+its files hold one seq range each and merge into one stream; a journal's first file name stands
+for all its segments. A directory stands for the journals in it (the bridge's pool of
+per-session files, and their segments): every ``*.db`` file directly in it, except SQLite files
+that hold no journal (the embedded runtime's database, a pool file a starting session has not
+initialised yet). A file that is not SQLite at all, or a damaged journal, is still an input
+error: a directory never hides a journal it cannot read.
 """
 
 from __future__ import annotations
@@ -185,7 +187,10 @@ def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for given in paths:
         path = Path(given)
         if not path.is_dir():
-            files.append(path)
+            # A journal rolled over into segments: its first file's name stands for them all
+            # (even once that file was pruned); a later segment's name stands for itself.
+            segments = [] if journal.segment_index(path) > 1 else journal.segment_files(path)
+            files.extend([p for _, p in segments] or [path])
             continue
         found = [
             candidate
@@ -195,7 +200,8 @@ def journal_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if not found:
             raise ReplayInputError(f"no journal in the directory {path}")
         files.extend(found)
-    return files
+    # A file named twice (given, and again as a segment of a journal given) is read once.
+    return list(dict.fromkeys(files))
 
 
 def _natural(path: Path) -> tuple[str, int, str]:

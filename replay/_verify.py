@@ -1,7 +1,9 @@
 """``verify``: integrity, the call grammar and the bridge's invariants, in one streaming pass.
 
-Each file is checked on its own (a copy must verify as well as the original), row by row, with
-the journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
+Each journal is checked on its own, row by row: a journal rolled over into segments as one
+chain across its files in seq order (each later file's first event must follow the previous
+file's last), any other file alone (a copy must verify as well as the original). With the
+journal's public :class:`journal.ChainVerifier` for the hash chain and the sequence. Rules,
 besides those of :mod:`journal` (``sequence_gap``, ``chain_broken``, ``hash_mismatch``,
 ``row_malformed``, ``journal_id_mismatch``, ``kind_unknown``, ``payload_invalid``, and the
 checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_invalid``,
@@ -18,6 +20,12 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
 ``context_mismatch``             injected workspace/agent (or the route's) differ from the
                                  session's
 ``secret_in_payload``            a bearer credential, token or JWT in a stored event
+``segment_missing``              a segment is not here: seqs missing between two files, a
+                                 closed last file whose successor is absent, or a journal that
+                                 starts after seq 1 where no ``segments_pruned`` event names
+                                 the segment before its first file (a pruned start is accepted)
+``segment_link_broken``          a segment's first event does not follow the previous file's
+                                 last (a segment replaced by another history, or rewritten)
 ===============================  =============================================================
 
 In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apart, for
@@ -120,6 +128,11 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     held_checkpoint_beside: bool = False
     last_checkpoint_seq: int = 0
     recorded_keys: list[str] = msgspec.field(default_factory=list)
+    # A journal rolled over into several files: its segments in seq order ([] for one file).
+    segments: list[str] = msgspec.field(default_factory=list)
+    first_seq: int = 1
+    # Segments before first_seq were removed by `prune`, as a segments_pruned event says.
+    pruned_through: int = 0
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -229,10 +242,11 @@ def verify(
     readers = [open_reader(p) for p in journal_files(paths)]
     try:
         findings: list[Finding] = []
-        assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(readers))}
+        chains = segment_chains(readers)
+        assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(chains))}
         for label, cp in held:
-            matches = [i for i, r in enumerate(readers) if r.journal_id == cp.journal_id]
-            if not matches and len(readers) == 1:
+            matches = [i for i, c in enumerate(chains) if c[0].journal_id == cp.journal_id]
+            if not matches and len(chains) == 1:
                 matches = [0]  # reported as another journal's checkpoint against the only one
             if not matches:
                 findings.append(
@@ -247,12 +261,12 @@ def verify(
                 assigned[i].append((label, cp))
         beside: set[int] = set()
         if auto_checkpoint:
-            for i, reader in enumerate(readers):
-                exported = Path(f"{reader.path}.checkpoint.json")
-                if not assigned[i] and exported.exists():
-                    assigned[i].append((str(exported), load_checkpoint_file(exported)))
+            for i, chain in enumerate(chains):
+                exported = _exported_checkpoint(chain)
+                if not assigned[i] and exported is not None:
+                    assigned[i].append(exported)
                     beside.add(i)
-        total = sum(r.head()[0] for r in readers)
+        total = sum(r.head()[0] - r.segment.first_seq + 1 for r in readers)
         done = [0]
 
         def tick(n: int) -> None:
@@ -263,9 +277,9 @@ def verify(
         reports: list[JournalReport] = []
         in_doubt: dict[tuple[str, str], InDoubtCall] = {}
         omitted = 0
-        for i, reader in enumerate(readers):
+        for i, chain in enumerate(chains):
             check = _FileCheck(
-                reader,
+                chain,
                 assigned[i],
                 trust,
                 trust_recorded_keys=trust_recorded_keys,
@@ -292,6 +306,54 @@ def verify(
     finally:
         for reader in readers:
             reader.close()
+
+
+def segment_chains(readers: Sequence[Reader]) -> list[list[Reader]]:
+    """The files grouped into chains to verify: the segments of one journal in seq order make
+    one chain (a missing one shows at the link); a second file starting at the same seq (a copy
+    of a file) makes a chain of its own, as every copy must verify on its own."""
+    by_journal: dict[str | None, list[Reader]] = {}
+    for reader in readers:
+        by_journal.setdefault(reader.journal_id, []).append(reader)
+    chains: list[list[Reader]] = []
+    for group in by_journal.values():
+        group.sort(key=lambda r: (r.segment.first_seq, r.segment.index, str(r.path)))
+        main: list[Reader] = []
+        starts: set[int] = set()
+        for reader in group:
+            if reader.segment.first_seq in starts:
+                chains.append([reader])
+            else:
+                starts.add(reader.segment.first_seq)
+                main.append(reader)
+        chains.append(main)
+    order = {id(reader): i for i, reader in enumerate(readers)}
+    chains.sort(key=lambda c: min(order[id(r)] for r in c))  # in the order given
+    return chains
+
+
+def _link_checkpoint(reader: Reader) -> Checkpoint | None:
+    """The previous segment's closing checkpoint, as a later segment's first event names it."""
+    if reader.segment.index == 1:
+        return None
+    row = reader.first_row()
+    if row is None or row[6] != "segment_started":
+        return None
+    payload, problem = decode_payload(row[6], row[7], row[14])
+    if problem or not isinstance(payload, journal.SegmentStarted):
+        return None
+    return payload.previous_checkpoint
+
+
+def _exported_checkpoint(chain: Sequence[Reader]) -> tuple[str, Checkpoint] | None:
+    """The checkpoint the bridge exports beside the journal (``<journal>.checkpoint.json``, one
+    per journal, named after its first segment), or beside a file given alone."""
+    candidates = dict.fromkeys(
+        [Path(f"{journal.base_path(r.path)}.checkpoint.json") for r in chain]
+        + [Path(f"{r.path}.checkpoint.json") for r in chain]
+    )
+    found = [(str(p), load_checkpoint_file(p)) for p in candidates if p.exists()]
+    return max(found, key=lambda item: item[1].seq) if found else None
 
 
 class _Call:
@@ -330,11 +392,12 @@ class _Call:
 
 
 class _FileCheck:
-    """One file's pass: feed every row to the chain verifier and to the call checks."""
+    """One journal's pass over its files (its segments, in seq order, or one file): feed every
+    row to the chain verifier and to the call checks, and check each segment's link."""
 
     def __init__(
         self,
-        reader: Reader,
+        segments: list[Reader],
         held: list[tuple[str, Checkpoint]],
         trust: journal.Trust,
         *,
@@ -342,8 +405,12 @@ class _FileCheck:
         accept_unverified: bool,
         held_beside: bool,
     ):
-        self.reader = reader
-        self.journal_id = reader.journal_id
+        self.segments = segments
+        self.journal_id = segments[0].journal_id
+        self._pruned: set[tuple[int, str]] = set()  # (last seq, last hash) of pruned segments
+        # The first file here starts after seq 1 (a pruned start, or segment_missing): sessions
+        # and calls may have begun before it.
+        self._starts_late = segments[0].segment.first_seq > 1
         self.held = held
         self.trust = trust
         self.trust_recorded_keys = trust_recorded_keys
@@ -366,30 +433,74 @@ class _FileCheck:
             self.omitted += 1
 
     def run(self, tick: Any) -> JournalReport:
-        reader = self.reader
+        segments = self.segments
+        first = segments[0].segment
+        # A journal whose earlier segments are not here starts from its first file's link.
+        start_seq = first.first_seq - 1
+        start_hash = first.prev_hash or journal.GENESIS_HASH
         chain = journal.ChainVerifier(
-            self.journal_id, check_payloads=False, max_findings=MAX_FINDINGS
+            self.journal_id,
+            start_seq=start_seq,
+            start_hash=start_hash,
+            check_payloads=False,
+            max_findings=MAX_FINDINGS,
         )
-        stored = [(f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(reader.checkpoints())]
+        stored: list[tuple[str, Checkpoint]] = []
+        keys: list[tuple[int, str]] = []
+        for reader in segments:
+            where = f" of {reader.path.name}" if len(segments) > 1 else ""
+            stored += [
+                (f"stored checkpoint #{i + 1}{where}", cp)
+                for i, cp in enumerate(reader.checkpoints())
+            ]
+            at = max(reader.segment.first_seq - 1, 0)
+            keys += [(max(seq, at), vkey) for seq, vkey in reader.recorded_keys()]
+            link = _link_checkpoint(reader)
+            if link is not None:
+                stored.append((f"closing checkpoint named by {reader.path.name}", link))
         checkpoints = journal.CheckpointCheck(
             chain,
             self.held + stored,
             self.trust,
-            recorded_keys=reader.recorded_keys(),
+            recorded_keys=keys,
             trust_recorded_keys=self.trust_recorded_keys,
             accept_unverified=self.accept_unverified,
+            start_seq=start_seq,
         )
         pending = 0
-        for row in reader.rows():
-            chain.feed(row)
-            checkpoints.see(row)
-            self._check_event(row)
-            pending += 1
-            if tick is not None and pending == PROGRESS_EVERY:
-                tick(pending)
-                pending = 0
+        previous: Reader | None = None
+        for reader in segments:
+            linked = previous is None
+            for row in reader.rows():
+                if not linked:
+                    self._check_link(chain, previous, reader, row)
+                    linked = True
+                chain.feed(row)
+                checkpoints.see(row)
+                self._check_event(row)
+                if row[6] == "segments_pruned":
+                    self._note_prune(row)
+                pending += 1
+                if tick is not None and pending == PROGRESS_EVERY:
+                    tick(pending)
+                    pending = 0
+            previous = reader
         if tick is not None and pending:
             tick(pending)
+        pruned_through = 0
+        if start_seq > 0:
+            if (start_seq, start_hash) in self._pruned:
+                pruned_through = start_seq  # the first segments were pruned, as journaled
+            else:
+                self._check_start(segments[0], start_seq)
+        last = segments[-1]
+        if last.segment.next_file is not None:
+            self.report(
+                chain.seq + 1,
+                "segment_missing",
+                f"{last.path.name} was rolled over: the journal goes on in "
+                f"{last.segment.next_file}, which is not here",
+            )
         checkpoints.finish()
         self._end_of_stream()
         self.omitted += chain.findings_omitted
@@ -402,7 +513,7 @@ class _FileCheck:
         )
         held = self.held[0] if self.held else None
         return JournalReport(
-            path=str(reader.path),
+            path=str(segments[0].path),
             journal_id=self.journal_id,
             events=chain.count,
             head_seq=chain.seq,
@@ -416,6 +527,52 @@ class _FileCheck:
             held_checkpoint_beside=self.held_beside,
             last_checkpoint_seq=checkpoints.last_seq,
             recorded_keys=[vkey for _, vkey in checkpoints.recorded_keys],
+            segments=[str(r.path) for r in segments] if len(segments) > 1 else [],
+            first_seq=start_seq + 1,
+            pruned_through=pruned_through,
+        )
+
+    # --- segments ---------------------------------------------------------------------
+
+    def _check_link(
+        self, chain: journal.ChainVerifier, previous: Reader | None, reader: Reader, row: Any
+    ) -> None:
+        """The first row of a later segment must follow the previous segment's last event."""
+        seq, prev_hash, name = row[0], row[15], reader.path.name
+        before = "the previous segment" if previous is None else previous.path.name
+        if seq > chain.seq + 1:
+            self.report(
+                seq,
+                "segment_missing",
+                f"seqs {chain.seq + 1}..{seq - 1} are missing: {name} follows "
+                f"{reader.segment.prev_file or 'another segment'}, not {before}",
+            )
+        elif seq == chain.seq + 1 and prev_hash != chain.hash:
+            self.report(
+                seq,
+                "segment_link_broken",
+                f"{name} follows a segment whose last event is not {before}'s (a segment "
+                "replaced or rewritten)",
+            )
+        elif row[6] != "segment_started":
+            self.report(seq, "segment_link_broken", f"{name} does not begin with segment_started")
+        # Go on from the stored link, so one broken link is one finding, at its seq.
+        if seq > chain.seq:
+            chain.seq, chain.hash = seq - 1, prev_hash
+
+    def _note_prune(self, row: Any) -> None:
+        payload, problem = decode_payload(row[6], row[7], row[14])
+        if not problem and isinstance(payload, journal.SegmentsPruned):
+            self._pruned.update((s.last_seq, s.last_hash) for s in payload.segments)
+
+    def _check_start(self, first: Reader, start_seq: int) -> None:
+        """A journal that starts after seq 1 lacks its earlier segments, and no
+        ``segments_pruned`` event in it names the one before its first file."""
+        self.report(
+            start_seq + 1,
+            "segment_missing",
+            f"the journal starts at seq {start_seq + 1} in {first.path.name}: seqs 1..{start_seq} "
+            f"(from {first.segment.prev_file or 'earlier segments'} back) are not here",
         )
 
     # --- events -----------------------------------------------------------------------
@@ -487,6 +644,8 @@ class _FileCheck:
             call = self._open[call_id] = _Call(call_id, row[2], seq, row[9])
             if len(self._open) > MAX_OPEN_CALLS:
                 self._close(self._open[next(iter(self._open))])
+            if self._starts_late and kind != "call_received":
+                call.broken = True  # begun in a segment before the journal's first file here
         if not call.broken:
             wrong = call.grammar.step(kind)
             if wrong is not None:
@@ -518,7 +677,10 @@ class _FileCheck:
             )
         session = self._sessions.get(call.session_id)
         if session is None:
-            self.report(seq, "context_mismatch", "no session_started for this call", call.call_id)
+            if not self._starts_late:  # else it started in a segment before the first here
+                self.report(
+                    seq, "context_mismatch", "no session_started for this call", call.call_id
+                )
             return
         for i, name in enumerate(("workspace_id", "agent_id")):
             value = call.injected.get(name)

@@ -122,6 +122,7 @@ def test_the_readme_runs_every_subcommand() -> None:
         "rerun",
         "export",
         "key",
+        "prune",
     ):
         assert ("agentteam-replay", sub) in shown, sub
 

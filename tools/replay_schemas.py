@@ -32,6 +32,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "export": replay.ExportResult,
     "key": replay.KeyInfo,
     "ship": replay.ShipReport,
+    "prune": replay.PruneReport,
 }
 
 

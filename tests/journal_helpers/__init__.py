@@ -19,6 +19,9 @@ from journal import (
     JournalGap,
     KeyRotated,
     Payload,
+    PrunedSegment,
+    SegmentsPruned,
+    SegmentStarted,
     SessionEnded,
     SessionStarted,
     TokenRefreshed,
@@ -101,13 +104,37 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         fingerprint=VKEY.fingerprint,
         previous=journal.SigningKey("example/old", bytes(32)).verifier.to_text(),
     ),
+    "segment_started": SegmentStarted(
+        segment=2,
+        reason="size",
+        previous_file="journal-1.db",
+        previous_seq=12,
+        previous_hash="ab" * 32,
+    ),
+    "segments_pruned": SegmentsPruned(
+        segments=[
+            PrunedSegment(file="journal-1.db", first_seq=1, last_seq=12, last_hash="ab" * 32)
+        ],
+        store="postgresql://ship@db.example/fleet",
+        held_seq=40,
+        witnessed_seq=40,
+        witnessed_hash="cd" * 32,
+        older_than_days=30.0,
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
 
 def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task_create") -> Event:
     """The sample event of a kind, in one call of one session."""
-    session_level = kind in ("session_started", "session_ended", "journal_gap", "key_rotated")
+    session_level = kind in (
+        "session_started",
+        "session_ended",
+        "journal_gap",
+        "key_rotated",
+        "segment_started",
+        "segments_pruned",
+    )
     return Event(
         session_id=SESSION,
         call_id=None if session_level else call_id,

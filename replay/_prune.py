@@ -1,0 +1,244 @@
+"""``prune``: remove a journal's old segments once a fleet store holds and has witnessed them.
+
+This is the only code that deletes journal data. A segment file goes only when every one of
+these holds:
+
+* it is closed and whole: a later segment of the journal is here and its first event links to
+  this one's last (never the live segment, never a file whose successor is missing);
+* it comes first: every segment before it goes too (or went before), so what is left is one
+  chain from a link a ``segments_pruned`` event names;
+* its last event is older than ``older_than_days``;
+* the store holds every event of it: ``contiguous_seq`` (the store holds 1..n without a gap)
+  reaches its last seq;
+* the store has witnessed it: the latest checkpoint the store verified and keeps
+  (``witnessed_checkpoint``) is at or after its last seq, and names the same hash as this
+  journal at that seq (a store that witnessed another history prunes nothing).
+
+The prune is journaled first: a ``segments_pruned`` event, durable, in the live segment (taken
+with the writer's lock, so a journal a live session holds is skipped and reported: prune it once
+the session ends), naming each file, its seq range and last hash, the store (without password)
+and what it held and witnessed. Then the files go (with any ``-wal``/``-shm`` beside them).
+A crash between the two leaves files an event already names: harmless, the next prune removes
+them. ``verify`` accepts a journal starting after seq 1 when such an event names the segment
+just before its first file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+import journal
+from journal import Event, PrunedSegment, SegmentsPruned
+
+from ._fleet_store import contiguous_seq, redact_store_url, witnessed_checkpoint
+from ._source import ReplayInputError, journal_files, open_reader
+
+__all__ = ["JournalPruned", "PruneReport", "prune"]
+
+PRUNE_SESSION: Final = "agentteam-replay-prune"
+
+
+class JournalPruned(msgspec.Struct, frozen=True, kw_only=True):
+    """What a prune did to one journal: the files removed, and why it stopped where it did."""
+
+    journal: str  # the journal's name (its first segment's path)
+    journal_id: str | None
+    removed: list[PrunedSegment]
+    kept: int  # segment files left
+    held_seq: int
+    witnessed_seq: int | None
+    # Why the next segment (or the journal) was kept: "live segment", "newer than N days",
+    # "not all in the store", "not witnessed", "in use by a live session", ...
+    stopped: str
+    bytes_removed: int = 0
+
+
+class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
+    store: str
+    older_than_days: float
+    dry_run: bool
+    journals: list[JournalPruned]
+
+    @property
+    def removed(self) -> int:
+        return sum(len(j.removed) for j in self.journals)
+
+
+class _Segment:
+    __slots__ = ("first_seq", "last_hash", "last_seq", "last_wall", "linked", "path", "size")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with open_reader(path) as reader:
+            self.first_seq = reader.segment.first_seq
+            self.last_seq, self.last_hash = reader.head()
+            last = list(reader.rows(since_seq=self.last_seq - 1))
+        self.last_wall = str(last[-1][5]) if last else ""
+        self.linked = False  # the next segment's first event follows this one's last (_link)
+        self.size = sum(_size(p) for p in _files_of(path))
+
+    def whole(self) -> PrunedSegment:
+        return PrunedSegment(
+            file=self.path.name,
+            first_seq=self.first_seq,
+            last_seq=self.last_seq,
+            last_hash=self.last_hash,
+        )
+
+
+def prune(
+    paths: Sequence[str | os.PathLike[str]],
+    store_url: str,
+    *,
+    older_than_days: float,
+    key: journal.SigningKey | bytes | Path | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> PruneReport:
+    """Prune the journals the paths stand for (files or directories; see the module).
+
+    ``key``: the signing key the prune's event and final checkpoint are signed with (default:
+    this machine's, as the bridge signs). ``dry_run``: decide, journal and remove nothing.
+    """
+    if older_than_days < 0:
+        raise ReplayInputError("--older-than must be 0 days or more")
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    # Events' ts_wall is RFC 3339 UTC with microseconds: such times compare as strings.
+    cutoff = datetime.fromtimestamp(moment.timestamp() - older_than_days * 86400, UTC)
+    cutoff_wall = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    bases = list(dict.fromkeys(journal.base_path(p) for p in journal_files(paths)))
+    reports = [
+        _prune_journal(base, store_url, older_than_days, cutoff_wall, key, dry_run)
+        for base in bases
+    ]
+    return PruneReport(
+        store=redact_store_url(store_url),
+        older_than_days=older_than_days,
+        dry_run=dry_run,
+        journals=reports,
+    )
+
+
+def _prune_journal(
+    base: Path,
+    store_url: str,
+    older_than_days: float,
+    cutoff_wall: str,
+    key: journal.SigningKey | bytes | Path | None,
+    dry_run: bool,
+) -> JournalPruned:
+    files = [path for _, path in journal.segment_files(base)]
+    segments = [_Segment(path) for path in files]
+    with open_reader(files[-1]) as reader:
+        journal_id = reader.journal_id
+    _link(segments)
+    held = contiguous_seq(store_url, journal_id) if journal_id else 0
+    witnessed = witnessed_checkpoint(store_url, journal_id) if journal_id else None
+
+    def report(removed: list[_Segment], stopped: str, *, removed_bytes: int = 0) -> JournalPruned:
+        return JournalPruned(
+            journal=str(base),
+            journal_id=journal_id,
+            removed=[s.whole() for s in removed],
+            kept=len(segments) - (0 if dry_run else len(removed)),
+            held_seq=held,
+            witnessed_seq=None if witnessed is None else witnessed[0],
+            stopped=stopped,
+            bytes_removed=removed_bytes,
+        )
+
+    if witnessed is not None:
+        local = _hash_at(segments, witnessed[0])
+        if local is not None and local != witnessed[1]:
+            return report([], f"the store witnessed another history at seq {witnessed[0]}")
+    chosen: list[_Segment] = []
+    stopped = "live segment"
+    for segment in segments[:-1]:
+        if not segment.linked:
+            stopped = f"{segment.path.name} is not linked to the next segment (run verify)"
+            break
+        if segment.last_wall >= cutoff_wall:
+            stopped = f"newer than {older_than_days:g} days"
+            break
+        if held < segment.last_seq:
+            stopped = f"the store holds seq 1..{held}, not all of {segment.path.name}"
+            break
+        if witnessed is None or witnessed[0] < segment.last_seq:
+            at = "no checkpoint" if witnessed is None else f"seq {witnessed[0]}"
+            stopped = f"the store has witnessed {at}, not the end of {segment.path.name}"
+            break
+        chosen.append(segment)
+    if not chosen or dry_run:
+        return report(chosen, stopped)
+    assert witnessed is not None
+    event = SegmentsPruned(
+        segments=[s.whole() for s in chosen],
+        store=redact_store_url(store_url),
+        held_seq=held,
+        witnessed_seq=witnessed[0],
+        witnessed_hash=witnessed[1],
+        older_than_days=older_than_days,
+    )
+    try:
+        writer = journal.open_sync_writer(
+            base, key=key, checkpoint_path=Path(f"{base}.checkpoint.json")
+        )
+    except journal.JournalUnavailable as exc:
+        if exc.reason == "locked":
+            return report([], "in use by a live session (prune it once the session ends)")
+        raise ReplayInputError(f"cannot write the journal {base}: {exc}") from None
+    with writer:
+        if writer.path in {s.path for s in chosen}:  # cannot be: the live one is never chosen
+            raise ReplayInputError(f"{writer.path} is live")
+        writer.append(Event(session_id=PRUNE_SESSION, payload=event))  # durable first
+        removed_bytes = 0
+        for segment in chosen:
+            for path in _files_of(segment.path):
+                removed_bytes += _size(path)
+                path.unlink(missing_ok=True)
+        journal_dir = base.parent
+        fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return report(chosen, stopped, removed_bytes=removed_bytes)
+
+
+def _link(segments: list[_Segment]) -> None:
+    """Mark each segment whose successor's first event follows its last event."""
+    for segment, successor in itertools.pairwise(segments):
+        with open_reader(successor.path) as reader:
+            row = reader.first_row()
+        segment.linked = (
+            row is not None
+            and row[6] == "segment_started"
+            and row[0] == segment.last_seq + 1
+            and row[15] == segment.last_hash
+        )
+
+
+def _hash_at(segments: list[_Segment], seq: int) -> str | None:
+    for segment in segments:
+        if segment.first_seq <= seq <= segment.last_seq:
+            with open_reader(segment.path) as reader:
+                return reader.hash_at(seq)
+    return None
+
+
+def _files_of(path: Path) -> list[Path]:
+    return [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
