@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -33,11 +34,32 @@ def _runtime(args: argparse.Namespace) -> int:
     config = RuntimeConfig(
         db_path=str(args.db), host=args.host, port=args.port, token_ttl_seconds=args.token_ttl
     )
+
+    failed: list[OSError] = []
+
+    async def until_stopped() -> None:
+        # SIGTERM stops it as Ctrl-C does: a runtime started in the background (where the shell
+        # has SIGINT ignored, and Python then never raises KeyboardInterrupt) can still be stopped.
+        async with trio.open_nursery() as nursery:
+
+            async def serve() -> None:
+                try:
+                    await serve_forever(config)
+                except OSError as exc:  # kept out of the nursery's exception group
+                    failed.append(exc)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(serve)
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
     try:
-        trio.run(serve_forever, config)
+        trio.run(until_stopped)
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
+    for exc in failed:
         print(
             f"agentteam-bridge runtime: cannot listen on {args.host}:{args.port}: "
             f"{exc.strerror or exc}. Choose another --port.",

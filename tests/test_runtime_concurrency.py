@@ -55,8 +55,10 @@ def cli_runtime(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     try:
         yield db, env
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)  # bounds a hang only (a loaded machine takes seconds to stop)
+        # SIGTERM, not SIGINT: a suite started in the background inherits SIGINT ignored, and
+        # Python then never raises KeyboardInterrupt (the runtime stopped only on Ctrl-C).
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0  # bounds a hang only
 
 
 async def test_runtime_command_prints_a_working_bridge_environment(
