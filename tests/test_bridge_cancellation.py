@@ -82,11 +82,16 @@ async def test_a_call_cancelled_at_every_await_point_leaves_a_sound_journal(
             outcomes.append("cancelled")
         else:
             pytest.fail(f"the call never completed within {MAX_STEPS} steps")
-    assert len(outcomes) >= 10  # the walk met the token command, journal and HTTP waits
     stories = kinds_of(path)
     assert len(stories) == len(outcomes) + 2
     for call_id, kinds in stories.items():
         assert kinds[-1] in ("call_result", "call_cancelled"), (call_id, kinds)
+    # The walk met the waits before the request (token command, journal) and the HTTP exchange
+    # itself. Counted by what the journal shows, not by a number of steps: how many scheduling
+    # points a call takes depends on what is ready when it asks (a loaded machine differs).
+    cut = [kinds for kinds in stories.values() if kinds[-1] == "call_cancelled"]
+    assert any("upstream_request" in kinds for kinds in cut), stories
+    assert any("upstream_request" not in kinds for kinds in cut), stories
     assert sum(kinds[-1] == "call_cancelled" for kinds in stories.values()) >= len(outcomes) - 2
     verified(path)  # every call closed, grammatical; the chain and checkpoints hold
 
