@@ -301,30 +301,28 @@ def _initial(db: Database) -> None:
     db.execute("PRAGMA user_version = 1")
 
 
-def _journal_gap(db: Database) -> None:
-    """Kind set 2: ``journal_gap`` (what a failed journal lost, written once it recovers)."""
+def _add_kind(db: Database, kind: str, kind_set_version: int) -> None:
+    """Register an event kind of the payload types in ``event_kinds``, in its kind set."""
     db.table("event_kinds").insert(
         {
-            "kind": "journal_gap",
-            "kind_version": PAYLOAD_TYPES["journal_gap"].kind_version,
-            "kind_set_version": 2,
-            "description": PAYLOAD_TYPES["journal_gap"].description,
+            "kind": kind,
+            "kind_version": PAYLOAD_TYPES[kind].kind_version,
+            "kind_set_version": kind_set_version,
+            "description": PAYLOAD_TYPES[kind].description,
         }
     )
+
+
+def _journal_gap(db: Database) -> None:
+    """Kind set 2: ``journal_gap`` (what a failed journal lost, written once it recovers)."""
+    _add_kind(db, "journal_gap", 2)
     db.execute("PRAGMA user_version = 2")
 
 
 def _key_rotated(db: Database) -> None:
     """Kind set 3: ``key_rotated`` (Ed25519 checkpoints: a change of signing key is an event in
     the chain)."""
-    db.table("event_kinds").insert(
-        {
-            "kind": "key_rotated",
-            "kind_version": PAYLOAD_TYPES["key_rotated"].kind_version,
-            "kind_set_version": 3,
-            "description": PAYLOAD_TYPES["key_rotated"].description,
-        }
-    )
+    _add_kind(db, "key_rotated", 3)
     db.execute("PRAGMA user_version = 3")
 
 
@@ -363,14 +361,7 @@ def _segments(db: Database) -> None:
     The trigger is replaced, not loosened: a file without segment rows in ``journal_meta`` (every
     journal before this version, and every first segment) still starts at seq 1 from genesis.
     """
-    db.table("event_kinds").insert(
-        {
-            "kind": "segment_started",
-            "kind_version": PAYLOAD_TYPES["segment_started"].kind_version,
-            "kind_set_version": 4,
-            "description": PAYLOAD_TYPES["segment_started"].description,
-        }
-    )
+    _add_kind(db, "segment_started", 4)
     db.execute("DROP TRIGGER journal_events_append")
     db.execute(_SEGMENT_EVENTS_APPEND)
     db.execute("PRAGMA user_version = 4")
@@ -378,14 +369,7 @@ def _segments(db: Database) -> None:
 
 def _segments_pruned(db: Database) -> None:
     """Kind set 5: ``segments_pruned`` (the only removal of journal data, journaled first)."""
-    db.table("event_kinds").insert(
-        {
-            "kind": "segments_pruned",
-            "kind_version": PAYLOAD_TYPES["segments_pruned"].kind_version,
-            "kind_set_version": 5,
-            "description": PAYLOAD_TYPES["segments_pruned"].description,
-        }
-    )
+    _add_kind(db, "segments_pruned", 5)
     db.execute("PRAGMA user_version = 5")
 
 
