@@ -10,7 +10,7 @@ route. The removal gate is "no use for N consecutive days": it is met at ``last 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
@@ -165,8 +165,23 @@ def deprecations(
                 gate=_gate(acc.last, gate_days, moment),
             )
         )
+    return _report(report, wanted, gate_days, moment, window_start, window_end, uses)
+
+
+def _report(
+    names: list[DeprecatedName],
+    wanted: Iterable[str],
+    gate_days: int,
+    moment: datetime,
+    window_start: str | None,
+    window_end: str | None,
+    uses: int,
+) -> DeprecationReport:
+    """The report over the names used (``names``, extended in place), the names asked about
+    but never used in the window, in the report's order (gate not met first, most used first).
+    Shared by the local report and ``--from`` a fleet store."""
     for old_name in sorted(wanted):  # asked about, never used in the window
-        report.append(
+        names.append(
             DeprecatedName(
                 use_kind="unknown",
                 old_name=old_name,
@@ -179,9 +194,9 @@ def deprecations(
                 gate=_gate(window_start, gate_days, moment),
             )
         )
-    report.sort(key=lambda n: (n.gate.met, -n.count, n.old_name))
+    names.sort(key=lambda n: (n.gate.met, -n.count, n.old_name))
     return DeprecationReport(
-        names=report,
+        names=names,
         gate_days=gate_days,
         as_of=wall(moment),
         window_start=window_start,

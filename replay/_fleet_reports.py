@@ -39,6 +39,7 @@ from ._deprecations import (
     DeprecatedUser,
     DeprecationReport,
     _gate,
+    _report,
 )
 from ._fleet_store import connect
 from ._idempotency import IdempotencyResult, _Checker, declared_hints
@@ -493,29 +494,7 @@ def deprecations_from(
         )
         report.append((list(at), entry))
     listed = [entry for _, entry in sorted(report, key=lambda p: p[0])]
-    for old_name in sorted(wanted):
-        listed.append(
-            DeprecatedName(
-                use_kind="unknown",
-                old_name=old_name,
-                replacement=None,
-                tools=[],
-                count=0,
-                first_seen=None,
-                last_seen=None,
-                users=[],
-                gate=_gate(window_start, gate_days, moment),
-            )
-        )
-    listed.sort(key=lambda n: (n.gate.met, -n.count, n.old_name))
-    return DeprecationReport(
-        names=listed,
-        gate_days=gate_days,
-        as_of=wall(moment),
-        window_start=window_start,
-        window_end=window_end,
-        uses=uses,
-    )
+    return _report(listed, wanted, gate_days, moment, window_start, window_end, uses)
 
 
 # --- idempotency ------------------------------------------------------------------------
