@@ -23,6 +23,9 @@ one's story stays a clean prefix (a reader closes it at the gap).
 
 On exit, even when cancelled, the worker commits what is queued, signs a final checkpoint and
 closes the connection before the ``async with`` block ends.
+
+The queued items and the gap's bookkeeping are in :mod:`journal._handoff`; the core that builds
+and commits rows (and rolls segments over) is :mod:`journal._core`.
 """
 
 from __future__ import annotations
@@ -39,12 +42,21 @@ from typing import Final
 import msgspec
 import trio
 
-from ._canonical import Row, wall_now
 from ._checkpoint import Checkpoint
+from ._core import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, SignerLike, _Core, open_core
 from ._errors import JournalUnavailable
-from ._events import Event, JournalGap
+from ._events import Event
+from ._handoff import (
+    _STOP,
+    _Append,
+    _Barrier,
+    _Gap,
+    _GapAppend,
+    _Item,
+    _Recover,
+    _Rollover,
+)
 from ._schema import BUSY_TIMEOUT_S
-from ._writer import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, SignerLike, _Core, open_core
 
 __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 
@@ -53,7 +65,6 @@ MAX_BATCH: Final = 512
 LINGER_S: Final = 0.005  # longest a non-durable row waits in the event loop for company
 PROBE_MIN_S: Final = 0.05  # first re-probe of a failed journal; doubles up to PROBE_MAX_S
 PROBE_MAX_S: Final = 2.0
-MAX_GAP_CALLS: Final = 1000  # call ids listed in one journal_gap event (the rest are counted)
 _MAX_CLOSED_CALLS: Final = 10_000  # calls remembered as closed by a gap (oldest forgotten)
 
 
@@ -66,124 +77,6 @@ class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
     durable_commits: int
     checkpoints: int
     largest_batch: int
-
-
-class _Item:
-    """A queued unit of work; ``done`` is set in the event loop once it is settled."""
-
-    __slots__ = ("done", "error")
-
-    def __init__(self, wait: bool) -> None:
-        self.done: trio.Event | None = trio.Event() if wait else None
-        self.error: JournalUnavailable | None = None
-
-    async def outcome(self) -> None:
-        assert self.done is not None
-        await self.done.wait()
-        if self.error is not None:
-            raise JournalUnavailable(self.error.reason, self.error.detail) from self.error
-
-
-class _Append(_Item):
-    __slots__ = ("durable", "row")
-
-    def __init__(self, row: Row, durable: bool) -> None:
-        super().__init__(wait=durable)
-        self.row = row
-        self.durable = durable
-
-
-class _Barrier(_Item):
-    """Commit everything queued before it durably (and sign a checkpoint if asked)."""
-
-    __slots__ = ("checkpoint",)
-
-    def __init__(self, checkpoint: bool) -> None:
-        super().__init__(wait=True)
-        self.checkpoint = checkpoint
-
-
-class _Recover(_Item):
-    """Reopen the connection and reload the committed head."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__(wait=True)
-
-
-class _Rollover(_Item):
-    """Go on in the prepared next segment, whose first row this is (None: drop it)."""
-
-    __slots__ = ("checkpoint", "row")
-
-    def __init__(self, row: Row | None, checkpoint: Checkpoint | None) -> None:
-        super().__init__(wait=False)
-        self.row = row
-        self.checkpoint = checkpoint
-
-
-class _GapAppend(_Append):
-    """The journal_gap row written first after a recovery."""
-
-    __slots__ = ("gap",)
-
-    def __init__(self, row: Row, gap: _Gap) -> None:
-        super().__init__(row, durable=True)
-        self.gap = gap
-
-
-class _Gap:
-    """What a failed journal lost, gathered in the event loop until it is written down."""
-
-    __slots__ = (
-        "calls",
-        "calls_omitted",
-        "detail",
-        "lost",
-        "probes",
-        "reason",
-        "refused",
-        "session_id",
-        "since_mono",
-        "since_wall",
-    )
-
-    def __init__(self, failure: JournalUnavailable) -> None:
-        self.reason: str = failure.reason
-        self.detail = failure.detail[:200]
-        self.since_wall = wall_now()
-        self.since_mono = trio.current_time()
-        self.lost = self.refused = self.probes = self.calls_omitted = 0
-        self.calls: dict[str, None] = {}  # insertion-ordered set
-        self.session_id: str | None = None
-
-    def add_call(self, call_id: str | None) -> None:
-        if call_id is None or call_id in self.calls:
-            return
-        if len(self.calls) < MAX_GAP_CALLS:
-            self.calls[call_id] = None
-        else:
-            self.calls_omitted += 1
-
-    def event(self) -> Event:
-        return Event(
-            session_id=self.session_id or "journal",
-            payload=JournalGap(
-                reason=self.reason,
-                detail=self.detail,
-                since=self.since_wall,
-                seconds=round(trio.current_time() - self.since_mono, 3),
-                probes=self.probes,
-                events_lost=self.lost,
-                events_refused=self.refused,
-                calls=list(self.calls),
-                calls_omitted=self.calls_omitted,
-            ),
-        )
-
-
-_STOP: Final = object()
 
 
 class AsyncWriter:
@@ -622,7 +515,7 @@ async def open_writer(
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
     ``key``: the checkpoint signer: a :class:`SigningKey`, a 32-byte Ed25519 seed, a signing key
-    file, or None for the default key file (see :func:`journal._writer.resolve_key`).
+    file, or None for the default key file (see :func:`journal._core.resolve_key`).
     ``journal_id``: the id of a new journal (default a UUID4); for an existing one it must match.
     ``secrets``: values to redact from the start (more with ``add_secret``).
     ``max_bytes``: cap on the database size; beyond it appends fail with reason ``disk_full``.

@@ -21,6 +21,7 @@ __all__ = [
     "KINDS",
     "KIND_SET_VERSION",
     "PAYLOAD_TYPES",
+    "WRITER_SESSION",
     "CallCancelled",
     "CallError",
     "CallReceived",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 KIND_SET_VERSION: Final = 5
+
+# The session id of the events the writer itself appends (a key rotation, a segment start).
+WRITER_SESSION: Final = "journal-writer"
 
 Kind: TypeAlias = Literal[
     "session_started",

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from sqlite_utils.migrations import Migrations
 
 __all__ = [
+    "INSERT_CHECKPOINT",
+    "INSERT_EVENT",
     "SCHEMA_VERSION",
     "VIEWS",
     "connect_reader",
@@ -46,6 +48,18 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 5
 BUSY_TIMEOUT_S: Final = 5.0
+
+# The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
+INSERT_EVENT: Final = (
+    "INSERT INTO events (seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind,"
+    " kind_version, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,"
+    " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_CHECKPOINT: Final = (
+    "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 _V1_KINDS: Final = (
     "session_started",

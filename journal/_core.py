@@ -1,0 +1,383 @@
+"""The write path both writers share: a journal open for writing, its chain head and checkpoints.
+
+``_Core`` owns the one connection, the chain head, the redactor and the checkpoint policy; its
+base, :class:`journal._rollover._LiveSegment`, keeps the live segment and rolls it over. Rows are
+built (redacted, encoded, sequenced, hashed) in the caller's thread, in append order; they are
+committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch, ``synchronous=FULL`` when
+any event in it must be durable (an fsync of the WAL also makes every earlier commit durable).
+:class:`journal.SyncWriter` (:mod:`journal._writer`) and :class:`journal.AsyncWriter` drive it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash, wall_now
+from ._checkpoint import (
+    SEED_KEY_NAME,
+    Checkpoint,
+    HmacKey,
+    SigningKey,
+    export_checkpoint,
+    load_key,
+    sign_checkpoint,
+)
+from ._errors import EventEncodeError, classify_sqlite_error
+from ._events import PAYLOAD_TYPES, WRITER_SESSION, Event, KeyRotated, derived_columns
+from ._redact import Redactor
+from ._rollover import _LiveSegment, _Successor
+from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
+from ._segments import base_path
+
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_INTERVAL_S", "SignerLike", "open_core", "resolve_key"]
+
+CHECKPOINT_EVERY: Final = 1000
+CHECKPOINT_INTERVAL_S: Final = 30.0
+
+_PAYLOAD_CLASSES: Final = tuple(PAYLOAD_TYPES.values())
+
+
+SignerLike = SigningKey | HmacKey | bytes | Path | None
+
+
+def resolve_key(key: SignerLike) -> SigningKey | HmacKey:
+    """The checkpoint signer: a :class:`SigningKey`, a 32-byte Ed25519 seed (named
+    ``agentteam-bridge/seed``), a signing key file, or the default one (created if absent).
+    An :class:`HmacKey` signs legacy HMAC checkpoints (fixtures of HMAC-era journals).
+    """
+    if isinstance(key, SigningKey | HmacKey):
+        return key
+    if isinstance(key, bytes):
+        return SigningKey(SEED_KEY_NAME, key)
+    return load_key(key)
+
+
+def _duration(value: float | None) -> float | None:
+    # Rounded, finite and bounded, so every JSON encoder renders it identically (no exponent).
+    if value is None or not math.isfinite(value) or abs(value) >= 1e15:
+        return None
+    return round(float(value), 3)
+
+
+class _Core(_LiveSegment):
+    """One journal file opened for writing: lock, connection, chain head, checkpoints."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        key: SigningKey | HmacKey,
+        journal_id: str | None,
+        max_bytes: int | None,
+        checkpoint_every: int,
+        checkpoint_interval: float,
+        checkpoint_path: Path | None,
+        secrets: Iterable[str],
+        synchronous_full: bool = True,
+        busy_timeout: float = BUSY_TIMEOUT_S,
+        segment_bytes: int | None = None,
+        segment_age: float | None = None,
+    ) -> None:
+        self._busy_timeout = busy_timeout
+        self._synchronous_full = synchronous_full
+        self._key = key
+        self._max_bytes = max_bytes
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_interval = checkpoint_interval
+        self._checkpoint_path = checkpoint_path
+        self.redactor = Redactor(secrets)
+        self.checkpoint_export_error: OSError | None = None
+        self.base = base_path(path)
+        self._segment_bytes = segment_bytes
+        self._segment_age = segment_age
+        self._successor: _Successor | None = None
+        self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
+        self._open_live(journal_id)
+        self._synchronous = "FULL"
+        self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
+        # The chain head as built (may run ahead of the committed head while rows are queued).
+        self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+        try:
+            self._record_key()
+        except BaseException:
+            self.close()
+            raise
+
+    def _record_key(self) -> None:
+        """Name the signing key in the journal: a new journal's ``journal_meta`` row
+        ``signing_key``; a ``key_rotated`` event when the key differs from the one last named."""
+        if not isinstance(self._key, SigningKey):
+            return  # an HMAC fixture writer: the journal predates recorded keys
+        verifier = self._key.verifier
+        try:
+            named = recorded_key(self._conn)
+            if named == verifier.to_text():
+                return
+            if named is None and self.committed_seq == 0 and self.last_checkpoint is None:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO journal_meta (key, value) VALUES ('signing_key', ?)",
+                    (verifier.to_text(),),
+                )
+                self._conn.execute("COMMIT")
+                return
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise classify_sqlite_error(exc) from exc
+        previous = named
+        if previous is None and self.last_checkpoint is not None:
+            previous = f"hmac:{self.last_checkpoint.key_id}"  # a journal from before Ed25519
+        rotated = KeyRotated(
+            vkey=verifier.to_text(), fingerprint=verifier.fingerprint, previous=previous
+        )
+        try:
+            self.commit(
+                [self.build(Event(session_id=WRITER_SESSION, payload=rotated))], durable=True
+            )
+        except BaseException:
+            self.rewind()
+            raise
+
+    def _load_head(self) -> None:
+        try:
+            head = self._conn.execute(
+                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            cp = self._conn.execute(
+                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature"
+                " FROM checkpoints ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise classify_sqlite_error(exc) from exc
+        empty = (self.segment.first_seq - 1, self.segment.prev_hash or GENESIS_HASH)
+        self.committed_seq: int = head[0] if head else empty[0]
+        self.committed_hash: str = head[1] if head else empty[1]
+        self.last_checkpoint: Checkpoint | None = (
+            Checkpoint(
+                journal_id=cp[0],
+                seq=cp[1],
+                head_hash=cp[2],
+                ts_wall=cp[3],
+                key_id=cp[4],
+                signature=cp[5],
+            )
+            if cp
+            else None
+        )
+        self._checkpoint_at = time.monotonic()
+
+    def build(self, event: Event) -> Row:
+        """Redact, encode, sequence and hash one event (no I/O); advances the built head."""
+        payload = event.payload
+        if not isinstance(payload, _PAYLOAD_CLASSES):
+            raise EventEncodeError(f"not a journal payload: {type(payload).__name__}")
+        redact = self.redactor
+        try:
+            # The Struct itself: the same sorted text as its `to_builtins` image, one pass less.
+            text = encode_payload(payload)
+            if redact.screen(text):  # rarely: only then walk the tree
+                text = redact.redact_encoded(text, encode_payload)
+        except (msgspec.EncodeError, TypeError, ValueError) as exc:
+            raise EventEncodeError(f"{payload.kind} payload cannot be encoded: {exc}") from exc
+        status, error_type, duration = derived_columns(payload)
+        request_id = event.jsonrpc_request_id
+        row: Row = (
+            self.next_seq,
+            self.journal_id,
+            redact.redact_id(event.session_id),
+            None if event.call_id is None else redact.redact_id(event.call_id),
+            time.monotonic_ns(),
+            wall_now(),
+            payload.kind,
+            payload.kind_version,
+            event.mcp_method_name,
+            event.gen_ai_tool_name,
+            None if request_id is None else redact.redact_id(str(request_id)),
+            None if status is None else int(status),
+            error_type,
+            _duration(duration),
+            text,
+            self.next_prev_hash,
+            "",
+        )
+        digest = row_hash(row)
+        self.next_seq += 1
+        self.next_prev_hash = digest
+        return (*row[:16], digest)
+
+    @property
+    def checkpoint_interval(self) -> float:
+        return self._checkpoint_interval
+
+    def rewind(self) -> None:
+        """Forget built rows that were not committed (after a failed commit)."""
+        self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+
+    def checkpoint_due(self, last_seq: int) -> bool:
+        since = last_seq - (self.last_checkpoint.seq if self.last_checkpoint else 0)
+        if since <= 0:
+            return False
+        return (
+            since >= self._checkpoint_every
+            or time.monotonic() - self._checkpoint_at >= self._checkpoint_interval
+        )
+
+    def _set_synchronous(self, wanted: str) -> None:
+        if wanted != self._synchronous:
+            self._conn.execute(f"PRAGMA synchronous={wanted}")
+            self._synchronous = wanted
+
+    def commit(
+        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool = False
+    ) -> Checkpoint | None:
+        """Commit rows in one transaction, with a checkpoint if asked or due; blocking I/O.
+
+        Raises JournalUnavailable (nothing of the batch is stored) when SQLite refuses.
+        """
+        last_seq, last_hash = (
+            (rows[-1][0], rows[-1][16])
+            if rows
+            else (
+                self.committed_seq,
+                self.committed_hash,
+            )
+        )
+        signed: Checkpoint | None = None
+        if not rows and durable and self._unsynced and self._synchronous_full:
+            checkpoint = True  # a checkpoint commits with FULL, which fsyncs all earlier frames
+        if checkpoint or self.checkpoint_due(last_seq):
+            if not rows and self.last_checkpoint and self.last_checkpoint.seq == last_seq:
+                return None
+            signed = sign_checkpoint(
+                self._key,
+                journal_id=self.journal_id,
+                seq=last_seq,
+                head_hash=last_hash,
+                ts_wall=format_wall(datetime.now(UTC)),
+            )
+        if not rows and signed is None:
+            return None
+        conn = self._conn
+        try:
+            wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
+            if wanted != self._synchronous:
+                conn.execute(f"PRAGMA synchronous={wanted}")
+                self._synchronous = wanted
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(INSERT_EVENT, rows)
+            if signed is not None:
+                conn.execute(
+                    INSERT_CHECKPOINT,
+                    (
+                        signed.journal_id,
+                        signed.seq,
+                        signed.head_hash,
+                        signed.ts_wall,
+                        signed.key_id,
+                        signed.signature,
+                    ),
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise classify_sqlite_error(exc) from exc
+        self.committed_seq, self.committed_hash = last_seq, last_hash
+        self._unsynced = wanted == "NORMAL"
+        if signed is not None:
+            self._export(signed)  # before it is published: a reader of it finds the file
+            self.last_checkpoint = signed
+            self._checkpoint_at = time.monotonic()
+        return signed
+
+    def _export(self, checkpoint: Checkpoint) -> None:
+        if self._checkpoint_path is None:
+            return
+        try:
+            export_checkpoint(checkpoint, self._checkpoint_path)
+            self.checkpoint_export_error = None
+        except OSError as exc:  # the events are committed; the export is evidence, reported aside
+            self.checkpoint_export_error = exc
+
+    def _rollback(self) -> None:
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def reconnect(self) -> None:
+        """Reopen the connection and reload the committed head (recovery after a failure)."""
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        self._conn = connect_writer(
+            self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
+        )
+        self._synchronous = "FULL"
+        self._unsynced = False
+        self._load_head()
+        self.rewind()
+
+    def close(self) -> None:
+        try:
+            self.discard_successor()
+            self._conn.close()
+        finally:
+            os.close(self._lock_fd)
+
+
+def recorded_key(conn: sqlite3.Connection) -> str | None:
+    """The verifier key the journal last named: its latest ``key_rotated`` event, else the
+    ``signing_key`` it was created with (None for a journal from before Ed25519)."""
+    row = conn.execute(
+        "SELECT payload FROM events WHERE kind = 'key_rotated' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        return str(msgspec.json.decode(row[0])["vkey"])
+    meta = conn.execute("SELECT value FROM journal_meta WHERE key = 'signing_key'").fetchone()
+    return None if meta is None else str(meta[0])
+
+
+def open_core(
+    path: str | os.PathLike[str],
+    *,
+    key: SignerLike,
+    journal_id: str | None,
+    max_bytes: int | None,
+    checkpoint_every: int,
+    checkpoint_interval: float,
+    checkpoint_path: str | os.PathLike[str] | None,
+    secrets: Iterable[str],
+    synchronous_full: bool = True,
+    busy_timeout: float = BUSY_TIMEOUT_S,
+    segment_bytes: int | None = None,
+    segment_age: float | None = None,
+) -> _Core:
+    if segment_bytes is not None and segment_bytes <= 0:
+        raise ValueError("segment_bytes must be positive (None: no roll-over by size)")
+    if segment_age is not None and segment_age <= 0:
+        raise ValueError("segment_age must be positive (None: no roll-over by age)")
+    return _Core(
+        Path(path),
+        key=resolve_key(key),
+        journal_id=journal_id,
+        max_bytes=max_bytes,
+        checkpoint_every=checkpoint_every,
+        checkpoint_interval=checkpoint_interval,
+        checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
+        secrets=secrets,
+        synchronous_full=synchronous_full,
+        busy_timeout=busy_timeout,
+        segment_bytes=segment_bytes,
+        segment_age=segment_age,
+    )
