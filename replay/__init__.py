@@ -40,12 +40,13 @@ from ._fleet_ship import JournalShipped, ShipReport, ship, ship_follow
 from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_checkpoint
 from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
+from ._invariants import InDoubtCall
 from ._key import KeyInfo, signing_key
 from ._prune import JournalPruned, PruneReport, prune
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
-from ._verify import InDoubtCall, JournalReport, Key, VerifyResult, verify
+from ._verify import JournalReport, Key, VerifyResult, verify
 
 __all__ = [
     "AuditReport",

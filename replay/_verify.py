@@ -32,11 +32,14 @@ In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apa
 reconciliation: they are no fault of the journal. A ``journal_gap`` event (written by a writer
 that recovered) closes the calls it names: their stories end where the journal lost an event;
 a mutation among them that was sent is in doubt with reason ``journal_gap``.
+
+This module walks each journal's files and checks the chain, the checkpoints and the segment
+links; the call and session rules (``call_grammar`` to ``secret_in_payload``) and the in-doubt
+calls are checked in :mod:`replay._invariants`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -44,19 +47,10 @@ from typing import Any, Final
 import msgspec
 
 import journal
-from journal import (
-    OUTCOMES,
-    CallReceived,
-    Checkpoint,
-    ContextInjected,
-    Grammar,
-    Reader,
-    SessionStarted,
-    UpstreamRequest,
-    is_hidden_name,
-)
+from journal import Checkpoint, Reader
 
 from ._findings import Finding
+from ._invariants import EventChecks, InDoubtCall
 from ._source import (
     PROGRESS_EVERY,
     Progress,
@@ -65,14 +59,11 @@ from ._source import (
     journal_files,
     open_reader,
 )
-from ._story import MAX_OPEN_CALLS, is_mutation
 
 __all__ = [
-    "InDoubtCall",
     "JournalReport",
     "Key",
     "VerifyResult",
-    "find_hidden_names",
     "load_checkpoint_file",
     "load_key_file",
     "load_trusted_key",
@@ -80,33 +71,6 @@ __all__ = [
 ]
 
 MAX_FINDINGS: Final = 1000
-
-# Hidden context the bridge itself puts in an upstream body, and the injected field it must equal.
-_INJECTED_INTO_BODY: Final = {
-    "workflowRunId": "workflow_run_id",
-    "callbackEffectId": "callback_effect_id",
-}
-_SECRET: Final = re.compile(
-    r"(?i:\bbearer\s+)(?!\[REDACTED\])[A-Za-z0-9\-._~+/]{8,}"
-    r"|\batk_[A-Za-z0-9_\-]{16,}"
-    r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\."
-)
-_ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
-
-
-class InDoubtCall(msgspec.Struct, frozen=True, kw_only=True):
-    """A mutation sent upstream whose effect is unknown: reconcile it with the server."""
-
-    journal_id: str
-    call_id: str
-    session_id: str
-    tool: str | None
-    seq: int
-    at: str
-    method: str
-    route: str
-    body: Any
-    reason: str
 
 
 class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,25 +115,6 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def events(self) -> int:
         return sum(j.events for j in self.journals)
-
-
-def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
-    """JSON paths of every mapping key that names hidden context, at any depth."""
-    found: list[str] = []
-    if depth > 32:
-        return found
-    if isinstance(node, dict):
-        for key, value in node.items():
-            child = f"{path}.{key}"
-            if isinstance(key, str) and is_hidden_name(key):
-                found.append(child)
-            if isinstance(value, dict | list):
-                found += find_hidden_names(value, child, depth + 1)
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            if isinstance(item, dict | list):
-                found += find_hidden_names(item, f"{path}[{i}]", depth + 1)
-    return found
 
 
 Key = journal.SigningKey | journal.VerifierKey | journal.HmacKey
@@ -290,7 +235,7 @@ def verify(
             reports.append(report)
             findings += check.findings
             omitted += check.omitted
-            for call in check.in_doubt:
+            for call in check.events.in_doubt:
                 in_doubt.setdefault((call.journal_id, call.call_id), call)
         unique = list(dict.fromkeys(findings))
         if len(unique) > MAX_FINDINGS:
@@ -356,41 +301,6 @@ def _exported_checkpoint(chain: Sequence[Reader]) -> tuple[str, Checkpoint] | No
     return max(found, key=lambda item: item[1].seq) if found else None
 
 
-class _Call:
-    """The bounded state verify keeps for one open call."""
-
-    __slots__ = (
-        "broken",
-        "call_id",
-        "first_request",
-        "first_seq",
-        "grammar",
-        "hidden",
-        "injected",
-        "last_request",
-        "refreshes",
-        "requests",
-        "sent_unanswered",
-        "session_id",
-        "tool",
-    )
-
-    def __init__(self, call_id: str, session_id: str, seq: int, tool: str | None) -> None:
-        self.call_id = call_id
-        self.session_id = session_id
-        self.first_seq = seq
-        self.tool = tool
-        self.grammar = Grammar()
-        self.broken = False
-        self.hidden: list[str] = []
-        self.injected: dict[str, Any] = {}
-        self.refreshes = 0
-        self.requests = 0
-        self.first_request: tuple[str, str, bytes] | None = None
-        self.last_request: tuple[int, str, UpstreamRequest] | None = None  # seq, at, request
-        self.sent_unanswered = False
-
-
 class _FileCheck:
     """One journal's pass over its files (its segments, in seq order, or one file): feed every
     row to the chain verifier and to the call checks, and check each segment's link."""
@@ -408,9 +318,6 @@ class _FileCheck:
         self.segments = segments
         self.journal_id = segments[0].journal_id
         self._pruned: set[tuple[int, str]] = set()  # (last seq, last hash) of pruned segments
-        # The first file here starts after seq 1 (a pruned start, or segment_missing): sessions
-        # and calls may have begun before it.
-        self._starts_late = segments[0].segment.first_seq > 1
         self.held = held
         self.trust = trust
         self.trust_recorded_keys = trust_recorded_keys
@@ -418,10 +325,10 @@ class _FileCheck:
         self.held_beside = held_beside
         self.findings: list[Finding] = []
         self.omitted = 0
-        self.in_doubt: list[InDoubtCall] = []
-        self.calls = 0
-        self._open: dict[str, _Call] = {}
-        self._sessions: dict[str, tuple[Any, Any]] = {}
+        # The first file here starts after seq 1 (a pruned start, or segment_missing).
+        self.events = EventChecks(
+            self.journal_id, self.report, starts_late=segments[0].segment.first_seq > 1
+        )
 
     def report(self, seq: int | None, rule: str, detail: str, call_id: str | None = None) -> None:
         if len(self.findings) < MAX_FINDINGS:
@@ -469,6 +376,7 @@ class _FileCheck:
         )
         pending = 0
         previous: Reader | None = None
+        check_event = self.events.check_event
         for reader in segments:
             linked = previous is None
             for row in reader.rows():
@@ -477,7 +385,7 @@ class _FileCheck:
                     linked = True
                 chain.feed(row)
                 checkpoints.see(row)
-                self._check_event(row)
+                check_event(row)
                 if row[6] == "segments_pruned":
                     self._note_prune(row)
                 pending += 1
@@ -502,7 +410,7 @@ class _FileCheck:
                 f"{last.segment.next_file}, which is not here",
             )
         checkpoints.finish()
-        self._end_of_stream()
+        self.events.end_of_stream()
         self.omitted += chain.findings_omitted
         integrity = [
             Finding(journal_id=self.journal_id, seq=f.seq, rule=f.rule, detail=f.detail)
@@ -518,7 +426,7 @@ class _FileCheck:
             events=chain.count,
             head_seq=chain.seq,
             head_hash=chain.hash,
-            calls=self.calls,
+            calls=self.events.calls,
             checkpoints_checked=checkpoints.checked,
             signatures_checked=checkpoints.signatures_checked,
             signatures_unchecked=checkpoints.signatures_unchecked,
@@ -574,192 +482,3 @@ class _FileCheck:
             f"the journal starts at seq {start_seq + 1} in {first.path.name}: seqs 1..{start_seq} "
             f"(from {first.segment.prev_file or 'earlier segments'} back) are not here",
         )
-
-    # --- events -----------------------------------------------------------------------
-
-    def _check_event(self, row: tuple[Any, ...]) -> None:
-        seq, kind, version, text = row[0], row[6], row[7], row[14]
-        known = journal.PAYLOAD_TYPES.get(kind)
-        if known is None or known.kind_version != version:
-            self.report(seq, "kind_unknown", f"kind {kind!r} version {version!r}")
-        if not isinstance(text, str):
-            return
-        payload, problem = decode_payload(kind, version, text)
-        if problem:
-            self.report(seq, "payload_invalid", problem)
-        self._check_secrets(seq, row)
-        call_id = row[3]
-        if call_id is None:
-            self._session_event(seq, row[2], kind, payload)
-        else:
-            self._call_event(seq, row, kind, payload)
-
-    def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
-        payload, session_id, call_id = row[14], row[2], row[3]
-        # Substring tests first: the regex runs only where a secret's shape may start. In the
-        # payload (JSON) every whitespace but the space is escaped, so "Bearer " it is.
-        if "earer " in payload or "EARER " in payload or "atk_" in payload or "eyJ" in payload:
-            self._search_secret(seq, "payload", payload, call_id)
-        for column, value in (("session_id", session_id), ("call_id", call_id)):
-            if isinstance(value, str) and ("earer" in value or "atk_" in value or "eyJ" in value):
-                self._search_secret(seq, column, value, call_id)
-
-    def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:
-        found = _SECRET.search(value)
-        if found is not None:
-            shape = found.group(0)
-            what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"
-            self.report(
-                seq,
-                "secret_in_payload",
-                f"{column} holds {what} at offset {found.start()} ({shape[:6]}…)",
-                call_id,
-            )
-
-    def _session_event(self, seq: int, session_id: str, kind: str, payload: Any) -> None:
-        if kind == "journal_gap" and isinstance(payload, journal.JournalGap):
-            # The writer lost an event of these calls and wrote none of theirs after it.
-            for call_id in payload.calls:
-                call = self._open.get(call_id)
-                if call is not None:
-                    self._close(call, gap=True)
-        elif kind == "session_started" and isinstance(payload, SessionStarted):
-            self._sessions[session_id] = (payload.workspace_id, payload.agent_id)
-        elif kind == "session_ended":
-            for call in [c for c in self._open.values() if c.session_id == session_id]:
-                if not call.broken:  # one finding per call: the grammar's, if it broke
-                    self.report(
-                        call.first_seq,
-                        "call_incomplete",
-                        "no outcome before the session ended",
-                        call.call_id,
-                    )
-                self._close(call)
-            self._sessions.pop(session_id, None)
-
-    def _call_event(self, seq: int, row: tuple[Any, ...], kind: str, payload: Any) -> None:
-        call_id: str = row[3]
-        call = self._open.get(call_id)
-        if call is None:
-            call = self._open[call_id] = _Call(call_id, row[2], seq, row[9])
-            if len(self._open) > MAX_OPEN_CALLS:
-                self._close(self._open[next(iter(self._open))])
-            if self._starts_late and kind != "call_received":
-                call.broken = True  # begun in a segment before the journal's first file here
-        if not call.broken:
-            wrong = call.grammar.step(kind)
-            if wrong is not None:
-                call.broken = True
-                self.report(seq, "call_grammar", wrong, call_id)
-        if kind == "call_received" and isinstance(payload, CallReceived):
-            call.hidden = find_hidden_names(payload.arguments)
-        elif kind == "context_injected" and isinstance(payload, ContextInjected):
-            self._check_injected(seq, call, payload)
-        elif kind == "upstream_request" and isinstance(payload, UpstreamRequest):
-            self._check_request(seq, row[5], call, payload)
-        elif kind == "upstream_response":
-            call.sent_unanswered = False
-        elif kind == "token_refreshed":
-            call.refreshes += 1
-            if call.refreshes == 2:
-                self.report(seq, "refresh_replay_exceeded", "a second token refresh", call_id)
-        if kind in OUTCOMES:
-            self._close(call, (kind, payload))
-
-    def _check_injected(self, seq: int, call: _Call, payload: ContextInjected) -> None:
-        call.injected = {f.name: f.value for f in payload.fields}
-        if call.hidden:
-            self.report(
-                call.first_seq,
-                "hidden_context_in_arguments",
-                f"arguments {', '.join(call.hidden[:5])} name hidden context and were not rejected",
-                call.call_id,
-            )
-        session = self._sessions.get(call.session_id)
-        if session is None:
-            if not self._starts_late:  # else it started in a segment before the first here
-                self.report(
-                    seq, "context_mismatch", "no session_started for this call", call.call_id
-                )
-            return
-        for i, name in enumerate(("workspace_id", "agent_id")):
-            value = call.injected.get(name)
-            if value != session[i]:
-                self.report(
-                    seq,
-                    "context_mismatch",
-                    f"injected {name} {value!r}, the session's is {session[i]!r}",
-                    call.call_id,
-                )
-
-    def _check_request(self, seq: int, at: str, call: _Call, req: UpstreamRequest) -> None:
-        call.requests += 1
-        call.sent_unanswered = True
-        call.last_request = (seq, at, req)
-        operation = (req.method, req.route, msgspec.json.encode(req.body, order="sorted"))
-        if call.first_request is None:
-            call.first_request = operation
-        elif operation != call.first_request:
-            self.report(seq, "replay_differs", "the replay is not the same operation", call.call_id)
-        if call.requests == 3:
-            self.report(seq, "refresh_replay_exceeded", "a third upstream request", call.call_id)
-        ids = _ROUTE_IDS.search(req.route)
-        session = self._sessions.get(call.session_id)
-        if ids is not None and session is not None and (ids["ws"], ids["agent"]) != session:
-            self.report(
-                seq,
-                "context_mismatch",
-                f"route names workspace {ids['ws']!r} and agent {ids['agent']!r}",
-                call.call_id,
-            )
-        if isinstance(req.body, dict):
-            for path in find_hidden_names(req.body):
-                name = path[2:]
-                injected_as = _INJECTED_INTO_BODY.get(name)
-                if injected_as is not None and call.injected.get(injected_as) == req.body[name]:
-                    continue
-                self.report(
-                    seq,
-                    "hidden_context_in_arguments",
-                    f"upstream body carries {path}, which the bridge did not inject",
-                    call.call_id,
-                )
-
-    def _close(
-        self, call: _Call, outcome: tuple[str, Any] | None = None, *, gap: bool = False
-    ) -> None:
-        self._open.pop(call.call_id, None)
-        self.calls += 1
-        if call.last_request is None or not is_mutation(call.last_request[2]):
-            return
-        reason = None
-        if outcome is None:
-            reason = "journal_gap" if gap else "no_outcome"
-        elif outcome[0] == "call_cancelled" and call.sent_unanswered:
-            reason = "cancelled_in_flight"
-        elif outcome[0] == "call_error" and getattr(outcome[1], "error_code", None) in (
-            "outcome_unknown",
-            "internal_error",  # the bridge failed after the request was durable
-        ):
-            reason = outcome[1].error_code
-        if reason is None:
-            return
-        seq, at, req = call.last_request
-        self.in_doubt.append(
-            InDoubtCall(
-                journal_id=self.journal_id or "",
-                call_id=call.call_id,
-                session_id=call.session_id,
-                tool=call.tool,
-                seq=seq,
-                at=at,
-                method=req.method,
-                route=req.route,
-                body=req.body,
-                reason=reason,
-            )
-        )
-
-    def _end_of_stream(self) -> None:
-        for call in list(self._open.values()):
-            self._close(call)
