@@ -8,6 +8,7 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
     replay.verify(paths, checkpoints=[cp], trusted=[vkey]) -> VerifyResult (.ok, .findings, ...)
     replay.signing_key()                               -> KeyInfo (vkey, fingerprint)
     replay.list_calls(paths, CallFilter(status="error"), limit=50)      -> CallList
+    replay.stream_calls(paths, CallFilter(...))        -> CallStream (the same, as it is read)
     replay.show_call(paths, call_id)                   -> CallDetail
     replay.check_idempotency(paths)                    -> IdempotencyResult (.ok, .findings)
     replay.deprecations(paths, gate_days=30)           -> DeprecationReport (.ok: every gate met)
@@ -31,7 +32,17 @@ first use).
 """
 
 from ._audit import AuditReport, BoardMutations, ErrorCount, Latency, SessionRow, ToolUsage, audit
-from ._calls import CallDetail, CallFilter, CallList, Exchange, StoryEvent, list_calls, show_call
+from ._calls import (
+    CallDetail,
+    CallFilter,
+    CallList,
+    CallStream,
+    Exchange,
+    StoryEvent,
+    list_calls,
+    show_call,
+    stream_calls,
+)
 from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Gate, deprecations
 from ._diff import Difference, normalize
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
@@ -55,6 +66,7 @@ __all__ = [
     "CallFilter",
     "CallList",
     "CallStory",
+    "CallStream",
     "CallSummary",
     "DeprecatedName",
     "DeprecatedUser",
@@ -109,6 +121,7 @@ __all__ = [
     "show_call",
     "signing_key",
     "store_findings",
+    "stream_calls",
     "verify",
     "witnessed_checkpoint",
 ]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,19 @@ from journal import (
     UpstreamResponse,
 )
 
-from ._source import Progress, ReplayInputError, open_journals
+from ._source import Journals, Progress, ReplayInputError, open_journals
 from ._story import STATUSES, CallStory, CallSummary, SessionInfo, iter_stories
 
 __all__ = [
     "CallDetail",
     "CallFilter",
     "CallList",
+    "CallStream",
     "Exchange",
     "StoryEvent",
     "list_calls",
     "show_call",
+    "stream_calls",
     "wall",
 ]
 
@@ -101,27 +102,54 @@ def list_calls(
     progress: Progress | None = None,
 ) -> CallList:
     """Every call of the journals matching ``where``, the first ``limit`` in journal order."""
-    where = where or CallFilter()
-    scanned = matched = 0
-    with open_journals(paths) as journals:
+    stream = stream_calls(paths, where, limit=limit, progress=progress)
+    with stream:
+        calls = list(stream)
+    return CallList(calls=calls, scanned=stream.scanned, matched=stream.matched)
 
-        def matching() -> Any:
-            nonlocal scanned, matched
-            for story in iter_stories(journals.records(progress)):
-                scanned += 1
-                call = story.summary()
-                if where.matches(call):
-                    matched += 1
+
+def stream_calls(
+    paths: Sequence[str | Path],
+    where: CallFilter | None = None,
+    *,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> CallStream:
+    """:func:`list_calls` as it is read, for journals of any size: the journals are opened now
+    (ReplayInputError for one that cannot be used), the calls come as the stream is iterated."""
+    return CallStream(open_journals(paths), where or CallFilter(), limit, progress)
+
+
+class CallStream:
+    """The calls that match, in journal order (the first ``limit``), yielded as the journals are
+    read, with memory that does not grow with them; ``scanned`` and ``matched`` count every call
+    once the iteration has ended. Iterate it once, within ``with`` (which closes the journals)."""
+
+    def __init__(
+        self, journals: Journals, where: CallFilter, limit: int | None, progress: Progress | None
+    ) -> None:
+        self._journals = journals
+        self._where = where
+        self._limit = limit
+        self._progress = progress
+        self.scanned = 0
+        self.matched = 0
+
+    def __iter__(self) -> Iterator[CallSummary]:
+        where, limit = self._where, self._limit
+        for story in iter_stories(self._journals.records(self._progress), in_order=True):
+            self.scanned += 1
+            call = story.summary()
+            if where.matches(call):
+                self.matched += 1
+                if limit is None or self.matched <= limit:
                     yield call
 
-        def order(c: CallSummary) -> tuple[str, int]:
-            return (c.journal_id, c.first_seq)
+    def __enter__(self) -> CallStream:
+        return self
 
-        if limit is None:
-            calls = sorted(matching(), key=order)
-        else:
-            calls = heapq.nsmallest(limit, matching(), key=order)
-    return CallList(calls=calls, scanned=scanned, matched=matched)
+    def __exit__(self, *exc: object) -> None:
+        self._journals.close()
 
 
 class StoryEvent(msgspec.Struct, frozen=True, kw_only=True):

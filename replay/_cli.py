@@ -12,7 +12,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -70,6 +70,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _ship(args, out)
     if args.command == "prune":
         return _prune(args, out)
+    if args.command == "calls" and not getattr(args, "store", None):
+        return _calls(args, out, err)
     if args.command == "rerun" and args.allow_mutations and not args.against:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
@@ -85,6 +87,36 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     else:
         draw(target, result)
     return code
+
+
+def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``calls`` over journal files streams: the calls are never all in memory."""
+    import replay
+
+    where = replay.CallFilter(
+        session=args.session,
+        tool=args.tool,
+        agent=args.agent,
+        status=args.status,
+        error_code=args.error_code,
+        since=args.since,
+        until=args.until,
+    )
+    paths = journal_files(args.journals or default_journals())
+    if args.json:  # written as it is read: no progress bar on the terminal it is written to
+        with (
+            _progress(err) if not out.is_terminal else nullcontext() as progress,
+            replay.stream_calls(paths, where, limit=args.limit, progress=progress) as stream,
+        ):
+            render.write_calls_json(out.file, stream)
+        return EXIT_OK
+    with _progress(err) as progress:
+        stream = replay.stream_calls(paths, where, limit=args.limit, progress=progress)
+        with stream:
+            rows = render.spill_calls(out, stream)
+    with rows:
+        render.print_calls(out, rows, stream)
+    return EXIT_OK
 
 
 def _ship(args: argparse.Namespace, out: Console) -> int:
@@ -144,18 +176,6 @@ def _execute(
         verified = _fleet_cli.apply_witness(args, paths, verified)
         code = EXIT_IN_DOUBT if verified.in_doubt else EXIT_OK
         return verified, render.render_verify, code if verified.ok else EXIT_FAILED
-    if args.command == "calls":
-        where = replay.CallFilter(
-            session=args.session,
-            tool=args.tool,
-            agent=args.agent,
-            status=args.status,
-            error_code=args.error_code,
-            since=args.since,
-            until=args.until,
-        )
-        listed = replay.list_calls(paths, where, limit=args.limit, progress=progress)
-        return listed, render.render_calls, EXIT_OK
     if args.command == "show":
         return replay.show_call(paths, args.call_id), render.render_show, EXIT_OK
     if args.command == "idempotency":

@@ -4,10 +4,13 @@ Events of concurrent calls interleave in a journal. ``iter_stories`` keeps the c
 (a handful: those in flight at that point of the journal) and hands each one over as soon as its
 outcome arrives, when its session ends, or at the end of the stream. A call left open when its
 bridge died is handed over at the end (``closed_by``), and the number held open is capped.
+Asked for them ``in_order`` (``calls`` is), it hands the calls over in the order they began.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -315,14 +318,51 @@ def iter_stories(
     *,
     sessions_out: list[SessionInfo] | None = None,
     max_open: int = MAX_OPEN_CALLS,
+    in_order: bool = False,
 ) -> Iterator[CallStory]:
     """Group records (ordered by journal id and seq) into calls; yield each when it closes.
 
     ``sessions_out``, when given, receives every session as it ends or at the end of the stream.
+    ``in_order``: yield the calls in the order of their first event (journal id, then seq)
+    instead, each as soon as every call begun before it has closed; a journal's calls still
+    open when the stream moves on to the next journal close then (none of their events can
+    follow). What is held back is the calls that closed while an earlier one is still open.
     """
+    if not in_order:
+        yield from _group(records, {}, sessions_out, max_open, close_each_journal=False)
+        return
     open_calls: dict[tuple[str, str], CallStory] = {}
+    closed: list[tuple[str, int, int, CallStory]] = []  # a heap by (journal id, first seq)
+    tiebreak = itertools.count()  # (journal id, first seq) is unique: never reached
+    for story in _group(records, open_calls, sessions_out, max_open, close_each_journal=True):
+        heapq.heappush(closed, (story.journal_id, story.records[0].seq, next(tiebreak), story))
+        # Insertion order is first-event order: the first open call is the oldest one. One
+        # with no event yet is being opened now, after every call in the heap began.
+        oldest = next(iter(open_calls.values()), None)
+        bound = (oldest.journal_id, oldest.records[0].seq) if oldest and oldest.records else None
+        while closed and (bound is None or closed[0][:2] < bound):
+            yield heapq.heappop(closed)[3]
+    while closed:
+        yield heapq.heappop(closed)[3]
+
+
+def _group(
+    records: Iterable[Record],
+    open_calls: dict[tuple[str, str], CallStory],
+    sessions_out: list[SessionInfo] | None,
+    max_open: int,
+    *,
+    close_each_journal: bool,
+) -> Iterator[CallStory]:
     sessions: dict[tuple[str, str], SessionInfo] = {}
+    journal_id: str | None = None
     for record in records:
+        if close_each_journal and record.journal_id != journal_id:
+            journal_id = record.journal_id
+            for story in open_calls.values():
+                story.closed_by = "end_of_stream"
+                yield story
+            open_calls.clear()
         if record.call_id is None:
             key = (record.journal_id, record.session_id)
             if record.kind == "session_started":

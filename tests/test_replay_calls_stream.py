@@ -1,0 +1,169 @@
+"""`calls` streams: the same calls, table and JSON as a list held in memory, at any length."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+from rich.console import Console
+from rich.text import Text
+
+import journal
+import replay
+from replay import _render as render
+from replay._story import CallSummary
+
+from .journal_helpers import KEY, SAMPLE_PAYLOADS
+from .replay_helpers import Built, everyday_journal
+
+__all__ = ["everyday_journal"]  # a fixture, shared through the helpers
+
+# Tool names a model may send: wide characters, rich markup and emoji codes, a tab, too long.
+TOOLS = (
+    "task_get",
+    "task_create",
+    "tâsk_ünï😀",
+    "任务_获取",
+    "[bold]x[/]",
+    ":smile:",
+    "a\tb",
+    "t" * 40,
+)
+OUTCOMES = ("call_result", "call_error", "call_rejected", "call_cancelled")
+
+
+def interleaved(path: Path, seed: int) -> None:
+    """Sessions of calls that overlap, close in any order, and (in the last session, which
+    never ends) stay open at the journal's end."""
+    rng = random.Random(seed)
+    with journal.open_sync_writer(path, key=KEY, synchronous_full=False) as writer:
+        for s in range(3):
+            session = f"s{seed}-{s}"
+            started = SAMPLE_PAYLOADS["session_started"]
+            agent = rng.choice(("agt_a", "agt_" + "b" * 20, "é"))
+            payload = msgspec.structs.replace(started, agent_id=agent)
+            events = [journal.Event(session_id=session, payload=payload)]
+            open_calls: list[tuple[str, str]] = []
+            for i in range(60):
+                if open_calls and rng.random() < 0.5:
+                    call_id, tool = open_calls.pop(rng.randrange(len(open_calls)))
+                    kind = rng.choice(OUTCOMES)
+                    events.append(
+                        journal.Event(
+                            session_id=session,
+                            call_id=call_id,
+                            gen_ai_tool_name=tool,
+                            payload=SAMPLE_PAYLOADS[kind],
+                        )
+                    )
+                else:
+                    call_id, tool = f"{session}.{i}", rng.choice(TOOLS)
+                    open_calls.append((call_id, tool))
+                    events.append(
+                        journal.Event(
+                            session_id=session,
+                            call_id=call_id,
+                            gen_ai_tool_name=tool,
+                            payload=SAMPLE_PAYLOADS["call_received"],
+                        )
+                    )
+            if s < 2:
+                events.append(
+                    journal.Event(session_id=session, payload=SAMPLE_PAYLOADS["session_ended"])
+                )
+            writer.append_many(events, durable=False)
+
+
+@pytest.fixture(scope="module")
+def journals(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    directory = tmp_path_factory.mktemp("interleaved")
+    paths = [directory / "a.db", directory / "b.db"]
+    for seed, path in enumerate(paths):
+        interleaved(path, seed)
+    return paths
+
+
+@pytest.mark.parametrize("max_open", [3, 10_000])
+def test_stories_in_order_are_the_stories_as_they_close_sorted(
+    journals: list[Path], max_open: int
+) -> None:
+    def summaries(in_order: bool) -> list[CallSummary]:
+        with replay.open_journals(journals) as opened:
+            stories = replay.iter_stories(opened.records(), max_open=max_open, in_order=in_order)
+            return [story.summary() for story in stories]
+
+    closing, ordered = summaries(in_order=False), summaries(in_order=True)
+    assert ordered == sorted(closing, key=lambda c: (c.journal_id, c.first_seq))
+    assert len({c.journal_id for c in ordered}) == 2 and len(ordered) > 100
+
+
+@pytest.mark.parametrize("limit", [None, 1, 25])
+def test_the_stream_is_the_list(journals: list[Path], limit: int | None) -> None:
+    listed = replay.list_calls(journals, limit=limit)
+    with replay.stream_calls(journals, limit=limit) as stream:
+        assert list(stream) == listed.calls
+    assert (stream.scanned, stream.matched) == (listed.scanned, listed.matched)
+    if limit is not None:
+        assert len(listed.calls) == limit < listed.matched
+
+
+def test_the_json_written_as_read_is_the_lists(journals: list[Path]) -> None:
+    where = replay.CallFilter(status="error")
+    file = io.StringIO()
+    with replay.stream_calls(journals, where) as stream:
+        render.write_calls_json(file, stream)
+    assert file.getvalue() == render.to_json(replay.list_calls(journals, where)) + "\n"
+
+
+def one_table(console: Console, result: replay.CallList) -> None:
+    """The calls table as one rich Table of every row (how it was printed before it streamed)."""
+    agents = {c.agent_id for c in result.calls}
+    columns = ["time:8", "call:17", "tool:15", "status:10", "error:14", "ms:>6"]
+    if len(agents) > 1:
+        columns[0] = "agent:8"
+    table = render._table(*columns)
+    for c in result.calls:
+        state = "in_doubt" if c.in_doubt else c.status
+        table.add_row(
+            c.started_at[11:19] if len(agents) <= 1 else (c.agent_id or "-"),
+            c.call_id,
+            c.tool or "-",
+            Text(state, style=render._STATUS_STYLE.get(state, "")),
+            c.error_code or "-",
+            render._ms(c.bridge_ms),
+        )
+    console.print(table)
+    console.print(f"{result.matched} of {result.scanned} calls matched")
+
+
+@pytest.mark.parametrize("width", [200, 80, 41, 24])
+@pytest.mark.parametrize("agents", ["one", "several"])
+def test_the_table_printed_in_chunks_is_one_table(
+    journals: list[Path], monkeypatch: pytest.MonkeyPatch, width: int, agents: str
+) -> None:
+    monkeypatch.setattr(render, "_CALL_CHUNK", 7)  # many chunks, one of them short
+    listed = replay.list_calls(journals if agents == "several" else journals[:1])
+    if agents == "one":
+        listed = msgspec.structs.replace(
+            listed, calls=[msgspec.structs.replace(c, agent_id="agt_a") for c in listed.calls]
+        )
+    printed = []
+    for draw in (one_table, render.render_calls):
+        out = io.StringIO()
+        draw(Console(file=out, width=width, force_terminal=True, color_system="truecolor"), listed)
+        printed.append(out.getvalue())
+    assert printed[0] == printed[1]
+    assert printed[0].count("\n") > 3 * 7
+
+
+def test_an_empty_list_prints_its_header(everyday_journal: Built) -> None:
+    listed = replay.list_calls([everyday_journal.path], replay.CallFilter(session="nope"))
+    printed = []
+    for draw in (one_table, render.render_calls):
+        out = io.StringIO()
+        draw(Console(file=out, width=80), listed)
+        printed.append(out.getvalue())
+    assert printed[0] == printed[1] and printed[0].startswith("time")
