@@ -255,15 +255,15 @@ def test_a_journal_without_its_first_segments_is_not_ok(tmp_path: Path) -> None:
 
 # --- crashes ------------------------------------------------------------------------------
 
-CRASH_SCRIPT = Path(__file__).parent / "journal_helpers" / "segment_crash_writer.py"
+CRASH_SCRIPT = Path(__file__).parent / "journal_helpers" / "crash_writer.py"
 
 
 def run_writer(path: Path, seed: int, crash_at: str | None) -> list[tuple[int, int, int]]:
     """Run the writer until it kills itself (``crash_at``) or, without, until it has rolled over
     a few times and the test kills it; return the durable appends it reported."""
-    args = [sys.executable, str(CRASH_SCRIPT), str(path), str(seed)]
+    args = [sys.executable, str(CRASH_SCRIPT), str(path), str(seed), "--segments"]
     proc = subprocess.Popen(
-        [*args, crash_at] if crash_at else args,
+        [*args, "--crash-at", crash_at] if crash_at else args,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
