@@ -8,7 +8,6 @@ all three packages. The packages stay apart: nothing of ``bridge`` imports this 
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sqlite3
 import sys
@@ -233,11 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    bridge.configure_logging()
     code: int = args.run(args)
     return code
 

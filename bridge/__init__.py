@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._budget import PageState, keeps_identities
     from ._call import Bridge, JournalFailed, Session
-    from ._cli import add_serve_command
+    from ._cli import add_serve_command, configure_logging
     from ._compat import (
         ARGUMENT_ALIASES,
         POLICIES,
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     **dict.fromkeys(["PageState", "keeps_identities"], "_budget"),
     **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
-    **dict.fromkeys(["add_serve_command"], "_cli"),
+    **dict.fromkeys(["add_serve_command", "configure_logging"], "_cli"),
     **dict.fromkeys(
         [
             "ARGUMENT_ALIASES",
@@ -169,6 +169,7 @@ __all__ = [
     "UpstreamClient",
     "__version__",
     "add_serve_command",
+    "configure_logging",
     "default_journal_dir",
     "default_runtime_db",
     "describe",

@@ -181,6 +181,16 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
     return sv
 
 
+def configure_logging() -> None:
+    """Warnings and errors to stderr, with time, level and logger: stdout belongs to MCP in
+    ``serve`` (and to the output of the other commands of ``agentteam-bridge``)."""
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m bridge._cli serve ...`: the serve command alone."""
     parser = argparse.ArgumentParser(
@@ -189,11 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_serve_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
     code: int = args.run(args)
     return code
 

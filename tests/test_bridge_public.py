@@ -49,6 +49,7 @@ EXPORTED = {
     "UpstreamClient",
     "__version__",
     "add_serve_command",
+    "configure_logging",
     "default_journal_dir",
     "default_runtime_db",
     "describe",
