@@ -24,7 +24,7 @@ import journal
 
 from . import _fleet_cli
 from . import _render as render
-from ._cli_parser import PROG, build_parser
+from ._cli_parser import PROG, build_parser, call_filter
 from ._source import Progress as ProgressCallback
 from ._source import ReplayInputError, journal_files
 from ._verify import Key, load_key_file, load_trusted_key
@@ -93,15 +93,7 @@ def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``calls`` over journal files streams: the calls are never all in memory."""
     import replay
 
-    where = replay.CallFilter(
-        session=args.session,
-        tool=args.tool,
-        agent=args.agent,
-        status=args.status,
-        error_code=args.error_code,
-        since=args.since,
-        until=args.until,
-    )
+    where = call_filter(args)
     paths = journal_files(args.journals or default_journals())
     if args.json:  # written as it is read: no progress bar on the terminal it is written to
         with (

@@ -11,11 +11,14 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _fleet_cli
 
-__all__ = ["PROG", "build_parser", "parse_time"]
+if TYPE_CHECKING:
+    from ._calls import CallFilter
+
+__all__ = ["PROG", "build_parser", "call_filter", "parse_time"]
 
 PROG: Final = "agentteam-replay"
 
@@ -147,6 +150,21 @@ def parse_time(text: str) -> datetime:
             f"{text!r} is not a time: use 2026-12-02, 2026-12-02T16:00, or 30m / 2h / 7d"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def call_filter(args: argparse.Namespace) -> CallFilter:
+    """The filter ``calls`` was given (over journal files or a fleet store alike)."""
+    from ._calls import CallFilter
+
+    return CallFilter(
+        session=args.session,
+        tool=args.tool,
+        agent=args.agent,
+        status=args.status,
+        error_code=args.error_code,
+        since=args.since,
+        until=args.until,
+    )
 
 
 def _positive(text: str) -> int:

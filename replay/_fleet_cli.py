@@ -152,18 +152,10 @@ def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
 def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
     from . import _fleet_reports as reports
     from . import _render as render
-    from ._calls import CallFilter
+    from ._cli_parser import call_filter
 
     if args.command == "calls":
-        where = CallFilter(
-            session=args.session,
-            tool=args.tool,
-            agent=args.agent,
-            status=args.status,
-            error_code=args.error_code,
-            since=args.since,
-            until=args.until,
-        )
+        where = call_filter(args)
         return reports.calls_from(args.store, where, limit=args.limit), render.render_calls, 0
     if args.command == "audit":
         return reports.audit_from(args.store), render.render_audit, 0
