@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import journal
-from agentteam_cli import _demo
+from agentteam_cli import _demo, _journey
 
 from .bridge_harness import assert_journal_sound
 
@@ -146,7 +146,7 @@ def test_a_step_that_breaks_the_contract_fails_with_what_was_expected(
 ) -> None:
     for key, value in _env(tmp_path).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(_demo, "TOOLS", {"task_list": None})
+    monkeypatch.setattr(_journey, "TOOLS", {"task_list": None})
     out = io.StringIO()
     code = _demo.run_demo(
         _demo.DemoConfig(journal_path=tmp_path / "journal.db"), Console(file=out, width=80)
