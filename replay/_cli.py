@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 import bridge
 import journal
 
-from . import _fleet_cli
+from . import _calls_table, _fleet_cli
 from . import _render as render
 from ._cli_parser import PROG, build_parser, call_filter
 from ._source import Progress as ProgressCallback
@@ -100,14 +100,14 @@ def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
             _progress(err) if not out.is_terminal else nullcontext() as progress,
             replay.stream_calls(paths, where, limit=args.limit, progress=progress) as stream,
         ):
-            render.write_calls_json(out.file, stream)
+            _calls_table.write_calls_json(out.file, stream)
         return EXIT_OK
     with _progress(err) as progress:
         stream = replay.stream_calls(paths, where, limit=args.limit, progress=progress)
         with stream:
-            rows = render.spill_calls(out, stream)
+            rows = _calls_table.spill_calls(out, stream)
     with rows:
-        render.print_calls(out, rows, stream)
+        _calls_table.print_calls(out, rows, stream)
     return EXIT_OK
 
 

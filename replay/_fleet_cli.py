@@ -150,13 +150,14 @@ def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
 
 
 def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:
+    from . import _calls_table
     from . import _fleet_reports as reports
     from . import _render as render
     from ._cli_parser import call_filter
 
     if args.command == "calls":
         where = call_filter(args)
-        return reports.calls_from(args.store, where, limit=args.limit), render.render_calls, 0
+        return reports.calls_from(args.store, where, limit=args.limit), _calls_table.render_calls, 0
     if args.command == "audit":
         return reports.audit_from(args.store), render.render_audit, 0
     if args.command == "deprecations":

@@ -1,27 +1,25 @@
 """Human rendering of every replay result with rich: tables that fit the terminal, colour on a TTY.
 
-Rendering only: every function takes a result of :mod:`replay` and a console, and prints.
+Rendering only: every function takes a result of :mod:`replay` and a console, and prints. The
+``calls`` table, printed as its stream is read, is :mod:`replay._calls_table`.
 """
 
 from __future__ import annotations
 
 import csv
-import itertools
 import json
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import msgspec
 from rich import box
-from rich.console import Console, ConsoleOptions
-from rich.measure import Measurement
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ._audit import AuditReport
-from ._calls import CallDetail, CallList, CallStream
+from ._calls import CallDetail
 from ._deprecations import DeprecationReport
 from ._export import ExportResult
 from ._findings import Finding
@@ -29,13 +27,10 @@ from ._idempotency import IdempotencyResult
 from ._key import KeyInfo
 from ._prune import PruneReport
 from ._rerun import RerunResult
-from ._story import CallSummary
 from ._verify import VerifyResult
 
 __all__ = [
-    "print_calls",
     "render_audit",
-    "render_calls",
     "render_deprecations",
     "render_export",
     "render_idempotency",
@@ -43,10 +38,8 @@ __all__ = [
     "render_rerun",
     "render_show",
     "render_verify",
-    "spill_calls",
     "to_json",
     "write_audit_csv",
-    "write_calls_json",
 ]
 
 _STATUS_STYLE: Final = {
@@ -210,124 +203,6 @@ def render_verify(console: Console, result: VerifyResult) -> None:
 
 
 # --- calls and show -----------------------------------------------------------------------
-
-
-# The calls table's columns; the first is the agent instead when the calls are of several.
-_CALL_COLUMNS: Final = ("time:8", "call:17", "tool:15", "status:10", "error:14", "ms:>6")
-_CALL_CHUNK: Final = 1000  # rows printed per table
-
-
-def render_calls(console: Console, result: CallList | CallStream) -> None:
-    """The calls, one line each, as rich would print one table of them all, in flat memory."""
-    with spill_calls(console, result.calls if isinstance(result, CallList) else result) as rows:
-        print_calls(console, rows, result)
-
-
-class SpilledCalls:
-    """The calls table's rows in an anonymous temporary file, and the widths of its columns.
-
-    Rich sizes a column to its widest cell, so every row is measured before the first is
-    printed; a stream is read once, so its rows wait on disk rather than in memory.
-    """
-
-    def __init__(self, console: Console) -> None:
-        self.file = tempfile.TemporaryFile()
-        self.agents: set[str | None] = set()  # two at most: enough to tell one from several
-        headers = ["time:8", "agent:8", *_CALL_COLUMNS[1:]]
-        self._bounds = [int(h.partition(":")[2].lstrip(">")) for h in headers]
-        self._options = console.options
-        self._console = console
-        self.widths = [_cell_width(console, self._options, h.partition(":")[0]) for h in headers]
-
-    def add(self, c: CallSummary) -> None:
-        """Measure and store one call's cells: time, agent, call, tool, state, error, ms."""
-        if len(self.agents) < 2:
-            self.agents.add(c.agent_id)
-        state = "in_doubt" if c.in_doubt else c.status
-        cells = [
-            c.started_at[11:19],
-            c.agent_id or "-",
-            c.call_id,
-            c.tool or "-",
-            state,
-            c.error_code or "-",
-            _ms(c.bridge_ms),
-        ]
-        widths, bounds = self.widths, self._bounds
-        for i, cell in enumerate(cells):
-            if widths[i] < bounds[i]:
-                # The state is printed as a Text: no markup in it.
-                width = _cell_width(self._console, self._options, Text(cell) if i == 4 else cell)
-                widths[i] = min(bounds[i], max(widths[i], width))
-        self.file.write(_encode(cells) + b"\n")
-
-    def rows(self) -> Iterator[list[str]]:
-        self.file.seek(0)
-        for line in self.file:
-            yield msgspec.json.decode(line, type=list[str])
-
-    def __enter__(self) -> SpilledCalls:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
-
-
-def spill_calls(console: Console, calls: Iterable[CallSummary]) -> SpilledCalls:
-    """Read the calls into the table's rows (the reading half of :func:`render_calls`)."""
-    spilled = SpilledCalls(console)
-    try:
-        for call in calls:
-            spilled.add(call)
-    except BaseException:
-        spilled.file.close()
-        raise
-    return spilled
-
-
-def print_calls(console: Console, spilled: SpilledCalls, result: CallList | CallStream) -> None:
-    """Print the rows in tables of ``_CALL_CHUNK`` rows whose columns have the widths one table
-    of them all would have, then the count (``result``'s, read to its end)."""
-    fleet = len(spilled.agents) > 1  # who matters more than the exact time
-    names = ["agent:8" if fleet else "time:8", *_CALL_COLUMNS[1:]]
-    bounds = spilled.widths[1:] if fleet else spilled.widths[:1] + spilled.widths[2:]
-    widths = [
-        min(w, int(n.partition(":")[2].lstrip(">"))) for w, n in zip(bounds, names, strict=True)
-    ]
-    rows = spilled.rows()
-    shown = 0
-    header, chunk = True, list(itertools.islice(rows, _CALL_CHUNK))
-    while header or chunk:
-        table = _table(*names)
-        table.show_header = header
-        for column, width in zip(table.columns, widths, strict=True):
-            column.width = width
-        for row in chunk:
-            state = Text(row[4], style=_STATUS_STYLE.get(row[4], ""))
-            table.add_row(row[1] if fleet else row[0], row[2], row[3], state, row[5], row[6])
-        console.print(table)
-        shown += len(chunk)
-        header, chunk = False, list(itertools.islice(rows, _CALL_CHUNK))
-    more = f" (showing {shown})" if shown < result.matched else ""
-    console.print(f"{result.matched} of {result.scanned} calls matched{more}")
-
-
-def _cell_width(console: Console, options: ConsoleOptions, cell: str | Text) -> int:
-    """The width rich measures for a cell (a string's markup and emoji codes rendered)."""
-    text = cell.plain if isinstance(cell, Text) else cell
-    if text.isascii() and text.isprintable() and "[" not in text and ":" not in text:
-        return min(len(text), options.max_width)  # what rich measures, without its cost
-    return Measurement.get(console, options, cell).maximum
-
-
-def write_calls_json(file: IO[str], stream: CallStream) -> None:
-    """The stream as ``to_json`` prints a :class:`CallList`, written call by call."""
-    file.write('{"calls":[')
-    separator = ""
-    for call in stream:
-        file.write(separator + _encode(msgspec.to_builtins(call)).decode())
-        separator = ","
-    file.write(f'],"scanned":{stream.scanned},"matched":{stream.matched}}}\n')
 
 
 def render_show(console: Console, d: CallDetail) -> None:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 import journal
 import replay
+from replay import _calls_table as calls_table
 from replay import _render as render
 from replay._story import CallSummary
 
@@ -114,7 +115,7 @@ def test_the_json_written_as_read_is_the_lists(journals: list[Path]) -> None:
     where = replay.CallFilter(status="error")
     file = io.StringIO()
     with replay.stream_calls(journals, where) as stream:
-        render.write_calls_json(file, stream)
+        calls_table.write_calls_json(file, stream)
     assert file.getvalue() == render.to_json(replay.list_calls(journals, where)) + "\n"
 
 
@@ -144,14 +145,14 @@ def one_table(console: Console, result: replay.CallList) -> None:
 def test_the_table_printed_in_chunks_is_one_table(
     journals: list[Path], monkeypatch: pytest.MonkeyPatch, width: int, agents: str
 ) -> None:
-    monkeypatch.setattr(render, "_CALL_CHUNK", 7)  # many chunks, one of them short
+    monkeypatch.setattr(calls_table, "_CALL_CHUNK", 7)  # many chunks, one of them short
     listed = replay.list_calls(journals if agents == "several" else journals[:1])
     if agents == "one":
         listed = msgspec.structs.replace(
             listed, calls=[msgspec.structs.replace(c, agent_id="agt_a") for c in listed.calls]
         )
     printed = []
-    for draw in (one_table, render.render_calls):
+    for draw in (one_table, calls_table.render_calls):
         out = io.StringIO()
         draw(Console(file=out, width=width, force_terminal=True, color_system="truecolor"), listed)
         printed.append(out.getvalue())
@@ -162,7 +163,7 @@ def test_the_table_printed_in_chunks_is_one_table(
 def test_an_empty_list_prints_its_header(everyday_journal: Built) -> None:
     listed = replay.list_calls([everyday_journal.path], replay.CallFilter(session="nope"))
     printed = []
-    for draw in (one_table, render.render_calls):
+    for draw in (one_table, calls_table.render_calls):
         out = io.StringIO()
         draw(Console(file=out, width=80), listed)
         printed.append(out.getvalue())
