@@ -2,7 +2,9 @@
 
 It runs when `npx` is on PATH (skipped otherwise). The Inspector is fetched by npx into npx's own
 cache on first use (or into `$AGENTTEAM_NPM_CACHE` when set); that first download can take a
-minute, so each launch has a generous timeout and the test reports how long it took.
+minute, so it has a generous timeout and the test reports how long it took. npx is asked once per
+session where the pinned package's command is (each npx start costs 2-4 s of npm, most of it
+waiting on the registry); every launch then runs that command, the Inspector itself.
 """
 
 from __future__ import annotations
@@ -41,28 +43,50 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class Inspector:
-    """`npx @modelcontextprotocol/inspector --cli` launching `serve --embedded` on one journal."""
+def _npm_env() -> dict[str, str]:
+    env = {**os.environ, "npm_config_update_notifier": "false", "npm_config_fund": "false"}
+    if os.environ.get("AGENTTEAM_NPM_CACHE"):
+        env["npm_config_cache"] = os.environ["AGENTTEAM_NPM_CACHE"]
+    return env
 
-    def __init__(self, tmp_path: Path) -> None:
+
+@pytest.fixture(scope="session")
+def inspector_command() -> tuple[str, float]:
+    """The pinned Inspector's command, fetched by npx on first use; how long npx took."""
+    script = "command -v mcp-inspector"
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            ["npx", "--yes", f"--package={INSPECTOR}", "-c", script],
+            env=_npm_env(),
+            capture_output=True,
+            text=True,
+            timeout=FIRST_LAUNCH_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"npx did not fetch the Inspector within {FIRST_LAUNCH_TIMEOUT:.0f} s")
+    command = done.stdout.strip()
+    if done.returncode != 0 or not Path(command).is_file():
+        pytest.fail(f"npx found no Inspector (exit {done.returncode}): {done.stderr}")
+    return command, time.perf_counter() - started
+
+
+class Inspector:
+    """`mcp-inspector --cli` (the package npx fetched) launching `serve --embedded` on one
+    journal."""
+
+    def __init__(self, command: str, tmp_path: Path) -> None:
+        self.command = command
         self.journal = tmp_path / "journal.db"
-        self.env = {
-            **os.environ,
-            "MCP_CATALOG_PATH": str(tmp_path / "inspector-catalog.json"),
-            "npm_config_update_notifier": "false",
-            "npm_config_fund": "false",
-        }
-        if os.environ.get("AGENTTEAM_NPM_CACHE"):
-            self.env["npm_config_cache"] = os.environ["AGENTTEAM_NPM_CACHE"]
+        self.env = {**_npm_env(), "MCP_CATALOG_PATH": str(tmp_path / "inspector-catalog.json")}
         self.server_env = ["-e", f"XDG_CONFIG_HOME={tmp_path / 'config'}"]
         self.launches: list[float] = []
 
     def run(self, *options: str) -> tuple[int, Any, str]:
         server = [sys.executable, "-m", "bridge._cli", "serve", "--embedded"]
         command = [
-            "npx",
-            "--yes",
-            INSPECTOR,
+            self.command,
             "--cli",
             *self.server_env,
             *options,
@@ -71,14 +95,18 @@ class Inspector:
             "--journal",
             str(self.journal),
         ]
-        timeout = LAUNCH_TIMEOUT if self.launches else FIRST_LAUNCH_TIMEOUT
         started = time.perf_counter()
         try:
             done = subprocess.run(
-                command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+                command,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=LAUNCH_TIMEOUT,
+                check=False,
             )
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the Inspector did not finish within {timeout:.0f} s (npm unreachable?)")
+            pytest.fail(f"the Inspector did not finish within {LAUNCH_TIMEOUT:.0f} s")
         self.launches.append(time.perf_counter() - started)
         try:
             output = json.loads(done.stdout)
@@ -94,16 +122,18 @@ class Inspector:
 
 
 @pytest.fixture
-def inspector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Any:
-    client = Inspector(tmp_path)
+def inspector(
+    inspector_command: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Any:
+    command, fetched = inspector_command
+    client = Inspector(command, tmp_path)
     yield client
     if client.launches:
-        first, *rest = client.launches
-        then = f", then {sum(rest) / len(rest):.1f} s each" if rest else ""
+        each = sum(client.launches) / len(client.launches)
         with capsys.disabled():
             print(
-                f"\n[inspector] {len(client.launches)} launch(es): the first {first:.1f} s "
-                f"(with any npx download){then}"
+                f"\n[inspector] npx found it in {fetched:.1f} s (with any download); "
+                f"{len(client.launches)} launch(es), {each:.1f} s each"
             )
 
 
