@@ -66,9 +66,6 @@ def segment_age(text: str) -> float | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import journal
-
-    journal.warm_up_redaction()  # the secret rule set's import overlaps the rest of start-up
     import trio
 
     from ._context import ConfigError

@@ -20,12 +20,13 @@ Four rules, applied to every payload (any depth) and to the envelope's text colu
   the value lets an auditor tell two values apart (or check a known leaked one) without the
   journal holding it. A private key is replaced from its ``BEGIN`` line to its ``END`` line.
 
-The rule set costs ~0.2 s to import and tens of microseconds to run: it is imported by a
-background thread started by ``warm_up`` (``serve`` calls it first thing; the first ``Redactor``
-does too), so that the import overlaps start-up rather than delaying a call (a call that needs it
-sooner waits for the import), and run only where a cheap
-screen (``_may_hold_format``: strings every match contains) says a match is possible; a property
-test proves the screen against every pattern of the rule set.
+The rule set costs ~0.1-0.2 s to import and tens of microseconds to run: it is imported on first
+need, or before by a background thread started by ``warm_up`` (``serve`` calls it once the
+session's start is journaled, a record the screen passes: the import delays neither the first
+answer nor, as a client takes its time to call, the first call; a call that needs it sooner waits
+for the import), and run only where a cheap screen (``_may_hold_format``: strings every match
+contains) says a match is possible; a property test proves the screen against every pattern of
+the rule set.
 
 .. _detect-secrets: https://github.com/Yelp/detect-secrets
 """
@@ -110,7 +111,7 @@ RULE_SET: Final[tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]] =
     ("aws", "AWSKeyDetector", ("A3T", "ABIA", "ACCA", "AKIA", "ASIA"), ("aws",)),
     ("artifactory", "ArtifactoryDetector", ("AKC", "AP"), ()),
     ("azure_storage_key", "AzureStorageKeyDetector", ("AccountKey=",), ()),
-    ("basic_auth", "BasicAuthDetector", ("//",), ()),
+    ("basic_auth", "BasicAuthDetector", ("@",), ()),
     ("github_token", "GitHubTokenDetector", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ()),
     (
         "gitlab_token",
@@ -215,8 +216,8 @@ _warm_up_started = False
 
 
 def warm_up() -> None:
-    """Import the rule set in a background thread, once per process (a server calls it first
-    thing, so that the import overlaps its start-up instead of delaying its first call)."""
+    """Import the rule set in a background thread, once per process (a server calls it once it
+    has answered, so that the import overlaps the client's pause instead of its first call)."""
     global _warm_up_started
     with _warm_up_lock:
         if _warm_up_started:
@@ -381,7 +382,6 @@ class Redactor:
     """Removes credentials from JSON-typed values; knows the secrets it was told about."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        warm_up()
         self._long: list[str] = []
         self._short: set[str] = set()
         # The secrets as they appear in JSON text: inside a string (long), as a whole one (short).

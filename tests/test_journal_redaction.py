@@ -345,3 +345,24 @@ def test_redaction_never_leaves_anything_the_rule_set_reports(parts: list[str]) 
 def test_the_screen_sees_every_match_of_the_rule_set_through_json(found: str, key: str) -> None:
     text = msgspec.json.encode({key: [found]}).decode()
     assert Redactor().screen(text), text
+
+
+@pytest.mark.parametrize("api_url", ["http://127.0.0.1:8765", "https://agentteam.example.com/api"])
+def test_a_session_start_passes_the_format_screen(api_url: str) -> None:
+    """`serve` answers its first tools/list once the session's start is journaled, and loads the
+    rule set only after: that record must not need it (its URL holds `//`, never a credential)."""
+    from journal._redact import _may_hold_format
+
+    started = journal.SessionStarted(
+        bridge_version="0.1.0",
+        compat_policy="hint",
+        client_name="claude-code",
+        client_version="2.0.1",
+        protocol_version="2025-11-25",
+        workspace_id="ws_local",
+        agent_id="agt_local",
+        api_url=api_url,
+    )
+    text = msgspec.json.encode(started).decode()
+    assert not _may_hold_format(text), text
+    assert not Redactor().screen(text), text
