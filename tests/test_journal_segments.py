@@ -348,10 +348,19 @@ async def test_bridges_in_one_pool_roll_over_under_load_and_replay_reads_every_c
     pool = tmp_path / "journals"
     pool.mkdir(mode=0o700)
     env = bridge_env({}, tmp_path)
+    both_open = trio.Event()
+    opened = 0
 
     async def session(name: str) -> None:
+        nonlocal opened
         extra = ("--embedded", "--journal-segment-bytes", "256K")
         async with open_raw_bridge(pool, env, *extra, client_name=name) as raw:
+            opened += 1
+            if opened == 2:
+                both_open.set()
+            # Each holds a journal of its own before either calls: on a loaded machine one
+            # session could otherwise end before the other starts, and the pool reuse its file.
+            await both_open.wait()
             for i in range(BRIDGE_CALLS):
                 task = {"title": f"{name} {i} " + "𝄞" * 190, "description": "𝄞漢" * 5000}
                 arguments = {"channel": "general", "tasks": [task]}
