@@ -31,6 +31,7 @@ One deadline covers a whole exchange (pool wait, connect, send, receive). Every 
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import ssl
@@ -96,6 +97,21 @@ class _Connection:
         self.stream = stream
         self.buffer = bytearray()  # received and not yet consumed
         self.idle_since = 0.0
+
+    async def send(self, data: bytes) -> None:
+        """Send a request. Over plain TCP the socket takes it at once (it is small and the
+        connection idle): one `send` without the scheduling point `send_all` makes after it
+        (~15 us); what the socket does not take goes through `send_all`. The response's wait
+        is the exchange's point of cancellation."""
+        stream = self.stream
+        sent = 0
+        if isinstance(stream, trio.SocketStream):
+            try:
+                sent = os.write(stream.socket.fileno(), data)
+            except BlockingIOError:
+                sent = 0
+        if sent < len(data):
+            await stream.send_all(data[sent:] if sent else data)
 
     async def _receive(self) -> None:
         data = await self.stream.receive_some(_RECEIVE_BYTES)
@@ -342,14 +358,11 @@ class Http11Pool:
         try:
             connection = self._reuse() or await self._connect(deadline)
             # From here on the request may have reached the server, whatever fails.
+            exchanged = None
             try:
-                with trio.fail_at(deadline):
-                    status, fields, content, reusable = await self._exchange(
-                        connection, request, method
-                    )
-            except trio.TooSlowError:
-                await trio.aclose_forcefully(connection.stream)
-                raise TransportFailure("timeout", sent=True) from None
+                # A plain scope, not `fail_at` (a generator-based context manager: ~5 us a call).
+                with trio.CancelScope(deadline=deadline):
+                    exchanged = await self._exchange(connection, request, method)
             except _TooLarge:
                 await trio.aclose_forcefully(connection.stream)
                 raise TransportFailure("response_too_large", sent=True) from None
@@ -359,6 +372,10 @@ class Http11Pool:
             except BaseException:  # cancelled mid-exchange: the connection is in an unknown state
                 await trio.aclose_forcefully(connection.stream)
                 raise
+            if exchanged is None:  # the deadline passed
+                await trio.aclose_forcefully(connection.stream)
+                raise TransportFailure("timeout", sent=True)
+            status, fields, content, reusable = exchanged
             await self._release(connection, reusable)
             return status, fields, content
         finally:
@@ -450,7 +467,7 @@ class Http11Pool:
     async def _exchange(
         self, connection: _Connection, request: bytes, method: str
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
-        await connection.stream.send_all(request)
+        await connection.send(request)
         return await connection.read_response(method, self._max_body)
 
     async def _release(self, connection: _Connection, reusable: bool) -> None:

@@ -185,8 +185,9 @@ def _dumped(directory: Path, seen: set[Path]) -> int:
     return int(found[1])
 
 
-async def measure(slowdown_loops: int = 0) -> dict[str, float]:
-    """Instructions per call of each phase of the fixed sequence, in the bridge's process."""
+async def measure(slowdown_loops: int = 0, keep: Path | None = None) -> dict[str, float]:
+    """Instructions per call of each phase of the fixed sequence, in the bridge's process;
+    `keep`: a directory to copy the phases' callgrind dumps into (for `callgrind_annotate`)."""
     with tempfile.TemporaryDirectory(prefix="agentteam-instructions-") as tmp:
         work = Path(tmp)
         site = work / "site"
@@ -214,8 +215,19 @@ async def measure(slowdown_loops: int = 0) -> dict[str, float]:
             ]
             with trio.fail_after(900):
                 async with procs.open_mcp(command, env) as bridge:
-                    return await _sequence(bridge, out)
+                    per_call = await _sequence(bridge, out)
+            if keep is not None:
+                _keep_dumps(out, keep)
+            return per_call
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _keep_dumps(out: Path, keep: Path) -> None:
+    """Copy each phase's dump to `keep` as callgrind.<n>.<phase> (in phase order)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    dumps = sorted(out.glob("callgrind.out.*"), key=lambda p: p.stat().st_mtime)
+    for (phase, _calls), dump in zip(PHASES, dumps, strict=False):
+        shutil.copyfile(dump, keep / f"callgrind.{phase.replace(' ', '-')}")
 
 
 async def _sequence(bridge: procs.McpProcess, out: Path) -> dict[str, float]:
@@ -253,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--update", action="store_true", help="rewrite the baseline from this run")
     parser.add_argument("--reason", default="", help="why the baseline moves (with --update)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each phase's callgrind dump in DIR (read them with callgrind_annotate)",
+    )
     parser.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
     return parser
 
@@ -266,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"instructions: {', '.join(missing)} not found (apt-get install valgrind)")
         return 2
-    measured = trio.run(measure)
+    measured = trio.run(measure, 0, args.keep)
     print("bridge instructions per call (callgrind, the bridge's process only):")
     for phase, value in measured.items():
         print(f"  {phase}: {value:,.0f}")

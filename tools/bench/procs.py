@@ -168,6 +168,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of each live thread of a process, by thread name (threads of
+    one name summed)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[str, tuple[float, float]] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                text = stat.read()
+        except FileNotFoundError:
+            continue  # ended since the listing
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        user, system = threads.get(name, (0.0, 0.0))
+        threads[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+    return threads
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every process on the machine has used since boot (from /proc/stat)."""
     with open("/proc/stat") as stat:

@@ -51,6 +51,8 @@ class Profile:
     self_time: list[tuple[str, float]]  # (function (file:line), share of samples)
     cpu_ms_per_call: float
     calls: int
+    # (thread name, user ms per call, system ms per call), from /proc/<pid>/task/*/stat
+    threads: list[tuple[str, float, float]]
 
 
 def _layer(frame: str) -> str | None:
@@ -114,6 +116,7 @@ async def profile(
                 )
                 await trio.sleep(0.5)  # py-spy attaches
                 cpu_before = procs.cpu_seconds(bridge.pid)
+                threads_before = procs.thread_cpu_seconds(bridge.pid)
                 counter = iter(range(calls))
 
                 async def worker() -> None:
@@ -125,6 +128,7 @@ async def profile(
                     for _ in range(in_flight):
                         nursery.start_soon(worker)
                 cpu = procs.cpu_seconds(bridge.pid) - cpu_before
+                threads_after = procs.thread_cpu_seconds(bridge.pid)
                 recorder.send_signal(signal.SIGINT)
                 with trio.fail_after(30):
                     await recorder.wait()
@@ -137,7 +141,19 @@ async def profile(
         self_time=[(frame, share(n)) for frame, n in leaves.most_common()],
         cpu_ms_per_call=cpu * 1000 / calls,
         calls=calls,
+        threads=_per_call(threads_before, threads_after, calls),
     )
+
+
+def _per_call(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], calls: int
+) -> list[tuple[str, float, float]]:
+    """Each thread's (user, system) ms per call between two readings, busiest first."""
+    rows = []
+    for name, (user, system) in after.items():
+        user0, system0 = before.get(name, (0.0, 0.0))
+        rows.append((name, (user - user0) * 1000 / calls, (system - system0) * 1000 / calls))
+    return sorted(rows, key=lambda row: -(row[1] + row[2]))
 
 
 def _arguments(tool: str, i: int) -> tuple[str, dict[str, object]]:
@@ -153,8 +169,10 @@ def render(result: Profile, top: int) -> str:
         f"bridge CPU per call: {result.cpu_ms_per_call:.3f} ms over {result.calls} calls "
         f"({result.samples} samples)",
         "",
-        "inclusive share of samples per layer:",
+        "CPU per call by thread (user / system ms):",
     ]
+    lines += [f"  {user:6.3f} / {system:6.3f}  {name}" for name, user, system in result.threads]
+    lines += ["", "inclusive share of samples per layer:"]
     lines += [f"  {share:6.1%}  {name}" for name, share in result.layers]
     lines += ["", f"top {top} functions by self time:"]
     lines += [f"  {share:6.1%}  {frame}" for frame, share in result.self_time[:top]]
