@@ -7,6 +7,7 @@ cancel scope; on the way out the session end is journaled and the writer checkpo
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -124,6 +125,10 @@ def build_server(
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
         await session_log.start(ctx)
+        # Start-up's objects (the SDK, pydantic's models, the registry) live as long as the
+        # process: frozen out of the collector's generations, the periodic full collection no
+        # longer walks them (~40M instructions, a stall of tens of ms), nor do the gen-1 ones.
+        gc.freeze()
         if direct is not None and bridge.tracing is None:
             direct.enable(ctx.protocol_version)
 
