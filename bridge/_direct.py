@@ -54,7 +54,7 @@ class DirectCalls:
 
     def __init__(self, answer: Answerer) -> None:
         self._answer = answer
-        self._write: Callable[[str], Awaitable[None]] | None = None
+        self._write: Callable[[int | str, bytes], Awaitable[None]] | None = None
         self._nursery: trio.Nursery | None = None
         self._enabled = False
         self._in_flight: dict[int | str, _InFlight] = {}
@@ -63,8 +63,8 @@ class DirectCalls:
         """Serve calls directly from now on, if the negotiated version allows it."""
         self._enabled = protocol_version in DIRECT_VERSIONS
 
-    def bind(self, write: Callable[[str], Awaitable[None]]) -> None:
-        """The stdout writer (whole lines, under the writer's lock)."""
+    def bind(self, write: Callable[[int | str, bytes], Awaitable[None]]) -> None:
+        """The stdout writer of an answer to an id (whole lines, under the writer's lock)."""
         self._write = write
 
     @asynccontextmanager
@@ -78,19 +78,19 @@ class DirectCalls:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
 
-    def take(self, text: str) -> bool:
-        """Whether this frame (already screened) was taken: a `tools/call` now running here.
-        A cancellation of a direct call is acted on and still passed on (False)."""
+    def take(self, text: str, frame: Any = None) -> bool:
+        """Whether this frame (already screened; `frame`: as the screen decoded it, if it did)
+        was taken: a `tools/call` now running here. A cancellation of a direct call is acted on
+        and still passed on (False)."""
         if not self._enabled or self._nursery is None or self._write is None:
             return False
         if '"tools/call"' in text:
-            return self._take_call(text)
+            return self._take_call(_decode(text) if frame is None else frame)
         if '"notifications/cancelled"' in text and self._in_flight:
-            self._take_cancel(text)
+            self._take_cancel(_decode(text) if frame is None else frame)
         return False
 
-    def _take_call(self, text: str) -> bool:
-        frame = _decode(text)
+    def _take_call(self, frame: Any) -> bool:
         if not isinstance(frame, dict) or frame.get("method") != "tools/call":
             return False
         rid, params = frame.get("id"), frame.get("params")
@@ -111,8 +111,7 @@ class DirectCalls:
         self._nursery.start_soon(self._serve, rid, name, arguments, meta, flight)
         return True
 
-    def _take_cancel(self, text: str) -> None:
-        frame = _decode(text)
+    def _take_cancel(self, frame: Any) -> None:
         if not isinstance(frame, dict) or frame.get("method") != "notifications/cancelled":
             return
         params = frame.get("params")
@@ -144,24 +143,24 @@ class DirectCalls:
                         del self._in_flight[_key(rid)]
             if answer is None or flight.peer_cancelled:
                 return  # the peer cancelled it: nothing more is sent for this id
-            line = _encode({"jsonrpc": "2.0", "id": rid, "result": answer.wire()}).decode()
+            line = _encode({"jsonrpc": "2.0", "id": rid, "result": answer.wire()})
         except trio.Cancelled:
             if not flight.peer_cancelled:
                 with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_WRITE_S):
-                    await self._send(_error(rid, -32000, "Connection closed"))
+                    await self._send(rid, _error(rid, -32000, "Connection closed"))
             raise
         except Exception as exc:  # the call flow answers every failure itself; this is a bug
             log.error("direct tools/call failed: %s", type(exc).__name__)
             if not flight.peer_cancelled:
-                await self._send(_error(rid, -32603, "Internal error"))
+                await self._send(rid, _error(rid, -32603, "Internal error"))
             return
         # Outside the call's scope: a late cancellation cannot cut the frame or answer it twice.
-        await self._send(line + "\n")
+        await self._send(rid, line + b"\n")
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, rid: int | str, data: bytes) -> None:
         assert self._write is not None
         try:
-            await self._write(text)
+            await self._write(rid, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.debug("dropped an answer: stdout is closed")  # the client is gone
 
@@ -176,6 +175,6 @@ def _key(rid: int | str) -> int | str:
     return rid
 
 
-def _error(rid: int | str, code: int, message: str) -> str:
+def _error(rid: int | str, code: int, message: str) -> bytes:
     frame = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
-    return _encode(frame).decode() + "\n"
+    return _encode(frame) + b"\n"

@@ -45,8 +45,15 @@ class _Writer:
         self._screen.answered(text)
         await self.write_refusal(text)
 
+    async def write_answer(self, rid: int | str, data: bytes) -> None:
+        """A whole answer frame of the direct path, which knows the id it answers."""
+        self._screen.release(rid)
+        await self._write_bytes(data)
+
     async def write_refusal(self, text: str) -> None:
-        data = text.encode("utf-8")
+        await self._write_bytes(text.encode("utf-8"))
+
+    async def _write_bytes(self, data: bytes) -> None:
         if self._lock.locked():
             async with self._lock:
                 await self._stream.send_all(data)
@@ -82,7 +89,7 @@ class _LineReader:
         stream: trio.lowlevel.FdStream,
         writer: _Writer,
         screen: FrameScreen,
-        take: Callable[[str], bool] | None = None,
+        take: Callable[[str, Any], bool] | None = None,
     ) -> None:
         self._stream = stream
         self._writer = writer
@@ -112,10 +119,9 @@ class _LineReader:
                 return text
             await self._writer.write_refusal(refusal)
 
-    @staticmethod
-    def _taken(take: Callable[[str], bool], text: str) -> bool:
+    def _taken(self, take: Callable[[str, Any], bool], text: str) -> bool:
         try:
-            return take(text)
+            return take(text, self._screen.decoded)  # the screen's decoding, not a second one
         except Exception:  # as the screen: never stop the reader; the SDK still answers
             log.exception("direct path failed on a frame; passing the frame on")
             return False
@@ -202,9 +208,11 @@ class FrameScreen:
 
     def __init__(self) -> None:
         self._in_flight: set[int | str] = set()
+        self.decoded: Any = None  # the frame `screen` passed last, as it decoded it
 
     def screen(self, text: str) -> str | None:
         """None to pass a frame to the SDK, else the JSON-RPC error line to answer it with."""
+        self.decoded = None
         if not text.strip():
             return None
         try:
@@ -224,6 +232,7 @@ class FrameScreen:
         if "id" not in frame:
             if isinstance(frame.get("method"), str):
                 self._cancelled(frame)
+                self.decoded = frame
                 return None  # a notification: never answered
             return _error(None, -32600, "Invalid Request: method must be a string")
         rid = frame["id"]
@@ -237,6 +246,7 @@ class FrameScreen:
             log.warning("refused a request whose id is already in flight")
             return _error(rid, -32600, "Invalid Request: a request with this id is in flight")
         self._in_flight.add(key)
+        self.decoded = frame
         return None
 
     def answered(self, text: str) -> None:
@@ -252,6 +262,10 @@ class FrameScreen:
             if not isinstance(frame, dict) or "method" in frame or not _is_id(frame.get("id")):
                 return
             rid = frame["id"]
+        self._in_flight.discard(coerce_request_id(rid))
+
+    def release(self, rid: int | str) -> None:
+        """A request's answer is being written: its id is free again."""
         self._in_flight.discard(coerce_request_id(rid))
 
     def _cancelled(self, frame: dict[str, Any]) -> None:
@@ -355,7 +369,7 @@ async def trio_stdio(direct: DirectCalls | None = None) -> AsyncIterator[tuple[A
     screen = FrameScreen()
     writer = _Writer(stdout, screen)
     if direct is not None:
-        direct.bind(writer.write)  # its answers end their ids' flights, as the SDK's do
+        direct.bind(writer.write_answer)  # its answers end their ids' flights, as the SDK's do
     reader = _LineReader(stdin, writer, screen, direct.take if direct is not None else None)
     try:
         async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as streams:

@@ -51,9 +51,11 @@ class _Wire:
     def __init__(self) -> None:
         self.lines: list[dict[str, Any]] = []
 
-    async def write(self, text: str) -> None:
-        assert text.endswith("\n") and text.count("\n") == 1
-        self.lines.append(json.loads(text))
+    async def write(self, rid: int | str, data: bytes) -> None:
+        assert data.endswith(b"\n") and data.count(b"\n") == 1
+        line = json.loads(data)
+        assert line["id"] == rid
+        self.lines.append(line)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +167,7 @@ async def test_a_bug_is_answered_without_its_text_and_a_closed_stdout_is_survive
     async def answer(*args: Any) -> Answer:
         return ANSWERS[0]
 
-    async def closed(text: str) -> None:
+    async def closed(rid: int | str, data: bytes) -> None:
         raise trio.BrokenResourceError
 
     direct = DirectCalls(answer)
