@@ -101,6 +101,7 @@ class _Core(_LiveSegment):
         self._segment_age = segment_age
         self._successor: _Successor | None = None
         self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
+        self._size_known, self._size_grown = None, 0
         self._open_live(journal_id)
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
@@ -291,6 +292,7 @@ class _Core(_LiveSegment):
             self._rollback()
             raise classify_sqlite_error(exc) from exc
         self.committed_seq, self.committed_hash = last_seq, last_hash
+        self.note_growth(rows, signed is not None)
         self._unsynced = wanted == "NORMAL"
         if signed is not None:
             self._export(signed)  # before it is published: a reader of it finds the file
@@ -325,6 +327,7 @@ class _Core(_LiveSegment):
         )
         self._synchronous = "FULL"
         self._unsynced = False
+        self._size_known = None
         self._load_head()
         self.rewind()
 

@@ -13,6 +13,7 @@ import fcntl
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -45,6 +46,11 @@ from ._segments import (
 __all__ = ["ROLLOVER_RETRY_S"]
 
 ROLLOVER_RETRY_S: Final = 60.0  # after a successor could not be made, the live one goes on
+# A committed row grows the file by at most this many times its payload's characters plus its
+# fixed columns (up to 4 UTF-8 bytes a character, its index entries, pages split half full):
+# the size is measured again only once that bound could have reached segment_bytes.
+_ROW_GROWTH: Final = 8
+_ROW_FIXED: Final = 1024
 
 
 class _LiveSegment:
@@ -70,6 +76,8 @@ class _LiveSegment:
     _lock_fd: int
     _conn: sqlite3.Connection
     _page_size: int
+    _size_known: int | None  # the live segment's bytes when last measured (None: measure)
+    _size_grown: int  # a bound on what the commits since then added (see `note_growth`)
     _segment_created: float
     _synchronous: str
     _unsynced: bool
@@ -164,13 +172,24 @@ class _LiveSegment:
         if self._segment_age is not None and age >= self._segment_age:
             return "age"
         if self._segment_bytes is not None:
+            known = self._size_known
+            if known is not None and known + self._size_grown < self._segment_bytes:
+                return None  # cannot be due yet: no statement (and no read lock) per commit
             try:  # the database's size, the pages still only in the WAL included
                 pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
             except sqlite3.Error:
                 return None  # the next commit reports what is wrong
-            if pages * self._page_size >= self._segment_bytes:
+            self._size_known, self._size_grown = pages * self._page_size, 0
+            if self._size_known >= self._segment_bytes:
                 return "size"
         return None
+
+    def note_growth(self, rows: Sequence[Row], checkpoints: int) -> None:
+        """Count committed rows towards the next size check: each at most `_ROW_GROWTH` times
+        its payload and fixed columns (its table and index entries, pages split half full)."""
+        if self._segment_bytes is not None:
+            grown = sum(len(row[14]) for row in rows) + _ROW_FIXED * (len(rows) + checkpoints)
+            self._size_grown += _ROW_GROWTH * grown
 
     def prepare_successor(self) -> bool:
         """Create the next segment under its temporary name, identity and key in place, no
@@ -316,6 +335,7 @@ class _LiveSegment:
             prev_file=old_path.name,
         )
         self._segment_created = time.time()
+        self._size_known = None
         self.committed_seq, self.committed_hash = row[0], row[16]
         self.last_checkpoint = first
         self._checkpoint_at = time.monotonic()
