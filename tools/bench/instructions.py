@@ -1,6 +1,7 @@
 """The CI guard on the bridge's own cost: instructions per call, counted by valgrind's callgrind.
 
-``python -m tools.bench.instructions [--check] [--self-test] [--update --reason TEXT]``
+``python -m tools.bench.instructions [--check] [--self-test] [--update --reason TEXT] [--floor]
+[--keep DIR]``
 
 The bridge runs under ``valgrind --tool=callgrind --instr-atstart=no`` (start-up is not counted),
 launched through the SDK's stdio client like any server; the reference runtime runs outside
@@ -19,7 +20,10 @@ with the reason, to be committed with the change that moved it. ``--self-test`` 
 bites: it runs the sequence a second time with a deliberately slowed call path (a
 ``sitecustomize`` on the bridge's ``PYTHONPATH`` wraps ``Bridge.answer`` and ``Bridge.call``;
 nothing in
-the bridge's code), compares it with the first run, and exits 1 unless it fails.
+the bridge's code), compares it with the first run, and exits 1 unless it fails. ``--floor`` also
+counts the floor server (the SDK's low-level server over the bridge's stdio) answering the
+bridge's own answers, the same way, and prints the bridge's ratio to it (issue 19's CPU targets,
+in instructions); ``--keep DIR`` keeps each phase's dump for ``callgrind_annotate``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import trio
 
 from . import procs
@@ -257,6 +262,65 @@ async def _sequence(bridge: procs.McpProcess, out: Path) -> dict[str, float]:
     return per_call
 
 
+FLOOR_PHASES: tuple[tuple[str, int], ...] = (("task_get", 20), ("task_create", 10))
+
+
+async def measure_floor() -> dict[str, float]:
+    """Instructions per call of the floor server (the SDK's low-level server over the bridge's
+    stdio) answering a captured bridge answer of each tool, counted as the bridge's phases are:
+    the yardstick of issue 19's CPU targets, in instructions."""
+    with tempfile.TemporaryDirectory(prefix="agentteam-instructions-floor-") as tmp:
+        work = Path(tmp)
+        out = work / "callgrind"
+        out.mkdir()
+        canned: dict[str, tuple[Path, dict[str, Any]]] = {}
+        async with procs.open_runtime_process(work) as runtime:
+            env = runtime.bridge_env(
+                XDG_CONFIG_HOME=str(work / "config"), XDG_DATA_HOME=str(work / "data")
+            )
+            async with procs.open_mcp(procs.bridge_command(work / "journal.db"), env) as bridge:
+                seed = await bridge.call(
+                    "task_create", {"channel": "general", "tasks": [{"title": "read"}]}
+                )
+                assert seed.structured_content is not None, seed
+                number = int(seed.structured_content["data"]["tasks"][0]["number"])
+                for phase, _calls in FLOOR_PHASES:
+                    tool, args = arguments(phase, 0, number)
+                    sample = await bridge.call(tool, args)
+                    first = sample.content[0]
+                    text = first.text if isinstance(first, types.TextContent) else ""
+                    path = work / f"canned-{phase}.json"
+                    answer = {"structured": sample.structured_content, "text": text}
+                    path.write_text(json.dumps(answer))
+                    canned[phase] = (path, args)
+        per_call: dict[str, float] = {}
+        for phase, calls in FLOOR_PHASES:
+            path, args = canned[phase]
+            dumps = out / phase  # one server per phase: each writes its own callgrind.out.<n>
+            dumps.mkdir()
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={dumps / 'callgrind.out'}",
+                "--log-file=" + str(work / "valgrind.log"),
+                *procs.floor_command("--trio-stdio", "--canned", str(path)),
+            ]
+            floor_env = {"PYTHONHASHSEED": "0", "PYTHONPATH": str(Path.cwd())}
+            with trio.fail_after(900):
+                async with procs.open_mcp(command, floor_env) as floor:
+                    for _ in range(WARMUP):
+                        await floor.call("echo", args)
+                    for flags in (("--zero",), ("--instr=on",)):
+                        await trio.to_thread.run_sync(_callgrind_control, floor.pid, *flags)
+                    for _ in range(calls):
+                        await floor.call("echo", args)
+                    for flags in (("--instr=off",), ("--dump",)):
+                        await trio.to_thread.run_sync(_callgrind_control, floor.pid, *flags)
+                    per_call[phase] = _dumped(dumps, set()) / calls
+        return per_call
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench.instructions",
@@ -277,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="keep each phase's callgrind dump in DIR (read them with callgrind_annotate)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also count the floor server answering the bridge's answers; print the ratios",
+    )
     parser.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
     return parser
 
@@ -295,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     for phase, value in measured.items():
         print(f"  {phase}: {value:,.0f}")
     status = 0
+    if args.floor:
+        floor = trio.run(measure_floor)
+        print("floor server (trio-native stdio, the bridge's answer) instructions per call:")
+        for phase, value in floor.items():
+            print(f"  {phase}: {value:,.0f}; the bridge {measured[phase] / value:.2f}x")
     if args.update:
         write_baseline(measured, args.reason.strip(), args.baseline)
         print(f"baseline written to {args.baseline}: commit it with the change that moved it")
