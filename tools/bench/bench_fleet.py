@@ -4,17 +4,21 @@ Run: ``python -m tools.bench.bench_fleet [--journals J] [--events N] [--url URL]
 (default 100 journals of 100,000 events: the issue's 10 million; ``--quick`` 10 of 10,000).
 The journals are generated with the journal's own writer (``bench_replay``'s sessions of
 bridge-shaped calls). Without ``--url`` a throwaway PostgreSQL is started as the tests do
-(``tests/pg_cluster.py``). Printed, side by side in one run:
+(``tests/pg_cluster.py``). Each journal holds its own sessions (distinct session ids, call
+ids, task numbers and idempotency keys). Printed as measured, side by side in one run:
 
 * ``ship`` into an empty store, events per second, beside a plain ``COPY`` of the same rows
   (read from the same files) into a plain table of the same columns on the same server;
 * ``audit --from`` over the store beside ``audit`` over the same journals as local files;
+* ``idempotency --from`` beside ``idempotency`` over the files, each as a CLI process
+  (``agentteam-replay idempotency ... --json``), their outputs compared;
 * the shipper's peak RSS shipping one journal of N/10 events and one of N (flat: about 1x).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import signal
 import sqlite3
@@ -69,6 +73,28 @@ def plain_copy(url: str, paths: list[Path]) -> int:
     return count
 
 
+def idempotency_cli(args: list[str]) -> tuple[int, str]:
+    """``agentteam-replay idempotency ARGS --json`` as a process: exit status and stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "replay._cli", "idempotency", *args, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"idempotency {args[:1]} failed: {done.stderr[-2000:]}")
+    return done.returncode, done.stdout
+
+
+def _row(case: str, seconds: float, events: int, ratio: float) -> None:
+    print(f"{case:<48} {seconds:>8.1f} {events / seconds:>10,.0f} {ratio:>6.2f}x", flush=True)
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
 def shipper_peak_rss_mb(path: Path, url: str) -> float:
     """Peak RSS of a fresh ``agentteam-replay ship`` process shipping one journal."""
     code = (
@@ -118,42 +144,53 @@ def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
     from tests.pg_cluster import Cluster
 
     assert isinstance(cluster, Cluster)
+    started = time.perf_counter()
+    print(f"start: {_load()}", flush=True)
     paths = [tmp / f"journal-{i}.db" for i in range(journals)]
-    gen_s, counts = _timed(lambda: [generate(p, per) for p in paths])
+    # Sessions hold 2,000 calls (about 12,000 events): 1,000 session numbers per journal apart.
+    gen_s, counts = _timed(
+        lambda: [generate(p, per, first_session=i * 1_000) for i, p in enumerate(paths)]
+    )
     events = sum(counts)
-    print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s")
+    print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s", flush=True)
     store, baseline = cluster.create_database("bench"), cluster.create_database("plain")
+    print(f"{'case':<48} {'seconds':>8} {'events/s':>10} {'ratio':>7}", flush=True)
     ship_s, shipped = _timed(lambda: replay.ship(paths, store))
     assert shipped.ok and shipped.shipped == events
     copy_s, copied = _timed(lambda: plain_copy(baseline, paths))
     assert copied == events
+    _row("plain COPY of the same rows", copy_s, events, 1)
+    _row("ship (verified, partitioned, jsonb, indexed)", ship_s, events, copy_s / ship_s)
     local_s, local = _timed(lambda: replay.audit(paths))
+    _row("audit over local files", local_s, events, 1)
     from_s, stored = _timed(lambda: reports.audit_from(store))
+    _row("audit --from the store (SQL)", from_s, events, local_s / from_s)
     assert to_json(stored) == to_json(local), "audit differs"
+    del local, stored
+    idem_s, (idem_rc, idem_local) = _timed(lambda: idempotency_cli([str(p) for p in paths]))
+    _row("idempotency over local files (CLI)", idem_s, events, 1)
+    idem_from_s, (from_rc, idem_from) = _timed(lambda: idempotency_cli(["--from", store]))
+    _row("idempotency --from the store (SQL, CLI)", idem_from_s, events, idem_s / idem_from_s)
+    same = idem_rc == from_rc and idem_from == idem_local
+    print(
+        f"idempotency reports {'equal' if same else 'DIFFER'}"
+        f" ({len(idem_local):,} bytes of --json, exit {idem_rc})",
+        flush=True,
+    )
     big = tmp / "big.db"
     small = tmp / "small.db"
     generate(small, max(1_000, per // 10))
     generate(big, per)
     rss_small = shipper_peak_rss_mb(small, cluster.create_database("rss"))
     rss_big = shipper_peak_rss_mb(big, cluster.create_database("rss"))
-    print(f"{'case':<48} {'seconds':>8} {'events/s':>10} {'ratio':>7}")
-    print(
-        f"{'plain COPY of the same rows':<48} {copy_s:>8.1f} {events / copy_s:>10,.0f} {1:>6.2f}x"
-    )
-    print(
-        f"{'ship (verified, partitioned, jsonb, indexed)':<48} {ship_s:>8.1f}"
-        f" {events / ship_s:>10,.0f} {copy_s / ship_s:>6.2f}x"
-    )
-    print(f"{'audit over local files':<48} {local_s:>8.1f} {events / local_s:>10,.0f} {1:>6.2f}x")
-    print(
-        f"{'audit --from the store (SQL)':<48} {from_s:>8.1f}"
-        f" {events / from_s:>10,.0f} {local_s / from_s:>6.2f}x"
-    )
     print(
         f"shipper peak RSS: {rss_small:.0f} MB for {max(1_000, per // 10):,} events,"
         f" {rss_big:.0f} MB for {per:,} events ({rss_big / rss_small:.2f}x);"
         f" bench process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
     )
+    print(f"end: {_load()}; wall time {time.perf_counter() - started:.0f} s", flush=True)
+    if not same:
+        raise SystemExit("idempotency --from differs from the local report")
 
 
 if __name__ == "__main__":
