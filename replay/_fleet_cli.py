@@ -166,7 +166,7 @@ def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
         )
         return report, render.render_deprecations, 0 if report.ok else 1
     if args.command == "idempotency":
-        checked = reports.idempotency_from(args.store, progress=progress)
+        checked = reports.idempotency_from(args.store)
         return checked, render.render_idempotency, 0 if checked.ok else 1
     raise AssertionError(args.command)
 

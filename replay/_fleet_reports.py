@@ -9,18 +9,14 @@ user), never the events, and only orders and formats them as the local code does
 Exactness: latencies are fetched as exact integers (nanoseconds, or whole microseconds once
 rounded) and turned into the same floats the local code computes; text sorts bytewise
 (``COLLATE "C"``). The local reader folds at most ``MAX_EVENTS_PER_CALL`` events into a call,
-and so does the SQL. ``idempotency`` is a sequential state machine over the calls in journal
-order (epochs of tasks, a window of recent repeats): the store streams the events through a
-server-side cursor (constant memory) into the same checker, rather than computing it in SQL.
+and so does the SQL. ``idempotency`` is computed in SQL too (``_fleet_idempotency``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
-
-import journal
 
 from ._audit import (
     AuditReport,
@@ -41,13 +37,12 @@ from ._deprecations import (
     _gate,
     _report,
 )
+from ._fleet_idempotency import idempotency_from
 from ._fleet_store import connect
-from ._idempotency import IdempotencyResult, _Checker, declared_hints
-from ._source import PROGRESS_EVERY, Progress, to_record
-from ._story import MAX_EVENTS_PER_CALL, CallSummary, iter_stories
+from ._story import MAX_EVENTS_PER_CALL, CallSummary
 
 if TYPE_CHECKING:
-    import psycopg
+    pass
 
 __all__ = ["CALL_LINES", "audit_from", "calls_from", "deprecations_from", "idempotency_from"]
 
@@ -495,30 +490,3 @@ def deprecations_from(
         report.append((list(at), entry))
     listed = [entry for _, entry in sorted(report, key=lambda p: p[0])]
     return _report(listed, wanted, gate_days, moment, window_start, window_end, uses)
-
-
-# --- idempotency ------------------------------------------------------------------------
-
-
-def idempotency_from(
-    store_url: str, *, hints: dict[str, bool] | None = None, progress: Progress | None = None
-) -> IdempotencyResult:
-    """``idempotency`` over the store: its events streamed in journal order into the checker."""
-    checker = _Checker(declared_hints() if hints is None else hints)
-    with connect(store_url) as conn:
-        for story in iter_stories(_records(conn, progress)):
-            checker.feed(story)
-    return checker.result()
-
-
-def _records(conn: psycopg.Connection[Any], progress: Progress | None) -> Iterator[journal.Record]:
-    columns = ", ".join(journal.COLUMNS)
-    done = 0
-    with conn.cursor(name="agentteam_events") as cursor:
-        cursor.itersize = 5_000
-        cursor.execute(f"SELECT {columns} FROM agentteam.events ORDER BY journal_id, seq")
-        for row in cursor:
-            yield to_record(row)
-            done += 1
-            if progress is not None and done % PROGRESS_EVERY == 0:
-                progress(done, None)

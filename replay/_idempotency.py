@@ -16,7 +16,9 @@ Three checks over the calls of the journals (contract sections 7.2 and 13.2):
 "Observed" means within the journals given: a change made by someone who does not write to them
 is invisible, so these checks can miss a fault but do not invent one from others' activity
 except through such a change. Memory is one small entry per key scope and per task touched, and
-a bounded window of recent call signatures for repeats.
+a bounded window of recent call signatures for repeats: a repeat is compared with the previous
+identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule ``idempotency
+--from`` computes the same way in SQL).
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ class _Checker:
         self.findings: list[Finding] = []
         self.epochs: dict[Task, int] = {}
         self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
-        # digest of a call's signature -> (epochs of its tasks after it, its seq)
+        # digest of a call's signature -> (epochs of its tasks after it, its place in the feed),
+        # oldest first
         self.recent: OrderedDict[bytes, tuple[tuple[int, ...], int]] = OrderedDict()
         self.keyed = self.claim_calls = self.claim_repeats = self.calls = 0
 
@@ -301,7 +304,10 @@ class _Checker:
         req = requests[-1]
         signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
         tasks = _tasks_touched(story, workspace, data)
-        previous = self.recent.pop(signature, None)
+        recent = self.recent
+        while recent and next(iter(recent.values()))[1] < self.calls - REPEAT_WINDOW:
+            recent.popitem(last=False)  # more than REPEAT_WINDOW calls ago
+        previous = recent.pop(signature, None)
         succeeded = data is not None
         if previous is not None:
             epochs, _ = previous
@@ -323,9 +329,7 @@ class _Checker:
                         )
         if succeeded:
             after = tuple(self.epochs.get(t, 0) + _changes(story, tool, data, t) for t in tasks)
-            self.recent[signature] = (after, story.records[0].seq)
-            if len(self.recent) > REPEAT_WINDOW:
-                self.recent.popitem(last=False)
+            recent[signature] = (after, self.calls)
 
     def _advance_epochs(
         self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any

@@ -239,3 +239,231 @@ def rewrite_payload(path: Path, seq: int, payload: str) -> None:
 def copy_file(path: Path, target: Path) -> Path:
     shutil.copy(path, target)
     return target
+
+
+# --- idempotency: keyed creates, claims and repeats, right and wrong, across journals --------
+
+IDEM_WS: Final = "ws-🦀"
+IDEM_AGENT: Final = "agent-数字"
+IDEM_CHANNEL: Final = "eng-中文"
+IDEM_ROUTE: Final = f"/api/v1/workspaces/{IDEM_WS}/agents/{IDEM_AGENT}/runtime/tasks"
+SHARED_KEY: Final = "键🔑-shared"
+
+
+def _task(number: int, scope: str | None = None) -> dict[str, Any]:
+    return {"channel": IDEM_CHANNEL, "number": number, "scope_id": scope or f"tsk_{number}"}
+
+
+class _Calls:
+    """Events of calls in one session; ``call`` writes one call's events in order."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.events: list[Event] = []
+        self.count = 0
+
+    def started(self) -> None:
+        self.events.append(
+            Event(
+                session_id=self.session,
+                payload=SessionStarted(
+                    bridge_version="0.1.0",
+                    compat_policy="hint",
+                    client_name="claude-code",
+                    client_version="2.1.0",
+                    workspace_id=IDEM_WS,
+                    agent_id=IDEM_AGENT,
+                ),
+            )
+        )
+
+    def ended(self) -> None:
+        self.events.append(Event(session_id=self.session, payload=SessionEnded(reason="eof")))
+
+    def open(self, tool: str) -> tuple[str, Any]:
+        self.count += 1
+        call_id = f"{self.session}.{self.count}"
+
+        def ev(payload: Any) -> Event:
+            return Event(
+                session_id=self.session,
+                call_id=call_id,
+                mcp_method_name="tools/call",
+                gen_ai_tool_name=tool,
+                jsonrpc_request_id=self.count,
+                payload=payload,
+            )
+
+        return call_id, ev
+
+    def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        body: dict[str, Any] | None = None,
+        route: str = "",
+        data: dict[str, Any] | None = None,
+        error: str | None = None,
+        callback: bool = False,
+        outcome: bool = True,
+        cancelled: bool = False,
+    ) -> None:
+        _, ev = self.open(tool)
+        self.events += self.steps(
+            ev, tool, arguments, body, route, data, error, callback, outcome, cancelled
+        )
+
+    def steps(
+        self,
+        ev: Any,
+        tool: str,
+        arguments: dict[str, Any],
+        body: dict[str, Any] | None,
+        route: str,
+        data: dict[str, Any] | None,
+        error: str | None,
+        callback: bool,
+        outcome: bool,
+        cancelled: bool,
+    ) -> list[Event]:
+        fields = [
+            InjectedField(name="workspace_id", source="env", value=IDEM_WS),
+            InjectedField(name="agent_id", source="env", value=IDEM_AGENT),
+        ]
+        if callback:
+            fields += [
+                InjectedField(name="workflow_run_id", source="_meta", value="run-🚀"),
+                InjectedField(name="callback_effect_id", source="_meta", value="cb-流"),
+            ]
+        events = [ev(CallReceived(arguments=arguments)), ev(ContextInjected(fields=fields))]
+        if body is not None:
+            events.append(ev(UpstreamRequest(method="POST", route=IDEM_ROUTE + route, body=body)))
+        if cancelled:
+            return [*events, ev(journal.CallCancelled(reason="client cancelled"))]
+        if not outcome:
+            return events
+        if body is not None:
+            status = 409 if error else 200
+            events.append(ev(UpstreamResponse(status=status, body=data or {}, duration_ms=1.0)))
+        if error:
+            events.append(ev(CallError(error_code=error, retryable=False, message="✗ 冲突")))
+        else:
+            events.append(ev(CallResult(result={"data": data or {}, "meta": {}})))
+        return events
+
+
+def _create(calls: _Calls, key: str, title: str, tasks: list[dict[str, Any]], **how: Any) -> None:
+    arguments = {"channel": IDEM_CHANNEL, "tasks": [{"title": title}], "idempotency_key": key}
+    body = {
+        "channel": IDEM_CHANNEL,
+        "tasks": [{"title": title}],
+        "idempotencyKey": key,
+        "workflowRunId": "run-🚀",
+        "callbackEffectId": "cb-流",
+    }
+    reused = how.pop("reused", False)
+    data = {"channel": IDEM_CHANNEL, "tasks": tasks, "reused": reused}
+    calls.call("task_create", arguments, body=body, data=data, callback=True, **how)
+
+
+def _claim(calls: _Calls, claimed: bool, changed: list[int], unchanged: list[int]) -> None:
+    arguments = {"channel": IDEM_CHANNEL, "numbers": [3], "claimed": claimed}
+    data = {
+        "channel": IDEM_CHANNEL,
+        "claimed": claimed,
+        "changed": changed,
+        "unchanged": unchanged,
+        "failures": [],
+    }
+    calls.call("task_set_claim", arguments, body=arguments, route="/set-claim", data=data)
+
+
+def _update(calls: _Calls, number: int, changed: bool, **how: Any) -> None:
+    arguments = {"channel": IDEM_CHANNEL, "number": number, "patch": {"title": "新しい 🎯"}}
+    data = {"changed": changed, "task": _task(number)}
+    calls.call("task_update", arguments, body=arguments, route="/update", data=data, **how)
+
+
+def idempotency_events(index: int) -> list[Event]:
+    """Journal ``index`` of three (0, 1, 2) sharing keys and tasks: baselines and sound replays,
+    conflicts, a conflict not reported, replays allocating numbers or returning other tasks,
+    keys outside a callback, claims repeated right and wrong, idempotent and unsafe repeats,
+    calls closed out of order, by their session's end and never."""
+    calls = _Calls(f"idem-s{index}")
+    calls.started()
+    # The shared key: created in journal 0, replayed soundly in 1, allocated again in 2.
+    first = [_task(1)]
+    if index == 0:
+        _create(calls, SHARED_KEY, "共有 🦀", first)
+    elif index == 1:
+        _create(calls, SHARED_KEY, "共有 🦀", first, reused=True)
+    else:
+        _create(calls, SHARED_KEY, "共有 🦀", [_task(70 + index)])
+    _create(calls, SHARED_KEY, "共有 🦀", first, reused=True)
+    _create(calls, SHARED_KEY, "другой", [], error="idempotency_conflict")
+    if index == 1:
+        _create(calls, SHARED_KEY, "другой", [_task(2)])  # another payload honoured
+    own = f"k-{index}-🎌"
+    _create(calls, own, "自分", [_task(10 + index)])
+    _create(calls, own, "自分", [_task(10 + index, "tsk_other")], reused=True)
+    # Keys outside a callback: sent upstream, and honoured without a request.
+    outside = {"channel": IDEM_CHANNEL, "tasks": [{"title": "外"}], "idempotencyKey": "k-外"}
+    calls.call(
+        "task_create",
+        {"channel": IDEM_CHANNEL, "tasks": [{"title": "外"}], "idempotency_key": "k-外"},
+        body=outside,
+        data={"tasks": [_task(20)], "reused": False},
+    )
+    calls.call(
+        "task_create",
+        {"channel": IDEM_CHANNEL, "tasks": [], "idempotency_key": "  空白🦀\u3000 "},
+        data={"tasks": [], "reused": False},
+    )
+    # Claims of task 3 (shared by the journals): claim, repeat (unchanged), a repeat that
+    # changes it, a release, and a claim reported unchanged although it was released.
+    _claim(calls, True, [3], [])
+    _claim(calls, True, [], [3])
+    _claim(calls, True, [3], [])
+    _claim(calls, False, [3], [])
+    _claim(calls, True, [], [3])
+    # Updates of task 4: a change, an idempotent repeat, a repeat that changes it.
+    _update(calls, 4, True)
+    _update(calls, 4, False)
+    _update(calls, 4, True)
+    # Task 6: a change, a repeat cancelled in flight (in doubt), a repeat after the failure.
+    _update(calls, 6, True)
+    _update(calls, 6, False, cancelled=True)
+    _update(calls, 6, False)
+    # Two repeats of one update interleaved: the second to start ends first.
+    _, first_ev = calls.open("task_update")
+    _, second_ev = calls.open("task_update")
+    body = {"channel": IDEM_CHANNEL, "number": 5, "patch": {"title": "交互 🧵"}}
+    early = calls.steps(
+        first_ev, "task_update", body, body, "/update", None, None, False, True, False
+    )
+    late = calls.steps(
+        second_ev, "task_update", body, body, "/update", {"changed": True}, None, False, True, False
+    )
+    calls.events += early[:3] + late + early[3:-1]
+    calls.events.append(first_ev(CallResult(result={"data": {"changed": False}, "meta": {}})))
+    # Sent and never answered: closed by the session's end, and (another session) by none.
+    _update(calls, 8, True, outcome=False)
+    calls.ended()
+    more = _Calls(f"idem-t{index}")
+    more.started()
+    _update(more, 9, True)
+    _update(more, 9, True, outcome=False)
+    return calls.events + more.events
+
+
+def write_idempotency_fleet(directory: Path) -> list[Path]:
+    """Three journals (``idem-0``..``idem-2``) of ``idempotency_events``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(3):
+        path = directory / f"idem-{index}.db"
+        with journal.open_sync_writer(path, key=KEY, journal_id=f"idem-{index}") as writer:
+            writer.append_many(idempotency_events(index))
+        paths.append(path)
+    return paths

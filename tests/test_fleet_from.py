@@ -1,8 +1,10 @@
 """``calls | audit | deprecations | idempotency --from postgresql://...`` equal the local reports.
 
 The fleet: a real bridge session of every kind of call (results, errors, rejections, a refresh,
-keyed creates, deprecated names) and a dozen written journals of plausible calls (old tool
-names, upstream errors, rejections with multibyte text), shipped into a real PostgreSQL.
+keyed creates, deprecated names), a dozen written journals of plausible calls (old tool
+names, upstream errors, rejections with multibyte text) and three journals sharing idempotency
+keys and tasks (baselines, sound replays, conflicts, every idempotency finding, calls closed out
+of order or never; emoji and CJK keys, channels and agents), shipped into a real PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import replay
 from replay import _fleet_reports as reports
 from replay._render import to_json
 
-from .fleet_helpers import write_fleet
+from .fleet_helpers import SHARED_KEY, write_fleet, write_idempotency_fleet
 from .pg_cluster import Cluster
 from .replay_helpers import Built, build, everyday
 
@@ -29,7 +31,8 @@ AS_OF = datetime(2027, 1, 15, tzinfo=UTC)
 def fleet(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Cluster) -> tuple[list[Path], str]:
     base = tmp_path_factory.mktemp("fleet")
     bridge: Built = build(base / "bridge", everyday)
-    paths = [bridge.path, *write_fleet(base / "written", 12, 9)]
+    written = write_fleet(base / "written", 12, 9)
+    paths = [bridge.path, *written, *write_idempotency_fleet(base / "idempotency")]
     url = pg_cluster.create_database()
     shipped = replay.ship(paths, url)
     assert shipped.ok and shipped.shipped > 0
@@ -80,7 +83,33 @@ def test_deprecations_from_the_store_equal_the_local_report(
 def test_idempotency_from_the_store_equals_the_local_check(fleet: tuple[list[Path], str]) -> None:
     paths, url = fleet
     local = replay.check_idempotency(paths)
-    assert local.groups, "the bridge session holds keyed creates"
+    assert {f.rule for f in local.findings} == {
+        "key_outside_callback",
+        "conflict_not_reported",
+        "replay_allocated_numbers",
+        "replay_identities_differ",
+        "replay_not_reused",
+        "claim_repeat_changed",
+        "claim_state_wrong",
+        "idempotent_hint_unsafe",
+    }
+    [shared] = [g for g in local.groups if g.key == SHARED_KEY]
+    assert (shared.journal_id, shared.calls, shared.conflicts) == ("idem-0", 10, 3)
+    assert any(g.key == "空白🦀" for g in local.groups)  # an argument key, stripped
+    assert local.claim_repeats and {h.verdict for h in local.hints} >= {"holds", "violated"}
+    assert to_json(reports.idempotency_from(url)) == to_json(local)
+
+
+def test_idempotency_from_the_store_forgets_repeats_as_the_local_check_does(
+    fleet: tuple[list[Path], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeats further apart than the window are not compared, by either (here 3 calls)."""
+    paths, url = fleet
+    full = replay.check_idempotency(paths)
+    monkeypatch.setattr("replay._idempotency.REPEAT_WINDOW", 3)
+    monkeypatch.setattr("replay._fleet_idempotency.REPEAT_WINDOW", 3)
+    local = replay.check_idempotency(paths)
+    assert sum(h.repeats for h in local.hints) < sum(h.repeats for h in full.hints)
     assert to_json(reports.idempotency_from(url)) == to_json(local)
 
 

@@ -1,0 +1,459 @@
+"""``idempotency --from``: the local checker's three checks computed inside PostgreSQL.
+
+The local checker (``_idempotency``) is a state machine fed the calls one by one in the order
+``iter_stories`` closes them: journal by journal (journal id order), each call when its outcome
+arrives (or its session ends), the calls never closed last. Each of its states is a function of
+what came before a call in that order, so the query numbers the calls in that order (``o``) and
+replaces each state by a window over it:
+
+* **keyed creates**: the scope's first success is the baseline (``min(o)`` over the scope), each
+  later success is compared with it;
+* **task epochs**: the number of changes an observed call made to a task before ``o`` is a
+  running sum over the task's touches, and a claim is still known when no change fell between
+  the claim that set it and the call that reads it;
+* **repeats**: the previous call with the same signature (``lag`` over the signature) counts when
+  it succeeded and lies within the last ``REPEAT_WINDOW`` calls, and is clean when the epochs it
+  left are the ones the repeat finds.
+
+What reaches the client: one row per key scope (the report lists every group), the findings,
+one row per tool of the hint checks and the counts, never the events. Finding texts are made by
+the client with the local code's f-strings (so a key prints as Python's ``repr``).
+
+Where it differs from the local reading, by design: a call is all its events (up to
+``MAX_EVENTS_PER_CALL``), whereas the local reader evicts a call when more than
+``MAX_OPEN_CALLS`` (10,000) calls are open at once in the stream and hands later events of it
+over as another call (a bridge never has that many calls in flight); values are compared as
+``jsonb`` (``1`` equals ``1.0``, where the local digest of the canonical JSON tells them apart).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Final
+
+from ._findings import Finding
+from ._fleet_store import connect
+from ._idempotency import (
+    REPEAT_WINDOW,
+    HintCheck,
+    IdempotencyResult,
+    KeyGroup,
+    _held,
+    declared_hints,
+)
+from ._story import MAX_EVENTS_PER_CALL
+
+__all__ = ["IDEMPOTENCY_SQL", "idempotency_from"]
+
+_OUTCOMES: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
+# What Python's str.strip() removes (the local reader strips an argument key).
+_WHITESPACE: Final = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
+def _truthy(expr: str) -> str:
+    """Python's truth of a JSON value (``jsonb``): not null, false, 0, "", [] or {}."""
+    return (
+        f"(({expr}) IS NOT NULL AND ({expr}) NOT IN"
+        " ('null'::jsonb, 'false', '0', '\"\"', '[]', '{}'))"
+    )
+
+
+def _int(expr: str) -> str:
+    """Whether a ``jsonb`` value is a JSON integer (Python ``isinstance(v, int)``)."""
+    return f"coalesce(jsonb_typeof({expr}) = 'number' AND ({expr})::text ~ '^-?[0-9]+$', false)"
+
+
+def _text(expr: str) -> str:
+    return f"CASE WHEN jsonb_typeof({expr}) = 'string' THEN ({expr}) #>> '{{}}' END"
+
+
+def _context(name: str, field: str) -> str:
+    """The injected value (when truthy; a string, else None) or the session's."""
+    value = f"c.inj -> '{name}'"
+    return f"CASE WHEN {_truthy(value)} THEN {_text(value)} ELSE c.session ->> '{field}' END"
+
+
+IDEMPOTENCY_SQL: Final = f"""
+WITH ev AS (
+  SELECT e.journal_id, e.call_id, e.session_id, e.seq, e.kind, e.gen_ai_tool_name, e.doc,
+    row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
+  FROM agentteam.events e
+  WHERE e.call_id IS NOT NULL
+), folded AS (
+  SELECT
+    journal_id, call_id,
+    (array_agg(session_id ORDER BY seq))[1] AS session_id,
+    min(seq) AS first_seq,
+    max(seq) AS last_seq,
+    (array_agg(gen_ai_tool_name ORDER BY seq DESC)
+      FILTER (WHERE gen_ai_tool_name <> ''))[1] AS tool,
+    (array_agg(doc -> 'arguments' ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1]
+      AS arguments,
+    bool_or(kind = 'call_received') AS received,
+    (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
+      AS fields,
+    min(seq) FILTER (WHERE kind IN {_OUTCOMES}) AS closed_at,
+    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_kind,
+    (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_seq,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind = 'upstream_request'))[1] AS request,
+    coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
+                     AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
+    (array_agg(kind ORDER BY seq DESC)
+      FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream
+  FROM ev
+  WHERE n <= {MAX_EVENTS_PER_CALL}
+  GROUP BY journal_id, call_id
+), placed AS (
+  SELECT f.*, s.doc AS session,
+    (SELECT jsonb_object_agg(x.f ->> 'name', x.f -> 'value' ORDER BY x.i)
+     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.fields) = 'array' THEN f.fields
+                                    ELSE '[]' END) WITH ORDINALITY x(f, i)
+     WHERE jsonb_typeof(x.f -> 'name') = 'string') AS inj,
+    CASE WHEN f.closed_at IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
+    coalesce(f.closed_at, se.seq, f.first_seq) AS close_seq
+  FROM folded f
+  LEFT JOIN LATERAL (
+    SELECT st.doc FROM agentteam.events st
+    WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
+      AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
+    ORDER BY st.seq DESC LIMIT 1
+  ) s ON true
+  LEFT JOIN LATERAL (
+    SELECT x.seq FROM agentteam.events x
+    WHERE f.closed_at IS NULL AND x.journal_id = f.journal_id AND x.session_id = f.session_id
+      AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > f.first_seq
+    ORDER BY x.seq LIMIT 1
+  ) se ON true
+), c AS (
+  SELECT
+    row_number() OVER (ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq) AS o,
+    p.*
+  FROM placed p
+), calls AS MATERIALIZED (
+  SELECT
+    c.o, c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
+    coalesce(c.outcome_seq, c.last_seq) AS fseq, c.outcome_kind, c.mutation, c.inj,
+    {_context("workspace_id", "workspace_id")} AS ws,
+    {_context("agent_id", "agent_id")} AS agent,
+    CASE WHEN c.outcome_kind = 'call_result'
+              AND jsonb_typeof(c.outcome -> 'result' -> 'data') = 'object'
+         THEN c.outcome -> 'result' -> 'data' END AS data,
+    CASE WHEN jsonb_typeof(c.request -> 'body') = 'object' THEN c.request -> 'body' END AS body,
+    c.request,
+    CASE WHEN c.outcome_kind IN ('call_error', 'call_rejected')
+         THEN c.outcome ->> 'error_code' END AS error_code,
+    c.arguments, c.last_upstream
+  FROM c
+), keyed AS MATERIALIZED (
+  SELECT k.*,
+    NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
+  FROM (
+    SELECT calls.*,
+      CASE WHEN jsonb_typeof(body -> 'idempotencyKey') = 'string' THEN body ->> 'idempotencyKey'
+           WHEN jsonb_typeof(arguments -> 'idempotency_key') = 'string'
+             THEN btrim(arguments ->> 'idempotency_key', %(whitespace)s) END AS key,
+      nullif(CASE WHEN body IS NOT NULL AND NOT ({_truthy("body -> 'workflowRunId'")}
+                                             AND {_truthy("body -> 'callbackEffectId'")})
+             THEN body -> 'workflowRunId' ELSE inj -> 'workflow_run_id' END, 'null') AS run,
+      nullif(CASE WHEN body IS NOT NULL AND NOT ({_truthy("body -> 'workflowRunId'")}
+                                             AND {_truthy("body -> 'callbackEffectId'")})
+             THEN body -> 'callbackEffectId' ELSE inj -> 'callback_effect_id' END, 'null') AS cb
+    FROM calls WHERE fed AND tool = 'task_create'
+  ) k
+  WHERE k.key IS NOT NULL
+), classed AS (
+  SELECT k.*,
+    CASE WHEN outside THEN CASE WHEN body IS NOT NULL THEN 'sent'
+                                WHEN data IS NOT NULL THEN 'honoured' END
+         WHEN error_code = 'idempotency_conflict' THEN 'conflict'
+         WHEN data IS NULL OR body IS NULL THEN NULL
+         ELSE 'success' END AS class,
+    body - 'idempotencyKey' - 'workflowRunId' - 'callbackEffectId' AS payload,
+    (SELECT coalesce(jsonb_agg(jsonb_build_array(t -> 'channel', t -> 'number', t -> 'scope_id')
+                               ORDER BY i), '[]')
+     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(data -> 'tasks') = 'array'
+                                    THEN data -> 'tasks' ELSE '[]' END) WITH ORDINALITY x(t, i)
+     WHERE jsonb_typeof(t) = 'object') AS identities,
+    coalesce(data -> 'reused' = 'true', false) AS reused,
+    dense_rank() OVER (ORDER BY ws, agent, run, cb, key COLLATE "C") AS scope
+  FROM keyed k
+), based AS (
+  SELECT s.*,
+    min(o) OVER (PARTITION BY scope) AS first_o,
+    min(o) FILTER (WHERE class = 'success') OVER (PARTITION BY scope) AS base_o
+  FROM classed s
+), judged AS (
+  SELECT s.*, b.payload AS base_payload, b.identities AS base_identities,
+    b.reused AS base_reused, b.call_id AS base_call,
+    (SELECT coalesce(jsonb_agg(t -> 1 ORDER BY i) FILTER (WHERE {_int("t -> 1")}), '[]')
+     FROM jsonb_array_elements(b.identities) WITH ORDINALITY x(t, i)) AS base_numbers
+  FROM based s LEFT JOIN classed b ON b.o = s.base_o
+), replayed AS (
+  SELECT j.*,
+    CASE WHEN j.class = 'success' AND j.o > j.base_o AND j.payload = j.base_payload
+      THEN (SELECT coalesce(jsonb_agg(t -> 1 ORDER BY i), '[]')
+            FROM jsonb_array_elements(j.identities) WITH ORDINALITY x(t, i)
+            WHERE NOT j.base_numbers @> jsonb_build_array(t -> 1)) END AS new_numbers
+  FROM judged j
+), keyed_findings AS (
+  SELECT journal_id, fseq, call_id, o, 0 AS part, 0 AS sub, 'key_outside_callback' AS rule,
+    jsonb_build_array(key, class) AS args, scope
+  FROM replayed WHERE class IN ('sent', 'honoured')
+  UNION ALL
+  SELECT journal_id, fseq, call_id, o, 0, 0, 'conflict_not_reported', jsonb_build_array(key),
+    scope
+  FROM replayed WHERE class = 'success' AND o > base_o AND payload <> base_payload
+  UNION ALL
+  SELECT journal_id, fseq, call_id, o, 0, 0,
+    CASE WHEN jsonb_array_length(new_numbers) > 0 THEN 'replay_allocated_numbers'
+         ELSE 'replay_identities_differ' END,
+    jsonb_build_array(key, new_numbers), scope
+  FROM replayed
+  WHERE new_numbers IS NOT NULL
+    AND (jsonb_array_length(new_numbers) > 0 OR identities <> base_identities)
+  UNION ALL
+  SELECT journal_id, fseq, call_id, o, 0, 1, 'replay_not_reused', jsonb_build_array(key), scope
+  FROM replayed WHERE new_numbers IS NOT NULL AND NOT reused
+), groups AS (
+  SELECT
+    r.scope,
+    (array_agg(ws ORDER BY o))[1] AS ws, (array_agg(agent ORDER BY o))[1] AS agent,
+    (array_agg(run ORDER BY o))[1] AS run, (array_agg(cb ORDER BY o))[1] AS cb,
+    (array_agg(key ORDER BY o))[1] AS key,
+    count(*) AS calls,
+    count(*) FILTER (WHERE class = 'conflict') AS conflicts,
+    count(*) FILTER (WHERE o = base_o AND NOT reused) AS created,
+    count(*) FILTER (WHERE o = base_o AND reused)
+      + count(*) FILTER (WHERE new_numbers IS NOT NULL) AS replays,
+    (array_agg(base_numbers))[1] AS numbers,
+    (array_agg(base_call))[1] AS baseline_call,
+    coalesce((array_agg(base_reused))[1], false) AS baseline_reused,
+    min(first_o) AS first_o
+  FROM replayed r GROUP BY r.scope
+), touch AS (
+  SELECT t.o, t.ws, t.ch, t.num, t.idx,
+    CASE WHEN t.data IS NOT NULL AND t.mutation THEN t.changes ELSE 0 END AS inc,
+    CASE WHEN t.data IS NOT NULL THEN t.changes ELSE 0 END AS chg
+  FROM (
+    SELECT c.o, c.ws, c.data, c.mutation, x.ch, x.num, x.idx,
+      CASE WHEN c.data IS NULL THEN 0
+           WHEN c.tool = 'task_update' THEN CASE WHEN {_truthy("c.data -> 'changed'")}
+                                                 THEN 1 ELSE 0 END
+           WHEN c.tool = 'task_set_claim' THEN
+             CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array'
+                       AND c.data -> 'changed' @> jsonb_build_array(x.num) THEN 1 ELSE 0 END
+           WHEN c.tool IN ('task_checkpoint', 'task_delete') THEN 1
+           WHEN c.tool = 'task_create' THEN CASE WHEN {_truthy("c.data -> 'reused'")}
+                                                 THEN 0 ELSE 1 END
+           ELSE 0 END AS changes
+    FROM calls c, LATERAL (
+      SELECT {_text("c.body -> 'channel'")} AS ch, c.body -> 'number' AS num, 1::bigint AS idx
+      WHERE {_int("c.body -> 'number'")}
+      UNION ALL
+      SELECT {_text("c.body -> 'channel'")}, v, i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(c.body -> 'numbers') = 'array' THEN c.body -> 'numbers'
+             ELSE '[]' END) WITH ORDINALITY y(v, i)
+      WHERE NOT {_int("c.body -> 'number'")} AND {_int("v")}
+      UNION ALL
+      SELECT {_text("t -> 'channel'")}, t -> 'number', i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(c.data -> 'tasks') = 'array' THEN c.data -> 'tasks'
+             ELSE '[]' END) WITH ORDINALITY z(t, i)
+      WHERE NOT {_int("c.body -> 'number'")}
+        AND jsonb_typeof(c.body -> 'numbers') IS DISTINCT FROM 'array'
+        AND c.tool = 'task_create' AND jsonb_typeof(t) = 'object' AND {_int("t -> 'number'")}
+    ) x
+    WHERE c.fed AND c.body IS NOT NULL
+      AND (c.request IS NOT NULL AND c.outcome_kind IS NOT NULL
+           OR c.data IS NOT NULL AND c.mutation)
+  ) t
+), claiming AS (
+  SELECT c.o, c.ws, {_text("c.data -> 'channel'")} AS ch, c.mutation,
+    CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired, l.listed, l.v AS num,
+    l.pos
+  FROM calls c, LATERAL (
+    SELECT true AS listed, v, i AS pos FROM jsonb_array_elements(
+      CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array' THEN c.data -> 'changed'
+           ELSE '[]' END) WITH ORDINALITY a(v, i)
+    UNION ALL
+    SELECT false, v, 1000000000 + i FROM jsonb_array_elements(
+      CASE WHEN jsonb_typeof(c.data -> 'unchanged') = 'array' THEN c.data -> 'unchanged'
+           ELSE '[]' END) WITH ORDINALITY b(v, i)
+  ) l
+  WHERE c.fed AND c.tool = 'task_set_claim' AND jsonb_typeof(c.data -> 'claimed') = 'boolean'
+), points AS (
+  SELECT o, ws, ch, num, 't' AS role, inc, chg, idx, NULL::text AS holder FROM touch
+  UNION ALL
+  SELECT o, ws, ch, num, 's', 0, 0, 0, desired FROM claiming WHERE mutation
+  UNION ALL
+  SELECT o, ws, ch, num, 'c', 0, 0, 0, NULL FROM claiming
+), epochs AS MATERIALIZED (
+  SELECT p.*,
+    coalesce(sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+                            RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,
+    sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+                   RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS through,
+    max(CASE WHEN role = 's' THEN o END) OVER (PARTITION BY ws, ch, num ORDER BY o
+                   RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS set_o
+  FROM points p
+), checked AS (
+  SELECT cl.o, cl.ch, cl.num, cl.listed, cl.pos, cl.desired, s.holder,
+    s.holder IS NOT DISTINCT FROM cl.desired AS same
+  FROM claiming cl
+  JOIN (SELECT DISTINCT o, ws, ch, num, before, set_o FROM epochs WHERE role = 'c') e
+    ON e.o = cl.o AND e.ws IS NOT DISTINCT FROM cl.ws AND e.ch IS NOT DISTINCT FROM cl.ch
+       AND e.num = cl.num
+  JOIN (SELECT DISTINCT ON (o, ws, ch, num) o, ws, ch, num, holder, through
+        FROM epochs WHERE role = 's') s
+    ON s.o = e.set_o AND s.ws IS NOT DISTINCT FROM e.ws AND s.ch IS NOT DISTINCT FROM e.ch
+       AND s.num = e.num AND s.through = e.before
+), claim_findings AS (
+  SELECT c.journal_id, c.fseq, c.call_id, k.o, 1 AS part, k.pos AS sub,
+    CASE WHEN k.listed THEN 'claim_repeat_changed' ELSE 'claim_state_wrong' END AS rule,
+    jsonb_build_array(k.ch, k.num, CASE WHEN k.listed THEN k.desired ELSE k.holder END) AS args,
+    NULL::bigint AS scope
+  FROM checked k JOIN calls c ON c.o = k.o
+  WHERE k.listed = k.same
+), states AS (
+  SELECT o, array_agg(before + chg ORDER BY idx) AS after_epochs,
+    array_agg(before ORDER BY idx) AS now_epochs
+  FROM epochs WHERE role = 't'
+  GROUP BY o
+), rep AS (
+  SELECT r.*,
+    lag(r.o) OVER w AS prev_o,
+    lag(r.data IS NOT NULL) OVER w AS prev_ok
+  FROM (
+    SELECT c.*, md5(jsonb_build_array(c.ws, c.agent, c.tool, c.request -> 'method',
+                                      c.request -> 'route', c.request -> 'body')::text) AS sig
+    FROM calls c WHERE c.fed AND c.request IS NOT NULL AND c.outcome_kind IS NOT NULL
+  ) r
+  WINDOW w AS (PARTITION BY r.sig ORDER BY r.o)
+), repeats AS (
+  SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool,
+    CASE WHEN NOT r.mutation THEN true
+         WHEN r.data IS NULL THEN NOT (
+           r.outcome_kind = 'call_cancelled' AND r.last_upstream = 'upstream_request'
+           OR r.error_code IN ('outcome_unknown', 'internal_error'))
+         WHEN r.tool IN ('task_update', 'task_set_claim')
+           THEN NOT {_truthy("r.data -> 'changed'")}
+         WHEN r.tool = 'task_create' THEN coalesce(r.data -> 'reused' = 'true', false)
+         ELSE false END AS safe
+  FROM rep r
+  LEFT JOIN states p ON p.o = r.prev_o
+  LEFT JOIN states x ON x.o = r.o
+  WHERE r.prev_ok AND r.o - r.prev_o <= %(window)s
+    AND coalesce(p.after_epochs, '{{}}') = coalesce(x.now_epochs, '{{}}')
+), hint_findings AS (
+  SELECT journal_id, fseq, call_id, o, 2 AS part, 0 AS sub, 'idempotent_hint_unsafe' AS rule,
+    jsonb_build_array(tool) AS args, NULL::bigint AS scope
+  FROM repeats WHERE NOT safe AND tool = ANY(%(declared)s)
+)
+SELECT
+  (SELECT coalesce(json_agg(json_build_array(
+     g.ws, g.agent, g.run, g.cb, g.key, c.first_seq, c.journal_id, g.calls, g.created,
+     g.replays, g.conflicts, g.numbers, g.baseline_call, g.baseline_reused, g.scope)), '[]')
+   FROM groups g JOIN calls c ON c.o = g.first_o) AS groups,
+  (SELECT coalesce(json_agg(json_build_array(journal_id, fseq, call_id, rule, args, o, part, sub,
+                                             scope)), '[]')
+   FROM (SELECT * FROM keyed_findings
+         UNION ALL SELECT * FROM claim_findings
+         UNION ALL SELECT * FROM hint_findings) q) AS findings,
+  (SELECT coalesce(json_agg(json_build_array(tool, n, safe)), '[]')
+   FROM (SELECT tool, count(*) AS n, count(*) FILTER (WHERE safe) AS safe
+         FROM repeats GROUP BY tool) h) AS hints,
+  (SELECT count(*) FROM calls) AS calls,
+  (SELECT count(*) FROM keyed) AS keyed,
+  (SELECT count(*) FROM calls WHERE fed AND tool = 'task_set_claim' AND data IS NOT NULL)
+    AS claim_calls,
+  (SELECT count(DISTINCT o) FROM checked WHERE same) AS claim_repeats
+"""
+
+
+def idempotency_from(store_url: str, *, hints: dict[str, bool] | None = None) -> IdempotencyResult:
+    """``idempotency`` over the store, computed in SQL (see the module docstring)."""
+    hints = declared_hints() if hints is None else hints
+    params = {
+        "whitespace": _WHITESPACE,
+        "window": REPEAT_WINDOW,
+        "declared": sorted(tool for tool, declared in hints.items() if declared),
+    }
+    with connect(store_url, autocommit=True) as conn:
+        row = conn.execute(IDEMPOTENCY_SQL, params).fetchone()
+    assert row is not None
+    group_rows, finding_rows, hint_rows, calls, keyed, claim_calls, claim_repeats = row
+    violations: dict[int, int] = {}
+    emitted: list[tuple[tuple[int, int, int], Finding]] = []
+    for jid, seq, call_id, rule, args, o, part, sub, scope in finding_rows:
+        if scope is not None:
+            violations[scope] = violations.get(scope, 0) + 1
+        finding = Finding(
+            journal_id=jid, seq=seq, rule=rule, detail=_detail(rule, args), call_id=call_id
+        )
+        emitted.append(((o, part, sub), finding))
+    groups = [_group(r, violations.get(r[-1], 0)) for r in group_rows]
+    checks = {
+        tool: HintCheck(tool=tool, declared=hints.get(tool), repeats=n, safe=safe, unsafe=n - safe)
+        for tool, n, safe in hint_rows
+    }
+    for tool, declared in hints.items():
+        checks.setdefault(tool, HintCheck(tool=tool, declared=declared))
+    for check in checks.values():
+        check.judge()
+    findings = [f for _, f in sorted(emitted, key=lambda p: p[0])]  # the checker's order
+    return IdempotencyResult(
+        groups=sorted(groups, key=lambda g: (g.journal_id, g.first_seq)),
+        hints=sorted(checks.values(), key=lambda h: h.tool),
+        findings=sorted(findings, key=lambda f: (f.journal_id or "", f.seq or 0)),
+        keyed_calls=int(keyed),
+        claim_calls=int(claim_calls),
+        claim_repeats=int(claim_repeats),
+        calls=int(calls),
+    )
+
+
+def _group(row: list[Any], violations: int) -> KeyGroup:
+    ws, agent, run, cb, key, first_seq, jid, calls, created, replays, conflicts = row[:11]
+    numbers, baseline_call, baseline_reused = row[11:14]
+    return KeyGroup(
+        workspace_id=ws,
+        agent_id=agent,
+        workflow_run_id=run,
+        callback_effect_id=cb,
+        tool="task_create",
+        key=key,
+        first_seq=int(first_seq),
+        journal_id=jid,
+        calls=int(calls),
+        created=int(created),
+        replays=int(replays),
+        conflicts=int(conflicts),
+        violations=violations,
+        numbers=list(numbers or []),
+        baseline_call=baseline_call,
+        baseline_reused=bool(baseline_reused),
+    )
+
+
+def _detail(rule: str, args: list[Any]) -> str:
+    """The finding's text, as the local checker words it."""
+    if rule == "key_outside_callback":
+        key, how = args
+        if how == "sent":
+            return f"key {key!r} was sent upstream without a workflow callback"
+        return f"key {key!r} honoured"
+    if rule == "conflict_not_reported":
+        return f"key {args[0]!r} reused with another payload succeeded instead of conflicting"
+    if rule == "replay_allocated_numbers":
+        return f"replay of key {args[0]!r} returned new task numbers {args[1][:10]}"
+    if rule == "replay_identities_differ":
+        return f"replay of key {args[0]!r} returned other tasks"
+    if rule == "replay_not_reused":
+        return f"replay of key {args[0]!r} lacks reused: true"
+    if rule == "claim_repeat_changed":
+        channel, number, holder = args
+        return f"task {channel}#{number} already {_held(holder)}; the repeat changed it"
+    if rule == "claim_state_wrong":
+        channel, number, holder = args
+        return f"task {channel}#{number} reported unchanged but was {_held(holder)}"
+    return f"{args[0]} declares idempotentHint but an identical repeat changed state"
