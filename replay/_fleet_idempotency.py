@@ -379,6 +379,9 @@ def idempotency_from(store_url: str, *, hints: dict[str, bool] | None = None) ->
         "declared": sorted(tool for tool, declared in hints.items() if declared),
     }
     with connect(store_url, autocommit=True) as conn:
+        # Compiling the plan's ~300 expressions costs seconds (3.6 s of 4.7 on 100,000 events)
+        # and saves little: the work is sorts and windows.
+        conn.execute("SET jit = off")
         row = conn.execute(IDEMPOTENCY_SQL, params).fetchone()
     assert row is not None
     group_rows, finding_rows, hint_rows, calls, keyed, claim_calls, claim_repeats = row

@@ -90,6 +90,14 @@ def _row(case: str, seconds: float, events: int, ratio: float) -> None:
     print(f"{case:<48} {seconds:>8.1f} {events / seconds:>10,.0f} {ratio:>6.2f}x", flush=True)
 
 
+def _size(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    return f"{(row[0] if row else 0) / 1e9:.1f} GB"
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
@@ -97,10 +105,13 @@ def _load() -> str:
 
 def shipper_peak_rss_mb(path: Path, url: str) -> float:
     """Peak RSS of a fresh ``agentteam-replay ship`` process shipping one journal."""
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so a child started by a large
+    # parent reports the parent's peak.
     code = (
-        "import resource, sys, replay\n"
+        "import sys, replay\n"
         "assert replay.ship([sys.argv[1]], sys.argv[2]).ok\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
+        "print(int(status.split()[0]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(path), url], capture_output=True, text=True, check=True
@@ -159,6 +170,12 @@ def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
     assert shipped.ok and shipped.shipped == events
     copy_s, copied = _timed(lambda: plain_copy(baseline, paths))
     assert copied == events
+    files = sum(p.stat().st_size for p in tmp.iterdir())
+    print(
+        f"sizes: journal files {files / 1e9:.1f} GB, store {_size(store)},"
+        f" plain table {_size(baseline)}",
+        flush=True,
+    )
     _row("plain COPY of the same rows", copy_s, events, 1)
     _row("ship (verified, partitioned, jsonb, indexed)", ship_s, events, copy_s / ship_s)
     local_s, local = _timed(lambda: replay.audit(paths))
