@@ -20,11 +20,16 @@ from runtime import Runtime
 
 from .bridge_inprocess import inprocess_bridge, kinds_of, verified
 
-MAX_STEPS = 5000  # bounds the walk; a call takes a few dozen scheduling points
+MAX_STEPS = 5000  # bounds one walk; a call takes about ten scheduling points
 # The walk goes on past the first call that completes uncut: how many scheduling points a call
 # takes varies with the machine's load (the token command's process, the journal's thread), so
 # one short call must not end the walk before the points of a longer one were visited.
 COMPLETIONS = 3
+# The token command's process takes a varying number of scheduling points (3-6 here), so the
+# k-th point of one call is not the k-th point of the next: the exchange's one point (the
+# response's wait) can fall between two calls' k. A walk that did not cut a call there is walked
+# again on a new journal; each walk is a few dozen calls.
+MAX_WALKS = 40
 
 
 class _CancelAtStep(trio.abc.Instrument):
@@ -53,9 +58,34 @@ class _CancelAtStep(trio.abc.Instrument):
 async def test_a_call_cancelled_at_every_await_point_leaves_a_sound_journal(
     runtime: Runtime, tmp_path: Path, tool: str, arguments: dict[str, Any]
 ) -> None:
-    path = tmp_path / "j.db"
     token = runtime.mint_token()
     command = CommandToken(f"printf %s {token}")
+    for walk in range(MAX_WALKS):
+        path = tmp_path / f"walk-{walk}.db"
+        outcomes = await _walk(runtime, path, command, tool, arguments)
+        stories = kinds_of(path)
+        assert len(stories) == len(outcomes) + COMPLETIONS + 1
+        for call_id, kinds in stories.items():
+            assert kinds[-1] in ("call_result", "call_cancelled"), (call_id, kinds)
+        # A cut after the outcome is on record (in its durable wait) leaves that outcome; how
+        # many scheduling points that wait has depends on the journal's thread.
+        assert sum(kinds[-1] == "call_cancelled" for kinds in stories.values()) > len(outcomes) // 2
+        verified(path)  # every call closed, grammatical; the chain and checkpoints hold
+        # The walk met the waits before the request (token command, journal) and the HTTP
+        # exchange itself, as the journal shows (not a number of steps: see MAX_WALKS).
+        cut = [kinds for kinds in stories.values() if kinds[-1] == "call_cancelled"]
+        assert any("upstream_request" not in kinds for kinds in cut), stories
+        if any("upstream_request" in kinds for kinds in cut):
+            break
+    else:
+        pytest.fail(f"no walk of {MAX_WALKS} cut a call in its HTTP exchange")
+
+
+async def _walk(
+    runtime: Runtime, path: Path, command: CommandToken, tool: str, arguments: dict[str, Any]
+) -> list[str]:
+    """Cancel a call at its k-th scheduling point for k = 1, 2, ... until COMPLETIONS calls
+    complete uncut; the cut calls' outcomes."""
     outcomes: list[str] = []
     async with inprocess_bridge(
         path,
@@ -85,25 +115,10 @@ async def test_a_call_cancelled_at_every_await_point_leaves_a_sound_journal(
                 assert answered and not answered[0].is_error, answered
                 completed += 1
                 if completed == COMPLETIONS:
-                    break
+                    return outcomes
                 continue
             outcomes.append("cancelled")
-        else:
-            pytest.fail(f"the call never completed within {MAX_STEPS} steps")
-    stories = kinds_of(path)
-    assert len(stories) == len(outcomes) + COMPLETIONS + 1
-    for call_id, kinds in stories.items():
-        assert kinds[-1] in ("call_result", "call_cancelled"), (call_id, kinds)
-    # The walk met the waits before the request (token command, journal) and the HTTP exchange
-    # itself. Counted by what the journal shows, not by a number of steps: how many scheduling
-    # points a call takes depends on what is ready when it asks (a loaded machine differs).
-    cut = [kinds for kinds in stories.values() if kinds[-1] == "call_cancelled"]
-    assert any("upstream_request" in kinds for kinds in cut), stories
-    assert any("upstream_request" not in kinds for kinds in cut), stories
-    # A cut after the outcome is on record (in its durable wait) leaves that outcome; how many
-    # scheduling points that wait has depends on the journal's thread: most cuts, not all but two.
-    assert sum(kinds[-1] == "call_cancelled" for kinds in stories.values()) > len(outcomes) // 2
-    verified(path)  # every call closed, grammatical; the chain and checkpoints hold
+    pytest.fail(f"the call never completed within {MAX_STEPS} steps")
 
 
 async def test_a_call_cancelled_during_the_token_command_is_journaled(
