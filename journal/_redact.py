@@ -177,12 +177,17 @@ def _trie_pattern(words: Iterable[str]) -> re.Pattern[str]:
 
 # The screen: the strings every match contains, exact ones in one scan, the ones the patterns
 # match ignoring case in the case-folded text (casefold folds all that their flag does).
-_FORMAT_EXACT: Final = _trie_pattern(_minimal(w for _m, _c, words, _f in RULE_SET for w in words))
+# Basic auth's matches (`scheme://user:password@host`) hold both `://` and `@`, and either alone is
+# common in this traffic (a URL; a handle such as `@alice` in every task): the screen asks for
+# both (`_may_hold_format`, `Redactor.screen`), and its `@` only picks the plugin once screened.
+_FORMAT_EXACT: Final = _trie_pattern(
+    _minimal(w for module, _c, words, _f in RULE_SET if module != "basic_auth" for w in words)
+)
 _FORMAT_FOLDED: Final = _minimal(w for _m, _c, _w, folded in RULE_SET for w in folded)
 
 
 def _may_hold_format(text: str) -> bool:
-    if _FORMAT_EXACT.search(text) is not None:
+    if _FORMAT_EXACT.search(text) is not None or ("@" in text and "://" in text):
         return True
     folded = text.casefold()
     return any(word in folded for word in _FORMAT_FOLDED)

@@ -366,3 +366,32 @@ def test_a_session_start_passes_the_format_screen(api_url: str) -> None:
     text = msgspec.json.encode(started).decode()
     assert not _may_hold_format(text), text
     assert not Redactor().screen(text), text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"assignee": "@alice", "createdBy": "@local-agent"},  # handles: in every task
+        {"link": "https://example.com/docs"},  # a URL without credentials
+        {"deprecation": "@1796083200"},  # RFC 9745's date
+    ],
+)
+def test_handles_or_urls_alone_do_not_need_the_rule_set(value: dict[str, str]) -> None:
+    """Basic auth's screen asks for both `://` and `@`: either alone is common traffic, and
+    the rule set costs ~0.1 ms a text (the instruction guard's task_get moved +16% when `@`
+    alone sent every task through it)."""
+    from journal._redact import _may_hold_format
+
+    text = msgspec.json.encode(value).decode()
+    assert not _may_hold_format(text), text
+    assert not Redactor().screen(text), text
+
+
+def test_a_url_with_credentials_beside_a_handle_is_redacted() -> None:
+    text = msgspec.json.encode(
+        {"by": "@alice", "url": "https://bob:hunter2x@example.com/"}
+    ).decode()
+    assert Redactor().screen(text)
+    assert (
+        "hunter2x" not in msgspec.json.encode(Redactor().redact(msgspec.json.decode(text))).decode()
+    )
