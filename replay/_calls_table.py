@@ -1,9 +1,10 @@
 """The ``calls`` table and its JSON, written as the calls stream in: any length in flat memory.
 
 The table is what rich prints for one table of every row; rich sizes a column to its widest
-cell, so the rows are measured and set aside in an anonymous temporary file as they are read,
-then printed in tables of ``_CALL_CHUNK`` rows whose columns have those widths. The JSON is
-what ``to_json`` prints for a :class:`CallList`, written call by call.
+cell, so the rows are measured and set aside as they are read (past ``_IN_MEMORY_BYTES``, in an
+anonymous temporary file; where none can be written, a read-only or missing ``TMPDIR`` or a full
+disk, in memory), then printed in tables of ``_CALL_CHUNK`` rows whose columns have those widths.
+The JSON is what ``to_json`` prints for a :class:`CallList`, written call by call.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["SpilledCalls", "print_calls", "render_calls", "spill_calls", "write_
 # The calls table's columns; the first is the agent instead when the calls are of several.
 _CALL_COLUMNS: Final = ("time:8", "call:17", "tool:15", "status:10", "error:14", "ms:>6")
 _CALL_CHUNK: Final = 1000  # rows printed per table
+_IN_MEMORY_BYTES = 1 << 20  # rows kept in memory before they go to the temporary file
 
 
 def render_calls(console: Console, result: CallList | CallStream) -> None:
@@ -39,11 +41,16 @@ class SpilledCalls:
     """The calls table's rows in an anonymous temporary file, and the widths of its columns.
 
     Rich sizes a column to its widest cell, so every row is measured before the first is
-    printed; a stream is read once, so its rows wait on disk rather than in memory.
+    printed; a stream is read once, so its rows wait on disk rather than in memory. The first
+    ``_IN_MEMORY_BYTES`` of them, and all that no temporary file could take (``spill_error``
+    says why), wait in memory: the table is printed whatever the disk.
     """
 
     def __init__(self, console: Console) -> None:
-        self.file = tempfile.TemporaryFile()
+        # The temporary file, unbuffered: what it holds is what it took.
+        self._file: IO[bytes] | None = None
+        self._pending = bytearray()  # the rows after those in the file
+        self.spill_error: OSError | None = None
         self.agents: set[str | None] = set()  # two at most: enough to tell one from several
         headers = ["time:8", "agent:8", *_CALL_COLUMNS[1:]]
         self._bounds = [int(h.partition(":")[2].lstrip(">")) for h in headers]
@@ -71,18 +78,46 @@ class SpilledCalls:
                 # The state is printed as a Text: no markup in it.
                 width = _cell_width(self._console, self._options, Text(cell) if i == 4 else cell)
                 widths[i] = min(bounds[i], max(widths[i], width))
-        self.file.write(_encode(cells) + b"\n")
+        self._pending += _encode(cells) + b"\n"
+        if len(self._pending) >= _IN_MEMORY_BYTES and self.spill_error is None:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Move the rows in memory to the temporary file, as far as it takes them."""
+        written = 0
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(buffering=0)
+            data = bytes(self._pending)
+            while written < len(data):
+                written += self._file.write(data[written:] if written else data)
+        except OSError as exc:
+            self.spill_error = exc  # from now on the rows stay in memory
+        del self._pending[:written]
 
     def rows(self) -> Iterator[list[str]]:
-        self.file.seek(0)
-        for line in self.file:
+        head = b""  # a row the file took only the start of (a short write)
+        if self._file is not None:
+            self._file.seek(0)
+            with open(self._file.fileno(), "rb", closefd=False) as spilled:
+                for line in spilled:
+                    if not line.endswith(b"\n"):
+                        head = line
+                        break
+                    yield msgspec.json.decode(line, type=list[str])
+        for line in (head + self._pending).splitlines():
             yield msgspec.json.decode(line, type=list[str])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._pending.clear()
 
     def __enter__(self) -> SpilledCalls:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.file.close()
+        self.close()
 
 
 def spill_calls(console: Console, calls: Iterable[CallSummary]) -> SpilledCalls:
@@ -92,7 +127,7 @@ def spill_calls(console: Console, calls: Iterable[CallSummary]) -> SpilledCalls:
         for call in calls:
             spilled.add(call)
     except BaseException:
-        spilled.file.close()
+        spilled.close()
         raise
     return spilled
 

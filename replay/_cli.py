@@ -108,6 +108,9 @@ def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
             rows = _calls_table.spill_calls(out, stream)
     with rows:
         _calls_table.print_calls(out, rows, stream)
+    if rows.spill_error is not None:  # printed all the same, from memory
+        reason = rows.spill_error.strerror or type(rows.spill_error).__name__
+        err.print(f"{PROG}: the table was held in memory: no temporary file ({reason})")
     return EXIT_OK
 
 

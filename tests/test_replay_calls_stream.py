@@ -168,3 +168,64 @@ def test_an_empty_list_prints_its_header(everyday_journal: Built) -> None:
         draw(Console(file=out, width=80), listed)
         printed.append(out.getvalue())
     assert printed[0] == printed[1] and printed[0].startswith("time")
+
+
+@pytest.mark.parametrize("tmpdir", ["missing", "full"])
+def test_the_table_is_printed_when_no_temporary_file_can_be_written(
+    journals: list[Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmpdir: str
+) -> None:
+    """A read-only or missing TMPDIR, or a full disk, costs memory, never the table."""
+    import tempfile
+
+    monkeypatch.setattr(calls_table, "_IN_MEMORY_BYTES", 512, raising=False)  # a few rows
+    if tmpdir == "missing":
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    else:
+        real = tempfile.TemporaryFile
+
+        def full_disk(*args: object, **kwargs: object) -> object:
+            file = real(*args, **kwargs)  # type: ignore[call-overload]
+
+            class Full:
+                written = 0
+
+                def write(self, data: bytes) -> int:
+                    if self.written:  # the first chunk goes to disk, then it is full
+                        raise OSError(28, "No space left on device")
+                    self.written = file.write(data[:100])  # a short write first
+                    return self.written
+
+                def __getattr__(self, name: str) -> object:
+                    return getattr(file, name)
+
+            return Full()
+
+        monkeypatch.setattr(tempfile, "TemporaryFile", full_disk)
+    listed = replay.list_calls(journals)
+    printed = []
+    for draw in (one_table, calls_table.render_calls):
+        out = io.StringIO()
+        draw(Console(file=out, width=120), listed)
+        printed.append(out.getvalue())
+    assert printed[0] == printed[1]
+    with calls_table.spill_calls(Console(file=io.StringIO()), listed.calls) as spilled:
+        assert spilled.spill_error is not None
+        assert sum(1 for _row in spilled.rows()) == len(listed.calls) > 100
+
+
+def test_the_cli_says_when_the_table_was_held_in_memory(
+    journals: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import tempfile
+
+    from replay._cli import main
+
+    monkeypatch.setattr(calls_table, "_IN_MEMORY_BYTES", 512)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    assert main(["calls", *map(str, journals)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.count("\n") > 100 and "calls matched" in printed.out
+    assert "held in memory" in printed.err
