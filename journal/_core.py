@@ -191,6 +191,8 @@ class _Core(_LiveSegment):
             raise EventEncodeError(f"{payload.kind} payload cannot be encoded: {exc}") from exc
         status, error_type, duration = derived_columns(payload)
         request_id = event.jsonrpc_request_id
+        # The envelope's text columns get the rules too: a tool name is the model's free text.
+        method, tool = event.mcp_method_name, event.gen_ai_tool_name
         row: Row = (
             self.next_seq,
             self.journal_id,
@@ -200,8 +202,8 @@ class _Core(_LiveSegment):
             wall_now(),
             payload.kind,
             payload.kind_version,
-            event.mcp_method_name,
-            event.gen_ai_tool_name,
+            None if method is None else redact.redact_id(method),
+            None if tool is None else redact.redact_id(tool),
             None if request_id is None else redact.redact_id(str(request_id)),
             None if status is None else int(status),
             error_type,

@@ -82,6 +82,13 @@ def _careless_events() -> list[journal.Event]:
             call_id="c1",
             payload=journal.CallResult(result={CANARY: "as a key", "cookie": "session=abc"}),
         ),
+        journal.Event(  # a tool name is the model's: it can hold anything
+            session_id=SESSION,
+            call_id="c2",
+            mcp_method_name=f"tools/call {CANARY}",
+            gen_ai_tool_name=f"task_{CANARY}",
+            payload=journal.CallRejected(error_code="unknown_tool", message="unknown tool"),
+        ),
     ]
 
 
@@ -395,3 +402,23 @@ def test_a_url_with_credentials_beside_a_handle_is_redacted() -> None:
     assert (
         "hunter2x" not in msgspec.json.encode(Redactor().redact(msgspec.json.decode(text))).decode()
     )
+
+
+def test_a_credential_format_in_a_tool_name_is_redacted(tmp_path: Path) -> None:
+    """The envelope's text columns get the payload's rules: a model's tool name is free text."""
+    token = "ghp_" + "a1B2" * 9
+    path = tmp_path / "j.db"
+    with journal.open_sync_writer(path, key=KEY) as writer:
+        writer.append(
+            journal.Event(
+                session_id=SESSION,
+                call_id="c1",
+                mcp_method_name="tools/call",
+                gen_ai_tool_name=f"task_get {token}",
+                payload=journal.CallRejected(error_code="unknown_tool", message="unknown tool"),
+            )
+        )
+    with journal.open_reader(path) as reader:
+        (record,) = reader.events()
+    assert record.gen_ai_tool_name == f"task_get {secret_marker(token)}"
+    assert record.mcp_method_name == "tools/call"
