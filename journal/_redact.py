@@ -460,7 +460,9 @@ class Redactor:
         for secret in self._long:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        text = _redact_formats(text)  # first, so that a JWT or a URL password keeps a digest
+        # Formats first, so that a JWT keeps a digest (a URL's `user:password@` then goes whole:
+        # the shape rule takes the user with the password's marker).
+        text = _redact_formats(text)
         shaped = text
         for may_match, pattern, replacement in _SHAPES:
             if may_match(shaped):
