@@ -132,3 +132,22 @@ def test_the_cli_prints_the_same_report(fleet: tuple[list[Path], str], command: 
     stored = run("--from", url)
     assert stored.returncode == local.returncode, stored.stderr
     assert stored.stdout == local.stdout
+
+
+def test_an_empty_journal_reads_the_same_from_the_store(tmp_path: Path, pg_url: str) -> None:
+    """No calls at all: every report over the store is the local one (empty, not an error)."""
+    import journal
+
+    from .journal_helpers import KEY
+
+    path = tmp_path / "empty.db"
+    journal.open_sync_writer(path, key=KEY).close()
+    assert replay.ship([path], pg_url).ok
+    assert to_json(reports.calls_from(pg_url, replay.CallFilter())) == to_json(
+        replay.list_calls([path])
+    )
+    assert to_json(reports.audit_from(pg_url)) == to_json(replay.audit([path]))
+    assert to_json(reports.deprecations_from(pg_url, as_of=AS_OF)) == to_json(
+        replay.deprecations([path], as_of=AS_OF)
+    )
+    assert to_json(reports.idempotency_from(pg_url)) == to_json(replay.check_idempotency([path]))
