@@ -102,6 +102,51 @@ def test_a_journal_rolled_over_into_segments_verifies_as_one_chain(tmp_path: Pat
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_a_segment_rolls_over_at_the_commit_that_fills_it(tmp_path: Path, seed: int) -> None:
+    """The size is measured lazily (only once the commits could have filled the segment), yet
+    after every append the live segment is under ``segment_bytes``: the commit that reaches it
+    rolls over, whatever the rows (tiny ones with long envelope columns, 4-byte text)."""
+    import random
+
+    rng = random.Random(seed)
+    limit = 160 * 1024
+    base = tmp_path / "j.db"
+
+    def live_bytes() -> int:
+        live = max(base.parent.glob("j*.db"), key=journal.segment_index)
+        conn = sqlite3.connect(f"file:{live}?mode=ro", uri=True)
+        try:
+            pages, size = (
+                conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size")
+            )
+        finally:
+            conn.close()
+        return int(pages) * int(size)
+
+    rolled = 0
+    with journal.open_sync_writer(base, key=KEY, segment_bytes=limit, synchronous_full=False) as w:
+        for i in range(1500):
+            text = rng.choice(["", "x" * rng.randrange(200), "𝄞漢" * rng.randrange(1, 3000)])
+            events = [
+                journal.Event(
+                    session_id=f"s{i}" * rng.randrange(1, 30),
+                    call_id=f"c{i}-{k}" * rng.randrange(1, 30),
+                    gen_ai_tool_name="t" * rng.randrange(1, 128),
+                    jsonrpc_request_id="r" * rng.randrange(1, 256),
+                    payload=CallReceived(arguments={"title": text}),
+                )
+                for k in range(rng.randrange(1, 4))
+            ]
+            w.append_many(events, durable=False)
+            assert live_bytes() < limit, i
+            rolled = max(
+                rolled,
+                journal.segment_index(max(base.parent.glob("j*.db"), key=journal.segment_index)),
+            )
+    assert rolled >= 3
+
+
 def test_every_reader_reads_a_segmented_journal_as_one(tmp_path: Path) -> None:
     path = tmp_path / "journal-1.db"
     write_segmented(path, 40)
