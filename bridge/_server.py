@@ -104,6 +104,21 @@ class _SessionLog:
         warm_up_redaction()
 
 
+_start_up_frozen = False
+
+
+def _freeze_start_up() -> None:
+    """Start-up's objects (the SDK, pydantic's models, the registry) live as long as the
+    process: frozen out of the collector's generations, the periodic full collection no longer
+    walks them (~40M instructions, a stall of tens of ms), nor do the gen-1 ones. Once per
+    process: what a later session's handshake would freeze is the garbage made since (a process
+    serving sessions one after another, as the in-memory harness does), never collected."""
+    global _start_up_frozen
+    if not _start_up_frozen:
+        _start_up_frozen = True
+        gc.freeze()
+
+
 def build_server(
     bridge: Bridge, session_log: _SessionLog, direct: DirectCalls | None = None
 ) -> Server[Any]:
@@ -125,10 +140,7 @@ def build_server(
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
         await session_log.start(ctx)
-        # Start-up's objects (the SDK, pydantic's models, the registry) live as long as the
-        # process: frozen out of the collector's generations, the periodic full collection no
-        # longer walks them (~40M instructions, a stall of tens of ms), nor do the gen-1 ones.
-        gc.freeze()
+        _freeze_start_up()
         if direct is not None and bridge.tracing is None:
             direct.enable(ctx.protocol_version)
 

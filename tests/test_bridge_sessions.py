@@ -282,3 +282,35 @@ async def test_a_pool_skips_files_held_by_a_live_writer_or_locked_by_another_pro
         other.close()
         held.close()
     assert key.stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_later_session_leaves_the_processs_garbage_collectable(
+    runtime: Any, tmp_path: Path
+) -> None:
+    """`serve` freezes start-up's objects out of the collector at its handshake, once per
+    process: one that serves sessions one after another (the in-memory harness, an embedding)
+    still collects the cycles it made between them."""
+    import gc
+    import weakref
+
+    from tests.bridge_inprocess import inprocess_session
+
+    class Cycle:
+        me: Any
+
+    async with inprocess_session(runtime, tmp_path / "first.db") as first:
+        await first.call("task_list", {"channel": "general"})
+    gc.disable()  # the cycle must still exist at the next handshake
+    try:
+        cycle = Cycle()
+        cycle.me = cycle
+        alive = weakref.ref(cycle)
+        del cycle
+        async with inprocess_session(runtime, tmp_path / "second.db") as second:
+            await second.call("task_list", {"channel": "general"})
+            frozen = gc.get_freeze_count()
+    finally:
+        gc.enable()
+    gc.collect()
+    assert frozen > 0  # the handshake did freeze (in this process, once)
+    assert alive() is None
