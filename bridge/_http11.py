@@ -356,7 +356,16 @@ class Http11Pool:
             if scope.cancelled_caught:
                 raise TransportFailure("pool_timeout", sent=False) from None
         try:
-            connection = self._reuse() or await self._connect(deadline)
+            reused = self._reuse()
+            connection = reused or await self._connect(deadline)
+            if trio.current_time() >= deadline:
+                # The slot's wait or the connect took the whole deadline: the send below has no
+                # scheduling point to stop it, so say so here, with the request still unsent.
+                await self._release(connection, reusable=True)
+                kind = "pool_timeout" if reused else "connect_timeout"
+                raise TransportFailure(
+                    kind, sent=False, reason="the deadline passed before sending"
+                )
             # From here on the request may have reached the server, whatever fails.
             exchanged = None
             try:

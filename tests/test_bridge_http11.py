@@ -261,6 +261,23 @@ async def test_a_full_pool_waits_then_times_out_never_sent() -> None:
     assert status == 200 and server.connections == 1
 
 
+async def test_a_deadline_spent_before_sending_is_never_sent() -> None:
+    """The send has no scheduling point, so a deadline the slot's wait (or the connect) used up
+    is checked before it: the request stays unsent, and the connection stays usable."""
+    async with serving() as server:
+        client = pool(server.port)
+        await client.request("POST", "/first", [], b"{}")
+        client._timeout = 0.0  # the deadline is spent as soon as the request starts
+        with pytest.raises(TransportFailure) as caught:
+            await client.request("POST", "/late", [], b"{}")
+        assert (caught.value.kind, caught.value.sent) == ("pool_timeout", False)
+        client._timeout = 30.0
+        status, _, _ = await client.request("POST", "/again", [], b"{}")
+        await client.aclose()
+    assert status == 200 and server.connections == 1
+    assert [request.target for request, _ in server.requests] == [b"/first", b"/again"]
+
+
 async def test_an_oversized_answer_is_refused() -> None:
     async def big(
         stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, body: bytes
