@@ -32,7 +32,7 @@ import sys
 from typing import Any, Final
 
 from ._findings import Finding
-from ._fleet_store import connect
+from ._fleet_store import OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
 from ._idempotency import (
     REPEAT_WINDOW,
     HintCheck,
@@ -45,7 +45,6 @@ from ._story import MAX_EVENTS_PER_CALL
 
 __all__ = ["IDEMPOTENCY_SQL", "idempotency_from"]
 
-_OUTCOMES: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
 # What Python's str.strip() removes (the local reader strips an argument key).
 _WHITESPACE: Final = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
 
@@ -92,10 +91,10 @@ WITH ev AS (
     bool_or(kind = 'call_received') AS received,
     (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
       AS fields,
-    min(seq) FILTER (WHERE kind IN {_OUTCOMES}) AS closed_at,
-    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_kind,
-    (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_seq,
-    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome,
+    min(seq) FILTER (WHERE kind IN {OUTCOME_KINDS}) AS closed_at,
+    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_kind,
+    (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_seq,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
     (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind = 'upstream_request'))[1] AS request,
     coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
                      AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
@@ -113,12 +112,7 @@ WITH ev AS (
     CASE WHEN f.closed_at IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
     coalesce(f.closed_at, se.seq, f.first_seq) AS close_seq
   FROM folded f
-  LEFT JOIN LATERAL (
-    SELECT st.doc FROM agentteam.events st
-    WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
-      AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
-    ORDER BY st.seq DESC LIMIT 1
-  ) s ON true
+  {SESSION_STARTED_OF_CALL}
   LEFT JOIN LATERAL (
     SELECT x.seq FROM agentteam.events x
     WHERE f.closed_at IS NULL AND x.journal_id = f.journal_id AND x.session_id = f.session_id

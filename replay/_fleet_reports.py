@@ -38,7 +38,7 @@ from ._deprecations import (
     _report,
 )
 from ._fleet_idempotency import idempotency_from
-from ._fleet_store import connect
+from ._fleet_store import OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
 from ._story import MAX_EVENTS_PER_CALL, CallSummary
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CALL_LINES", "audit_from", "calls_from", "deprecations_from", "idempotency_from"]
 
-_OUTCOMES: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
 
 # One row per call, as CallStory.summary() sees it (its first MAX_EVENTS_PER_CALL events).
 CALL_LINES: Final = f"""
@@ -67,11 +66,12 @@ WITH ev AS (
     (array_agg(ts_wall ORDER BY seq))[1] AS started_at,
     (array_agg(ts_wall ORDER BY seq DESC))[1] AS ended_at,
     (array_agg(ts_mono_ns ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1] AS received_ns,
-    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_kind,
+    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_kind,
     (array_agg(doc ->> 'error_code' ORDER BY seq DESC)
-      FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_code,
-    (array_agg(ts_mono_ns ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome_ns,
-    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {_OUTCOMES}))[1] AS outcome,
+      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_code,
+    (array_agg(ts_mono_ns ORDER BY seq DESC)
+      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_ns,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
     count(*) FILTER (WHERE kind = 'upstream_request') AS upstream_requests,
     coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
                      AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
@@ -127,12 +127,7 @@ WITH ev AS (
              THEN f.outcome -> 'result' -> 'data' -> 'task' ->> 'channel' END) END
     ) AS channel
   FROM folded f
-  LEFT JOIN LATERAL (
-    SELECT st.doc FROM agentteam.events st
-    WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
-      AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
-    ORDER BY st.seq DESC LIMIT 1
-  ) s ON true
+  {SESSION_STARTED_OF_CALL}
 )
 SELECT
   l.*,

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "OUTCOME_KINDS",
+    "SESSION_STARTED_OF_CALL",
     "StoreError",
     "StoreFinding",
     "connect",
@@ -36,6 +38,16 @@ __all__ = [
 ]
 
 _SCHEMES: Final = ("postgresql://", "postgres://")
+
+# SQL the reports share: the kinds that close a call, and a call's session start (the latest
+# `session_started` of its session before its first event) joined to the calls `folded f` as `s`.
+OUTCOME_KINDS: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
+SESSION_STARTED_OF_CALL: Final = """LEFT JOIN LATERAL (
+    SELECT st.doc FROM agentteam.events st
+    WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
+      AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
+    ORDER BY st.seq DESC LIMIT 1
+  ) s ON true"""
 _APPLICATION: Final = "agentteam-replay"
 
 
