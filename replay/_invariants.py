@@ -158,7 +158,13 @@ class EventChecks:
         # payload (JSON) every whitespace but the space is escaped, so "Bearer " it is.
         if "earer " in payload or "EARER " in payload or "atk_" in payload or "eyJ" in payload:
             self._search_secret(seq, "payload", payload, call_id)
-        for column, value in (("session_id", session_id), ("call_id", call_id)):
+        # The envelope's text columns too: a tool or method name comes from the client.
+        for column, value in (
+            ("session_id", session_id),
+            ("call_id", call_id),
+            ("mcp_method_name", row[8]),
+            ("gen_ai_tool_name", row[9]),
+        ):
             if isinstance(value, str) and ("earer" in value or "atk_" in value or "eyJ" in value):
                 self._search_secret(seq, column, value, call_id)
 

@@ -205,6 +205,17 @@ def test_a_bearer_token_planted_by_hand_is_found(copied: Built) -> None:
     assert all("12345" not in f.detail for f in result.findings)
 
 
+@pytest.mark.parametrize("column", ["gen_ai_tool_name", "mcp_method_name"])
+def test_a_token_in_an_envelope_column_is_found(copied: Built, column: str) -> None:
+    """Journals written before the writer redacted the tool and method columns may hold a
+    model-supplied token there: verify looks at them as it does at the payload."""
+    seq = seq_of(copied.path, "call_received")
+    tamper(copied.path, f"UPDATE events SET {column} = 'atk_{'x' * 40}' WHERE seq = {seq}")
+    result = replay.verify([copied.path], key=copied.key)
+    assert (seq, "secret_in_payload") in rules(result), result.findings
+    assert all("xxxxxxxx" not in f.detail for f in result.findings)
+
+
 def test_many_journals_are_checked_each_and_named_in_findings(
     everyday_journal: Built, tmp_path: Path
 ) -> None:
