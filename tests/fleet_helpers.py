@@ -24,6 +24,7 @@ from journal import (
 )
 
 from .journal_helpers import KEY
+from .replay_helpers import consolidated_copy, tamper
 
 ROUTE: Final = "/api/v1/workspaces/ws-1/agents/{agent}/runtime/tasks"
 
@@ -163,44 +164,24 @@ def append_calls(path: Path, journal_id: str, start: int, calls: int) -> None:
         writer.append_many(events)
 
 
-def consolidated_copy(path: Path, target: Path) -> Path:
-    """A copy with the WAL folded in (to edit it with sqlite3 without the journal's triggers)."""
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    copy = sqlite3.connect(target)
-    try:
-        source.backup(copy)
-    finally:
-        source.close()
-        copy.close()
-    return target
-
-
 def truncate_to(path: Path, seq: int) -> None:
     """Cut the journal's events after ``seq`` and its checkpoints beyond it (an attacker's edit)."""
-    conn = sqlite3.connect(path)
-    try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
-        for name in names:
-            conn.execute(f"DROP TRIGGER {name}")
-        conn.execute("DELETE FROM events WHERE seq > ?", (seq,))
-        conn.execute("DELETE FROM checkpoints WHERE seq > ?", (seq,))
-        conn.commit()
-    finally:
-        conn.close()
+    tamper(
+        path,
+        "DELETE FROM events WHERE seq > ?",
+        "DELETE FROM checkpoints WHERE seq > ?",
+        params=(seq,),
+    )
 
 
 def drop_before(path: Path, seq: int) -> None:
     """Remove events 1..seq and the checkpoints up to it: what a later segment holds."""
-    conn = sqlite3.connect(path)
-    try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
-        for name in names:
-            conn.execute(f"DROP TRIGGER {name}")
-        conn.execute("DELETE FROM events WHERE seq <= ?", (seq,))
-        conn.execute("DELETE FROM checkpoints WHERE seq <= ?", (seq,))
-        conn.commit()
-    finally:
-        conn.close()
+    tamper(
+        path,
+        "DELETE FROM events WHERE seq <= ?",
+        "DELETE FROM checkpoints WHERE seq <= ?",
+        params=(seq,),
+    )
 
 
 def split_in_segments(path: Path, at: int, directory: Path) -> tuple[Path, Path]:

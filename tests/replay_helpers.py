@@ -115,17 +115,22 @@ def everyday_journal(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build(tmp_path_factory.mktemp("everyday"), everyday)
 
 
+def consolidated_copy(path: Path, target: Path) -> Path:
+    """A copy with the WAL folded in: one file to send elsewhere, or to edit with sqlite3."""
+    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    copy = sqlite3.connect(target)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
+    return target
+
+
 def copy_journal(built: Built, directory: Path) -> Built:
     """A consolidated copy (WAL folded in) with its key and exported checkpoint."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "journal.db"
-    source = sqlite3.connect(f"file:{built.path}?mode=ro", uri=True)
-    target = sqlite3.connect(path)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
+    path = consolidated_copy(built.path, directory / "journal.db")
     key = key_path_for(path)
     key.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(built.key_path, key)

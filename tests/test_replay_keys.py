@@ -20,7 +20,7 @@ import pytest
 import journal
 from replay._cli import main
 
-from .replay_helpers import Built, everyday_journal, replay_cli, tamper
+from .replay_helpers import Built, consolidated_copy, everyday_journal, replay_cli, tamper
 
 __all__ = ["everyday_journal"]  # a fixture, shared through the helpers
 
@@ -76,22 +76,11 @@ def auditor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "auditor"
 
 
-def _backup(path: Path, target: Path) -> None:
-    """A consolidated copy of a journal (its WAL folded in), as one file to send elsewhere."""
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    copy = sqlite3.connect(target)
-    try:
-        source.backup(copy)
-    finally:
-        source.close()
-        copy.close()
-
-
 def _copy(origin: Origin, auditor: Path) -> Path:
     """What reaches the auditor: the journal and the checkpoint exported beside it."""
     auditor.mkdir(exist_ok=True)
     target = auditor / "journal.db"
-    _backup(origin.path, target)
+    consolidated_copy(origin.path, target)
     if origin.exported.exists():
         shutil.copy(origin.exported, f"{target}.checkpoint.json")
     return target
@@ -293,7 +282,7 @@ def test_a_real_bridge_journal_copied_elsewhere_verifies_only_with_its_public_ke
     shown = replay_cli("key", env={"XDG_CONFIG_HOME": str(everyday_journal.key_path.parents[1])})
     assert shown.returncode == 0 and everyday_journal.vkey in shown.stdout
     copy = tmp_path / "journal.db"
-    _backup(everyday_journal.path, copy)
+    consolidated_copy(everyday_journal.path, copy)
     done = replay_cli("verify", copy, env=elsewhere)
     assert done.returncode == 1 and "checkpoint_unverified" in done.stdout
     assert "no trusted key" in done.stdout and "--trusted-key" in done.stdout  # what to do
