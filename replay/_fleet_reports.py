@@ -359,32 +359,24 @@ def _client(doc: Any) -> str | None:
 def _session_rows(
     sessions: list[tuple[Any, ...]], calls: list[tuple[Any, ...]]
 ) -> list[SessionRow]:
+    def session(jid: str, sid: str, doc: Any, started: Any, ended: Any, reason: Any) -> SessionRow:
+        return SessionRow(
+            journal_id=jid,
+            session_id=sid,
+            client=_client(doc),
+            agent_id=doc.get("agent_id") if isinstance(doc, dict) else None,
+            started_at=started,
+            ended_at=ended,
+            end_reason=reason,
+        )
+
     rows: dict[tuple[str, str], SessionRow] = {}
     for jid, sid, started, doc, ended, reason in sessions:
-        rows.setdefault(
-            (jid, sid),
-            SessionRow(
-                journal_id=jid,
-                session_id=sid,
-                client=_client(doc),
-                agent_id=doc.get("agent_id") if isinstance(doc, dict) else None,
-                started_at=started,
-                ended_at=ended,
-                end_reason=reason,
-            ),
-        )
+        rows.setdefault((jid, sid), session(jid, sid, doc, started, ended, reason))
     for jid, sid, n, errors, mutations, in_doubt, first, last, doc, first_at in calls:
         row = rows.get((jid, sid))
-        if row is None:
-            row = rows[(jid, sid)] = SessionRow(
-                journal_id=jid,
-                session_id=sid,
-                client=_client(doc),
-                agent_id=doc.get("agent_id") if isinstance(doc, dict) else None,
-                started_at=first_at,
-                ended_at=None,
-                end_reason=None,
-            )
+        if row is None:  # calls of a session whose start the store does not hold
+            row = rows[(jid, sid)] = session(jid, sid, doc, first_at, None, None)
         row.calls, row.errors, row.mutations, row.in_doubt = (
             int(n),
             int(errors),
