@@ -13,10 +13,10 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from ._canonical import Row, format_wall
 from ._checkpoint import Checkpoint, HmacKey, SigningKey, sign_checkpoint
@@ -44,6 +44,8 @@ from ._segments import (
 )
 
 __all__ = ["ROLLOVER_RETRY_S"]
+
+_T = TypeVar("_T")
 
 ROLLOVER_RETRY_S: Final = 60.0  # after a successor could not be made, the live one goes on
 # A committed row grows the file by at most this many times its payload's characters plus its
@@ -96,19 +98,7 @@ class _LiveSegment:
         """Lock and open the journal's live segment (its highest-numbered file)."""
         for _ in range(16):
             path = live_segment(self.base)
-            fd = create_private_file(path)
-            try:
-                _lock_exclusively(fd, path)
-                conn = self._connect(path)
-                try:
-                    found_id = ensure_identity(conn, journal_id)
-                    segment = _segment_info(conn)
-                except BaseException:
-                    conn.close()
-                    raise
-            except BaseException:
-                os.close(fd)
-                raise
+            fd, conn, found_id, segment = self._open_locked(path, journal_id, _segment_info)
             if segment.next_file is None:
                 self.path, self._lock_fd, self._conn = path, fd, conn
                 self.journal_id, self.segment = found_id, segment
@@ -129,6 +119,25 @@ class _LiveSegment:
                     "segment, which is missing"
                 )
         raise JournalUnavailable("locked", f"{self.base} kept rolling over while it was opened")
+
+    def _open_locked(
+        self, path: Path, journal_id: str | None, prepare: Callable[[sqlite3.Connection], _T]
+    ) -> tuple[int, sqlite3.Connection, str, _T]:
+        """Create or open `path` owner-only, lock it, connect, settle its journal id and run
+        `prepare` on the connection: (fd, connection, journal id, what `prepare` gave). On any
+        failure nothing stays open."""
+        fd = create_private_file(path)
+        try:
+            _lock_exclusively(fd, path)
+            conn = self._connect(path)
+            try:
+                return fd, conn, ensure_identity(conn, journal_id), prepare(conn)
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _seal_predecessor(self) -> None:
         """Close the previous segment if a crash left it open after its successor was made
@@ -201,22 +210,12 @@ class _LiveSegment:
             if final.exists():
                 raise JournalFormatError(f"{final} exists beside the live segment {self.path}")
             remove_temporary(final)
-            fd = create_private_file(temp)
-            try:
-                _lock_exclusively(fd, temp)
-                conn = self._connect(temp)
-                try:
-                    ensure_identity(conn, self.journal_id)
-                    meta = {"segment_index": str(self.segment.index + 1)}
-                    if isinstance(self._key, SigningKey):
-                        meta["signing_key"] = self._key.verifier.to_text()
-                    _insert_meta(conn, meta)
-                except BaseException:
-                    conn.close()
-                    raise
-            except BaseException:
-                os.close(fd)
-                raise
+            meta = {"segment_index": str(self.segment.index + 1)}
+            if isinstance(self._key, SigningKey):
+                meta["signing_key"] = self._key.verifier.to_text()
+            fd, conn, _, _ = self._open_locked(
+                temp, self.journal_id, lambda conn: _insert_meta(conn, meta)
+            )
         except (OSError, sqlite3.Error, JournalUnavailable, JournalFormatError):
             self._rollover_after = time.monotonic() + ROLLOVER_RETRY_S
             try:
