@@ -32,7 +32,7 @@ import sys
 from typing import Any, Final
 
 from ._findings import Finding
-from ._fleet_store import OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
+from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
 from ._idempotency import (
     REPEAT_WINDOW,
     HintCheck,
@@ -96,8 +96,7 @@ WITH ev AS (
     (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_seq,
     (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
     (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind = 'upstream_request'))[1] AS request,
-    coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
-                     AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
+    {MUTATION_FOLD} AS mutation,
     (array_agg(kind ORDER BY seq DESC)
       FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream
   FROM ev

@@ -38,7 +38,7 @@ from ._deprecations import (
     _report,
 )
 from ._fleet_idempotency import idempotency_from
-from ._fleet_store import OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
+from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
 from ._story import MAX_EVENTS_PER_CALL, CallSummary
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ WITH ev AS (
       FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_ns,
     (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
     count(*) FILTER (WHERE kind = 'upstream_request') AS upstream_requests,
-    coalesce(bool_or(kind = 'upstream_request' AND upper(doc ->> 'method') <> 'GET'
-                     AND right(doc ->> 'route', 4) <> '/get'), false) AS mutation,
+    {MUTATION_FOLD} AS mutation,
     (array_agg(kind ORDER BY seq DESC)
       FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream,
     (array_agg((doc ->> 'status')::int ORDER BY seq DESC)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "MUTATION_FOLD",
     "OUTCOME_KINDS",
     "SESSION_STARTED_OF_CALL",
     "StoreError",
@@ -39,9 +40,13 @@ __all__ = [
 
 _SCHEMES: Final = ("postgresql://", "postgres://")
 
-# SQL the reports share: the kinds that close a call, and a call's session start (the latest
-# `session_started` of its session before its first event) joined to the calls `folded f` as `s`.
+# SQL the reports share: the kinds that close a call, whether a call is a mutation, and a call's
+# session start (the latest `session_started` of its session before its first event) joined to
+# the calls `folded f` as `s`.
 OUTCOME_KINDS: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
+# Over a call's events: whether it sent a request that can change state (`_story.is_mutation`).
+MUTATION_FOLD: Final = """coalesce(bool_or(kind = 'upstream_request'
+    AND upper(doc ->> 'method') <> 'GET' AND right(doc ->> 'route', 4) <> '/get'), false)"""
 SESSION_STARTED_OF_CALL: Final = """LEFT JOIN LATERAL (
     SELECT st.doc FROM agentteam.events st
     WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
