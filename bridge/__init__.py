@@ -1,10 +1,10 @@
 """The trio stdio MCP server exposing the seven canonical Task tools.
 
 This module is the bridge's public face: what ``replay``, the ``agentteam-bridge`` command line
-(:mod:`agentteam_cli`) and the repository's tools use, and ``bridge.testing`` the shared fakes;
-everything else is private (``bridge._x`` modules, which only the bridge itself and its tests
-import; a test pins this set). Names (``testing`` too) resolve on first use (PEP 562): importing
-the call path costs 1-3 s of imports (the MCP SDK, pydantic, httpx), which
+(:mod:`agentteam_task_bridge.cli`) and the repository's tools use, and ``bridge.testing`` the
+shared fakes; everything else is private (``bridge._x`` modules, which only the bridge itself and
+its tests import; a test pins this set). Names (``testing`` too) resolve on first use (PEP
+562): importing the call path costs 1-3 s of imports (the MCP SDK, pydantic, httpx), which
 ``agentteam-bridge --help`` and ``agentteam-replay verify`` should not pay.
 
 Driving one call without a client (what ``agentteam-replay rerun`` does)::

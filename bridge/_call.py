@@ -30,7 +30,7 @@ import mcp_types as types
 import msgspec
 import trio
 
-from journal import (
+from agentteam_task_bridge.journal import (
     META_CALLBACK,
     META_RUN,
     CallCancelled,

@@ -1,8 +1,8 @@
 """`serve`, the bridge's own command: its flags and what it runs, as the MCP client launches it.
 
-``agentteam-bridge`` (:mod:`agentteam_cli`) mounts this command beside ``runtime`` and ``demo``
-with :func:`add_serve_command`; ``python -m bridge._cli serve`` runs it alone, with nothing of the
-runtime or the replay auditor imported.
+``agentteam-bridge`` (:mod:`agentteam_task_bridge.cli`) mounts this command beside ``runtime``
+and ``demo`` with :func:`add_serve_command`; ``python -m agentteam_task_bridge.bridge._cli serve``
+runs it alone, with nothing of the runtime or the replay auditor imported.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bridge._cli serve ...`: the serve command alone."""
+    """`python -m agentteam_task_bridge.bridge._cli serve ...`: the serve command alone."""
     parser = argparse.ArgumentParser(
         prog="agentteam-bridge", description="The AgentTeam Task MCP bridge."
     )

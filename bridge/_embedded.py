@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime import Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import Runtime, RuntimeConfig, open_runtime
 
 from ._context import ConfigError, LaunchContext
 from ._journaling import sqlite_tables

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import trio
 
-import journal
-from journal import Event
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Event
 
 from ._call import JournalFailed
 from ._paths import is_pool, loose_mode, make_private_dir, pool_file

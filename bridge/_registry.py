@@ -13,7 +13,7 @@ from typing import Any, Literal
 import mcp_types as types
 import msgspec
 
-from journal import TASKS_ROUTE_TEMPLATE
+from agentteam_task_bridge.journal import TASKS_ROUTE_TEMPLATE
 
 from . import _inputs as inp
 from . import _outputs as out

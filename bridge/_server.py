@@ -24,7 +24,13 @@ import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from journal import Event, SessionEnded, SessionStarted, announce_key, warm_up_redaction
+from agentteam_task_bridge.journal import (
+    Event,
+    SessionEnded,
+    SessionStarted,
+    announce_key,
+    warm_up_redaction,
+)
 
 from . import __version__, _telemetry
 from ._call import Bridge, JournalFailed, JournalPort, Session

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-import journal
+from agentteam_task_bridge import journal
 
 from . import _inputs as inp
 from ._errors import ToolError

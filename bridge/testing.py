@@ -29,7 +29,7 @@ The names, kept stable:
 Example (the call flow against a scripted upstream, nothing written to disk)::
 
     import httpx
-    from bridge.testing import MemoryJournal, bridge_over, upstream_task
+    from agentteam_task_bridge.bridge.testing import MemoryJournal, bridge_over, upstream_task
 
     journal = MemoryJournal()
     bridge = bridge_over(lambda request: httpx.Response(200, json={"task": upstream_task()}),
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 
-from journal import Event, SessionEnded
+from agentteam_task_bridge.journal import Event, SessionEnded
 
 from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy

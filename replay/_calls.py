@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from journal import (
+from agentteam_task_bridge.journal import (
     CallCancelled,
     CallError,
     CallReceived,

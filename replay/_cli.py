@@ -19,8 +19,7 @@ from typing import IO, Any, Final
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-import bridge
-import journal
+from agentteam_task_bridge import bridge, journal
 
 from . import _calls_table, _fleet_cli
 from . import _render as render
@@ -58,7 +57,7 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Compute under a progress bar, then render (so the two never interleave)."""
     if args.command == "key":
-        import replay
+        from agentteam_task_bridge import replay
 
         info = replay.signing_key(args.key_file, create=args.create)
         if args.json:
@@ -91,7 +90,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``calls`` over journal files streams: the calls are never all in memory."""
-    import replay
+    from agentteam_task_bridge import replay
 
     where = call_filter(args)
     paths = journal_files(args.journals or default_journals())
@@ -132,7 +131,7 @@ def _ship(args: argparse.Namespace, out: Console) -> int:
 
 
 def _prune(args: argparse.Namespace, out: Console) -> int:
-    import replay
+    from agentteam_task_bridge import replay
 
     report = replay.prune(
         args.journals or default_journals(),
@@ -153,7 +152,7 @@ Drawer = Callable[[Console, Any], None]
 def _execute(
     args: argparse.Namespace, progress: ProgressCallback | None
 ) -> tuple[Any, Drawer, int]:
-    import replay
+    from agentteam_task_bridge import replay
 
     if getattr(args, "store", None):
         return _fleet_cli.execute_from(args, progress)

@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-from journal import DeprecatedUsage
+from agentteam_task_bridge.journal import DeprecatedUsage
 
 from ._calls import wall
 from ._source import Progress, open_journals

@@ -26,7 +26,13 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from journal import TASKS_ROUTE_TEMPLATE, CallReceived, Record, UpstreamRequest, UpstreamResponse
+from agentteam_task_bridge.journal import (
+    TASKS_ROUTE_TEMPLATE,
+    CallReceived,
+    Record,
+    UpstreamRequest,
+    UpstreamResponse,
+)
 
 from ._source import Progress, open_journals
 from ._story import CallStory, iter_stories, parse_wall

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
-import journal
-from journal import Checkpoint, Reader
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Checkpoint, Reader
 
 from ._fleet_store import (
     StoreFinding,

@@ -176,7 +176,7 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
 
 def stored_head(conn: psycopg.Connection[Any], journal_id: str) -> tuple[int, str]:
     """(seq, hash) of the last event the store holds for the journal; (0, zeros) if none."""
-    from journal import GENESIS_HASH
+    from agentteam_task_bridge.journal import GENESIS_HASH
 
     row = conn.execute(
         "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq DESC LIMIT 1",

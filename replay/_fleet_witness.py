@@ -24,8 +24,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import journal
-from journal import Reader
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Reader
 
 from ._findings import Finding
 from ._fleet_store import connect, stored_head, witnessed_checkpoint

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import msgspec
 
-import bridge
+from agentteam_task_bridge import bridge
 
 from ._findings import Finding
 from ._source import Progress, open_journals

@@ -15,8 +15,8 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-import journal
-from journal import (
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import (
     OUTCOMES,
     CallReceived,
     ContextInjected,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-import journal
+from agentteam_task_bridge import journal
 
 from ._source import ReplayInputError
 

@@ -34,8 +34,8 @@ from typing import Final
 
 import msgspec
 
-import journal
-from journal import Event, PrunedSegment, SegmentsPruned
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Event, PrunedSegment, SegmentsPruned
 
 from ._fleet_store import contiguous_seq, redact_store_url, witnessed_checkpoint
 from ._source import ReplayInputError, journal_files, open_reader

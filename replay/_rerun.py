@@ -39,8 +39,8 @@ import httpx
 import msgspec
 import trio
 
-import bridge
-from journal import (
+from agentteam_task_bridge import bridge
+from agentteam_task_bridge.journal import (
     META_CALLBACK,
     META_RUN,
     CallError,
@@ -54,7 +54,7 @@ from journal import (
 )
 
 if TYPE_CHECKING:
-    import bridge.testing  # at run time `bridge.testing` resolves on first use (bridge.__getattr__)
+    pass  # at run time `bridge.testing` resolves on first use (bridge.__getattr__)
 
 from ._diff import Difference, diff, normalize
 from ._source import Progress, ReplayInputError, open_journals

@@ -27,8 +27,8 @@ from urllib.parse import quote
 
 import msgspec
 
-import journal
-from journal import Payload, Reader, Record, record_from_row
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Payload, Reader, Record, record_from_row
 
 __all__ = [
     "JournalInfo",

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from journal import (
+from agentteam_task_bridge.journal import (
     OUTCOMES,
     CallError,
     CallReceived,

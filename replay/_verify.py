@@ -46,8 +46,8 @@ from typing import Any, Final
 
 import msgspec
 
-import journal
-from journal import Checkpoint, Reader
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Checkpoint, Reader
 
 from ._findings import Finding
 from ._invariants import EventChecks, InDoubtCall

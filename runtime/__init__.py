@@ -4,8 +4,9 @@ It stands in for the AgentTeam server: the embedded default upstream of the brid
 of every integration test. It imports nothing of the bridge or the journal (it is the far side
 of the wire). See docs/runtime.md for routes, semantics, error codes and the admin surface.
 
-Names resolve on first use (PEP 562): the token command ``python -m runtime mint-token`` (which a
-bridge runs for every fresh token) needs only the store, not trio and the HTTP server.
+Names resolve on first use (PEP 562): the token command ``python -m
+agentteam_task_bridge.runtime mint-token`` (which a bridge runs for every fresh token) needs only
+the store, not trio and the HTTP server.
 """
 
 from __future__ import annotations

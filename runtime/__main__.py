@@ -1,4 +1,5 @@
-"""`python -m runtime mint-token ...`: the token command a bridge runs for a fresh bearer token."""
+"""`python -m agentteam_task_bridge.runtime mint-token ...`: the token command a bridge runs for a
+fresh bearer token."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ._store import Store
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime")
+    parser = argparse.ArgumentParser(prog="python -m agentteam_task_bridge.runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     mint = sub.add_parser("mint-token", help="print a fresh bearer token for an agent")
     mint.add_argument("--db", required=True, help="the runtime's database file")

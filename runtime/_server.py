@@ -109,7 +109,7 @@ def mint_command(
     parts = [
         sys.executable,
         "-m",
-        "runtime",
+        "agentteam_task_bridge.runtime",
         "mint-token",
         "--db",
         os.path.abspath(db_path),

@@ -17,8 +17,8 @@ import trio
 from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-import journal
-from runtime import Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.runtime import Runtime
 
 CLIENT = types.Implementation(name="agentteam-tests", version="9.9.9")
 
@@ -122,7 +122,7 @@ class BridgeSession:
 
 
 def bridge_command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "bridge._cli", "serve", *extra]
+    return [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve", *extra]
 
 
 @asynccontextmanager

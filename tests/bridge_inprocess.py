@@ -30,17 +30,21 @@ import mcp_types as types
 import pytest
 import trio
 
-import journal
-import replay
-from bridge._call import Bridge, Session
-from bridge._cli import main as bridge_main
-from bridge._compat import Policy
-from bridge._context import TokenSource, load_launch_context
-from bridge._journaling import JournalAdapter, open_journal
-from bridge.testing import ScriptedTokens, bridge_over, launch_context, serve_in_memory
-from bridge.testing import upstream_task as upstream_task
-from journal import Event, SessionEnded, SessionStarted
-from runtime import Runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.bridge._call import Bridge, Session
+from agentteam_task_bridge.bridge._cli import main as bridge_main
+from agentteam_task_bridge.bridge._compat import Policy
+from agentteam_task_bridge.bridge._context import TokenSource, load_launch_context
+from agentteam_task_bridge.bridge._journaling import JournalAdapter, open_journal
+from agentteam_task_bridge.bridge.testing import (
+    ScriptedTokens,
+    bridge_over,
+    launch_context,
+    serve_in_memory,
+)
+from agentteam_task_bridge.bridge.testing import upstream_task as upstream_task
+from agentteam_task_bridge.journal import Event, SessionEnded, SessionStarted
+from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import CLIENT, BridgeSession, assert_journal_sound
 from .journal_helpers import KEY

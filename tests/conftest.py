@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hypothesis import settings
 
-from runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 from .bridge_inprocess import inprocess_session

@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Final
 
-import journal
-from journal import (
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import (
     CallError,
     CallReceived,
     CallRejected,

@@ -18,9 +18,9 @@ from typing import Any, Final
 import pytest
 import trio
 
-import journal
-from replay._cli import main as replay_cli_main
-from runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay._cli import main as replay_cli_main
+from agentteam_task_bridge.runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import BridgeSession, bridge_command, open_bridge
 from .bridge_inprocess import inprocess_session, key_path_for
@@ -211,7 +211,7 @@ def replay_cli(
 ) -> subprocess.CompletedProcess[str]:
     """`agentteam-replay ARGS` as a subprocess (the console script's module)."""
     return subprocess.run(
-        [sys.executable, "-m", "replay._cli", *map(str, args)],
+        [sys.executable, "-m", "agentteam_task_bridge.replay._cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,

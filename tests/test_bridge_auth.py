@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime import OTHER_AGENT_ID, FaultSpec, Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import (
+    OTHER_AGENT_ID,
+    FaultSpec,
+    Runtime,
+    RuntimeConfig,
+    open_runtime,
+)
 
 from .bridge_harness import bridge_command, open_bridge
 from .bridge_inprocess import inprocess_session, serve_inprocess
@@ -151,7 +157,7 @@ def test_an_unwritable_journal_fails_at_start_in_one_line(tmp_path: Path) -> Non
 
 def test_serve_help_has_examples() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bridge._cli", "serve", "--help"],
+        [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve", "--help"],
         capture_output=True,
         text=True,
         check=True,

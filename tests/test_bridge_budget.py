@@ -9,8 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge._budget import cut_text, decode_cursor, encode_cursor, fit, list_digest, size
-from bridge._errors import ToolError
+from agentteam_task_bridge.bridge._budget import (
+    cut_text,
+    decode_cursor,
+    encode_cursor,
+    fit,
+    list_digest,
+    size,
+)
+from agentteam_task_bridge.bridge._errors import ToolError
 
 EMOJI = "😀"  # 4 UTF-8 bytes
 

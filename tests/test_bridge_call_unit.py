@@ -11,8 +11,13 @@ import pytest
 import trio
 import trio.testing
 
-from bridge._call import Bridge
-from bridge.testing import MemoryJournal, ScriptedTokens, bridge_over, upstream_task
+from agentteam_task_bridge.bridge._call import Bridge
+from agentteam_task_bridge.bridge.testing import (
+    MemoryJournal,
+    ScriptedTokens,
+    bridge_over,
+    upstream_task,
+)
 
 TASK = upstream_task()
 
@@ -188,7 +193,7 @@ async def test_hidden_workflow_context_comes_only_from_meta() -> None:
 
 
 def test_upstream_messages_name_fields_as_the_model_knows_them() -> None:
-    from bridge._errors import classify_upstream_error
+    from agentteam_task_bridge.bridge._errors import classify_upstream_error
 
     error = classify_upstream_error(
         409,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from bridge._context import CommandToken, Credentials
-from runtime import Runtime
+from agentteam_task_bridge.bridge._context import CommandToken, Credentials
+from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_inprocess import inprocess_bridge, kinds_of, verified
 
@@ -124,8 +124,7 @@ async def _walk(
 async def test_a_call_cancelled_during_the_token_command_is_journaled(
     file_runtime: Runtime, tmp_path: Path
 ) -> None:
-    import journal
-    import replay
+    from agentteam_task_bridge import journal, replay
 
     from .bridge_harness import journal_calls, open_bridge
 

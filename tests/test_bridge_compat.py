@@ -13,9 +13,9 @@ from typing import Any, cast
 
 import pytest
 
-import journal
-from bridge._compat import Policy
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._compat import Policy
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 from .bridge_inprocess import inprocess_session

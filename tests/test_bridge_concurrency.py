@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime import FaultSpec
+from agentteam_task_bridge.runtime import FaultSpec
 
 from .bridge_harness import BridgeSession
 

@@ -12,9 +12,9 @@ import trio
 from mcp.server.runner import MODERN_PROTOCOL_VERSIONS
 from mcp_types import methods
 
-from bridge import _stdio
-from bridge._answer import Answer
-from bridge._direct import DIRECT_VERSIONS, DirectCalls
+from agentteam_task_bridge.bridge import _stdio
+from agentteam_task_bridge.bridge._answer import Answer
+from agentteam_task_bridge.bridge._direct import DIRECT_VERSIONS, DirectCalls
 
 ANSWERS = [
     Answer(

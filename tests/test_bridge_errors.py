@@ -8,8 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-import journal
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 from .bridge_inprocess import inprocess_session

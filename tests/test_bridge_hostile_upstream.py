@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import trio
 
-from bridge._budget import encode_cursor, list_digest
+from agentteam_task_bridge.bridge._budget import encode_cursor, list_digest
 
 from .bridge_inprocess import TASK, error_of, inprocess_bridge, kinds_of, verified
 
@@ -107,7 +107,7 @@ async def test_a_deep_body_is_journaled_as_text_not_as_a_tree(tmp_path: Path) ->
     path = tmp_path / "j.db"
     async with inprocess_bridge(path, httpx.MockTransport(_raw(_nested(5000)))) as (bridge, _):
         await bridge.call(*READ, {}, 1)
-    import journal
+    from agentteam_task_bridge import journal
 
     with journal.open_reader(path) as reader:
         [response] = list(reader.events(kind="upstream_response"))
@@ -169,8 +169,7 @@ class HostileServer:
 
 @pytest.mark.slow  # 64 MB of hostile bytes over loopback: bounded by the 32 MB response cap
 async def test_a_hostile_http_server_never_crashes_the_bridge_subprocess(tmp_path: Path) -> None:
-    import journal
-    import replay
+    from agentteam_task_bridge import journal, replay
 
     from .bridge_harness import open_bridge
 

@@ -11,9 +11,9 @@ import h11
 import pytest
 import trio
 
-from bridge._http11 import Http11Pool, TransportFailure
-from bridge._registry import TOOLS
-from bridge._upstream import UpstreamClient, prepare
+from agentteam_task_bridge.bridge._http11 import Http11Pool, TransportFailure
+from agentteam_task_bridge.bridge._registry import TOOLS
+from agentteam_task_bridge.bridge._upstream import UpstreamClient, prepare
 
 Handler = Callable[[trio.SocketStream, h11.Connection, h11.Request, bytes], Awaitable[bool]]
 

@@ -12,7 +12,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge._http11 import _Connection, _Malformed, _TooLarge
+from agentteam_task_bridge.bridge._http11 import _Connection, _Malformed, _TooLarge
 
 MAX_BODY = 1 << 20
 # Framing headers are compared through the body (h11 folds repeated Content-Length values).

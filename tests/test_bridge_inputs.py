@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from bridge._compat import translate_arguments
-from bridge._errors import ToolError
-from bridge._registry import REGISTRY, TOOLS
-from bridge._validate import canonical_arguments, validate
+from agentteam_task_bridge.bridge._compat import translate_arguments
+from agentteam_task_bridge.bridge._errors import ToolError
+from agentteam_task_bridge.bridge._registry import REGISTRY, TOOLS
+from agentteam_task_bridge.bridge._validate import canonical_arguments, validate
 from tools.contract_lint import walk_properties
 
 from .bridge_harness import BridgeSession

@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
-import journal
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import CALL_GRAMMAR, journal_calls, open_bridge
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import trio
 
-import journal
-from bridge.testing import upstream_task
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge.testing import upstream_task
 
 from .bridge_inprocess import inprocess_bridge, verified
 
@@ -180,8 +180,8 @@ def _fill(directory: Path) -> Path:
 async def test_a_full_filesystem_between_request_and_outcome(
     file_runtime: Any, tmp_path: Path
 ) -> None:
-    import replay
-    from runtime import Runtime
+    from agentteam_task_bridge import replay
+    from agentteam_task_bridge.runtime import Runtime
 
     from .bridge_harness import open_bridge
 

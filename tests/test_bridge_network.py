@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import trio
 
-import journal
-from bridge._http11 import Http11Pool, TransportFailure
-from bridge._network import bypasses_proxy, proxy_for, tls_context
-from runtime import Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._http11 import Http11Pool, TransportFailure
+from agentteam_task_bridge.bridge._network import bypasses_proxy, proxy_for, tls_context
+from agentteam_task_bridge.runtime import Runtime, RuntimeConfig, open_runtime
 
 from .bridge_harness import open_bridge
 from .network_helpers import Pki, make_pki, tinyproxy, tls_front
@@ -45,7 +45,14 @@ async def _serve_once(env: dict[str, str], tmp_path: Path) -> subprocess.Complet
     """`serve` with stdin closed: it exits at once, or fails at start with one stderr line."""
     return await trio.to_thread.run_sync(
         lambda: subprocess.run(
-            [sys.executable, "-m", "bridge._cli", "serve", "--journal", str(tmp_path / "j.db")],
+            [
+                sys.executable,
+                "-m",
+                "agentteam_task_bridge.bridge._cli",
+                "serve",
+                "--journal",
+                str(tmp_path / "j.db"),
+            ],
             env={"PATH": "/usr/bin:/bin", "XDG_DATA_HOME": str(tmp_path / "data"), **env},
             input="",
             capture_output=True,
@@ -111,7 +118,7 @@ def test_the_proxy_variables_are_chosen_as_curl_and_httpx_choose_them() -> None:
 
 @pytest.mark.parametrize("value", ["https://p:1", "socks5://p:1", "http://p:port"])
 def test_a_proxy_the_bridge_cannot_speak_to_fails_at_start_by_name(value: str) -> None:
-    from bridge._network import NetworkConfigError
+    from agentteam_task_bridge.bridge._network import NetworkConfigError
 
     with pytest.raises(NetworkConfigError, match="HTTPS_PROXY="):
         proxy_for("https://api.test", {"HTTPS_PROXY": value})
@@ -279,7 +286,7 @@ def test_the_system_trust_store_is_used_unless_a_ca_file_is_named(tmp_path: Path
 
 
 async def test_http_through_a_proxy_sends_absolute_form_with_the_proxy_credentials() -> None:
-    from bridge._network import parse_proxy
+    from agentteam_task_bridge.bridge._network import parse_proxy
 
     from .test_bridge_http11 import serving
 

@@ -31,12 +31,12 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from mcp.client import ClientSession
 
-from bridge._call import Session
-from bridge._journaling import open_journal
-from bridge._registry import TOOLS
-from bridge.testing import ScriptedTokens, bridge_over, serve_in_memory
-from journal import META_CALLBACK, META_RUN
-from runtime import AGENT_ID, RuntimeConfig, open_runtime
+from agentteam_task_bridge.bridge._call import Session
+from agentteam_task_bridge.bridge._journaling import open_journal
+from agentteam_task_bridge.bridge._registry import TOOLS
+from agentteam_task_bridge.bridge.testing import ScriptedTokens, bridge_over, serve_in_memory
+from agentteam_task_bridge.journal import META_CALLBACK, META_RUN
+from agentteam_task_bridge.runtime import AGENT_ID, RuntimeConfig, open_runtime
 from tools.reliability.portal import Portal, background
 
 EXAMPLES = int(os.environ.get("AGENTTEAM_SCHEMA_EXAMPLES", "150"))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import bridge
+from agentteam_task_bridge import bridge
+
+PACKAGE = bridge.__name__  # agentteam_task_bridge.bridge
 
 EXPORTED = {
     "ARGUMENT_ALIASES",
@@ -71,13 +73,15 @@ def test_every_exported_name_resolves_to_its_definition() -> None:
     for name in bridge.__all__:
         value = getattr(bridge, name)
         if isinstance(value, type) or callable(value):
-            module = getattr(value, "__module__", "bridge")
-            assert module == "bridge" or module.startswith(("bridge.", "typing")), (name, module)
+            module = getattr(value, "__module__", PACKAGE)
+            assert module == PACKAGE or module.startswith((f"{PACKAGE}.", "typing")), (name, module)
 
 
 def test_importing_the_package_loads_none_of_the_call_path() -> None:
-    code = "import sys, bridge; print(sorted(m for m in sys.modules if m.startswith('bridge')))"
+    code = (
+        f"import sys, {PACKAGE}; print(sorted(m for m in sys.modules if m.startswith('agentteam')))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.strip() == "['bridge']"
+    assert done.stdout.strip() == str(["agentteam_task_bridge", PACKAGE])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bridge._registry import INSTRUCTIONS, MCP_TOOLS, REGISTRY, TOOLS
-from journal import is_hidden_name
+from agentteam_task_bridge.bridge._registry import INSTRUCTIONS, MCP_TOOLS, REGISTRY, TOOLS
+from agentteam_task_bridge.journal import is_hidden_name
 
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
@@ -49,7 +49,7 @@ def test_tools_list_bytes_are_deterministic() -> None:
     first = json.dumps([_wire(t) for t in MCP_TOOLS], sort_keys=False)
     import importlib
 
-    import bridge._registry as registry
+    from agentteam_task_bridge.bridge import _registry as registry
 
     importlib.reload(registry)
     assert json.dumps([_wire(t) for t in registry.MCP_TOOLS], sort_keys=False) == first

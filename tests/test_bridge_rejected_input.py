@@ -11,9 +11,9 @@ import httpx
 import msgspec
 import pytest
 
-import journal
-from bridge import _call
-from runtime import Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge import _call
+from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import open_bridge
 from .bridge_inprocess import error_of, inprocess_bridge, verified

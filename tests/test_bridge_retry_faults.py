@@ -10,9 +10,8 @@ from typing import Any
 import jsonschema
 import msgspec
 
-import journal
-import replay
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 

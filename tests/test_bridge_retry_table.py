@@ -19,7 +19,7 @@ import httpx
 import jsonschema
 import pytest
 
-from bridge._errors import (
+from agentteam_task_bridge.bridge._errors import (
     BRIDGE_CODES,
     CODES,
     FAILURES,
@@ -36,10 +36,10 @@ from bridge._errors import (
     parse_retry_after,
     transport_error,
 )
-from bridge._http11 import TransportFailure
-from bridge._registry import TOOLS
-from bridge.testing import MemoryJournal, ScriptedTokens
-from journal import CallError
+from agentteam_task_bridge.bridge._http11 import TransportFailure
+from agentteam_task_bridge.bridge._registry import TOOLS
+from agentteam_task_bridge.bridge.testing import MemoryJournal, ScriptedTokens
+from agentteam_task_bridge.journal import CallError
 from tools.errors_doc import ERRORS, render
 
 from .test_bridge_call_unit import make_bridge

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from journal._redact import secret_marker
+from agentteam_task_bridge.journal._redact import secret_marker
 
 from .bridge_harness import open_bridge
 from .test_journal_redaction import FORMATS

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import trio
 
-import journal
-from journal import Event, SessionStarted
-from replay import journal_files
-from runtime import RuntimeConfig, open_runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import Event, SessionStarted
+from agentteam_task_bridge.replay import journal_files
+from agentteam_task_bridge.runtime import RuntimeConfig, open_runtime
 from tests.replay_helpers import replay_cli
 from tools.reliability.load import DriveStats, Workload, drive, seed_tasks
 from tools.reliability.wire import RawBridge, bridge_env
@@ -49,7 +49,7 @@ async def default_bridge(
     stderr_path = Path(env["HOME"]) / f"{name}.stderr"
     with stderr_path.open("wb") as errlog:
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "bridge._cli", "serve", *extra],
+            [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve", *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errlog,
@@ -211,7 +211,7 @@ async def test_a_named_journal_file_held_by_another_session_is_refused_in_one_li
         await raw.initialize()
         with trio.fail_after(60):
             second = await trio.run_process(
-                [sys.executable, "-m", "bridge._cli", "serve", "--embedded"],
+                [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve", "--embedded"],
                 env={**env, "AGENTTEAM_JOURNAL": str(journal)},
                 stdin=subprocess.DEVNULL,
                 capture_stdout=True,
@@ -264,7 +264,7 @@ def test_a_directory_reads_its_journals_and_skips_databases_that_hold_none(
 async def test_a_pool_skips_files_held_by_a_live_writer_or_locked_by_another_program(
     tmp_path: Path,
 ) -> None:
-    from bridge._journaling import open_journal
+    from agentteam_task_bridge.bridge._journaling import open_journal
 
     pool = tmp_path / "pool"
     key = tmp_path / "config" / "journal.key"

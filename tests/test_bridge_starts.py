@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import journal
-from bridge._context import redact_url
-from journal import Event, SessionStarted
-from runtime import Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._context import redact_url
+from agentteam_task_bridge.journal import Event, SessionStarted
+from agentteam_task_bridge.runtime import Runtime
 from tests.bridge_harness import bridge_command, open_bridge
 from tests.bridge_inprocess import serve_inprocess
 from tests.test_bridge_sessions import default_bridge, home_env

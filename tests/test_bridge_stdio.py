@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 from .bridge_harness import bridge_command, open_bridge
 
@@ -311,7 +311,7 @@ async def test_serve_embedded_needs_no_server_and_keeps_tasks_across_restarts(
 
 def test_cli_help_lists_the_commands() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agentteam_cli", "--help"],
+        [sys.executable, "-m", "agentteam_task_bridge.cli", "--help"],
         capture_output=True,
         text=True,
         check=True,

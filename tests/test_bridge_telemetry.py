@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import trio
 
-import journal
-from runtime import Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import open_bridge
 from .replay_helpers import replay_cli

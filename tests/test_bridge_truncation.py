@@ -15,7 +15,7 @@ import pytest
 import trio
 from jsonschema import Draft202012Validator
 
-from bridge._registry import TOOLS
+from agentteam_task_bridge.bridge._registry import TOOLS
 
 from .bridge_harness import BridgeSession, journal_calls
 

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from bridge._compat import ArgumentAlias, ToolMigration
-from bridge._outputs import TaskGetData, TaskListData
+from agentteam_task_bridge.bridge._compat import ArgumentAlias, ToolMigration
+from agentteam_task_bridge.bridge._outputs import TaskGetData, TaskListData
 from tools.contract_lint import (
     RULES,
     Surface,

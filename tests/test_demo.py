@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import journal
-from agentteam_cli import _demo, _journey
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.cli import _demo, _journey
 
 from .bridge_harness import assert_journal_sound
 
@@ -46,7 +46,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _demo_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentteam_cli", "demo", *args],
+        [sys.executable, "-m", "agentteam_task_bridge.cli", "demo", *args],
         env=_env(tmp_path),
         capture_output=True,
         text=True,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import replay
-from replay import _fleet_reports as reports
-from replay._render import to_json
+from agentteam_task_bridge import replay
+from agentteam_task_bridge.replay import _fleet_reports as reports
+from agentteam_task_bridge.replay._render import to_json
 
 from .fleet_helpers import SHARED_KEY, write_fleet, write_idempotency_fleet
 from .pg_cluster import Cluster
@@ -106,8 +106,8 @@ def test_idempotency_from_the_store_forgets_repeats_as_the_local_check_does(
     """Repeats further apart than the window are not compared, by either (here 3 calls)."""
     paths, url = fleet
     full = replay.check_idempotency(paths)
-    monkeypatch.setattr("replay._idempotency.REPEAT_WINDOW", 3)
-    monkeypatch.setattr("replay._fleet_idempotency.REPEAT_WINDOW", 3)
+    monkeypatch.setattr("agentteam_task_bridge.replay._idempotency.REPEAT_WINDOW", 3)
+    monkeypatch.setattr("agentteam_task_bridge.replay._fleet_idempotency.REPEAT_WINDOW", 3)
     local = replay.check_idempotency(paths)
     assert sum(h.repeats for h in local.hints) < sum(h.repeats for h in full.hints)
     assert to_json(reports.idempotency_from(url)) == to_json(local)
@@ -121,7 +121,7 @@ def test_the_cli_prints_the_same_report(fleet: tuple[list[Path], str], command: 
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "replay._cli", command, *args, *extra],
+            [sys.executable, "-m", "agentteam_task_bridge.replay._cli", command, *args, *extra],
             capture_output=True,
             text=True,
             timeout=300,
@@ -136,7 +136,7 @@ def test_the_cli_prints_the_same_report(fleet: tuple[list[Path], str], command: 
 
 def test_an_empty_journal_reads_the_same_from_the_store(tmp_path: Path, pg_url: str) -> None:
     """No calls at all: every report over the store is the local one (empty, not an error)."""
-    import journal
+    from agentteam_task_bridge import journal
 
     from .journal_helpers import KEY
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-import journal
-from replay import contiguous_seq, ship, store_findings, witnessed_checkpoint
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay import contiguous_seq, ship, store_findings, witnessed_checkpoint
 
 from .fleet_helpers import (
     append_calls,
@@ -155,7 +155,13 @@ def test_a_hundred_journals_ship_and_an_interrupted_ship_resumes(
     paths = write_fleet(tmp_path / "fleet", 100, 3)
     expected = {p: local_rows(p) for p in paths}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "replay._cli", "ship", str(tmp_path / "fleet")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.replay._cli",
+        "ship",
+        str(tmp_path / "fleet"),
+    ]
     cmd += ["--to", pg_url, "--batch-size", "5"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -194,7 +200,15 @@ def test_follow_ships_live_journals_with_a_bounded_lag(pg_url: str, tmp_path: Pa
     directory.mkdir()
     first = directory / "journal-1.db"
     jid = write_fleet_journal(first, 7, 2)
-    cmd = [sys.executable, "-m", "replay._cli", "ship", str(directory), "--to", pg_url]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.replay._cli",
+        "ship",
+        str(directory),
+        "--to",
+        pg_url,
+    ]
     proc = subprocess.Popen(
         [*cmd, "--follow", "--interval", "0.2", "--json"],
         stdout=subprocess.PIPE,
@@ -234,7 +248,16 @@ def test_ship_json_follows_its_published_schema(pg_url: str, tmp_path: Path) -> 
 
     path = tmp_path / "a.db"
     write_fleet_journal(path, 9, 2)
-    cmd = [sys.executable, "-m", "replay._cli", "ship", str(path), "--to", pg_url, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.replay._cli",
+        "ship",
+        str(path),
+        "--to",
+        pg_url,
+        "--json",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -245,13 +268,13 @@ def test_ship_json_follows_its_published_schema(pg_url: str, tmp_path: Path) -> 
 
 
 def test_store_urls_are_printed_without_secrets(tmp_path: Path) -> None:
-    from replay._fleet_store import redact_store_url
+    from agentteam_task_bridge.replay._fleet_store import redact_store_url
 
     url = "postgresql://ship:s3cr%C3%A9t@db.example:6432/fleet?sslmode=require&password=p4ss"
     shown = redact_store_url(url)
     assert "s3cr" not in shown and "p4ss" not in shown
     assert shown.startswith("postgresql://ship:REDACTED@db.example:6432/fleet?sslmode=require")
-    cmd = [sys.executable, "-m", "replay._cli", "ship", str(tmp_path), "--to"]
+    cmd = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "ship", str(tmp_path), "--to"]
     path = tmp_path / "a.db"
     write_fleet_journal(path, 10, 1)
     unreachable = "postgresql://ship:s3cret@127.0.0.1:1/fleet?connect_timeout=5"
@@ -264,7 +287,7 @@ def test_store_urls_are_printed_without_secrets(tmp_path: Path) -> None:
 
 def test_partitions_are_months_in_utc_whatever_the_session_time_zone(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        from replay._fleet_store import ensure_schema
+        from agentteam_task_bridge.replay._fleet_store import ensure_schema
 
         ensure_schema(conn)
         conn.execute("SET TimeZone = 'Pacific/Kiritimati'")  # UTC+14

@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import journal
-import replay
-from replay._fleet_witness import witness_findings
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
 from .fleet_helpers import (
     append_calls,
@@ -95,7 +94,7 @@ def test_the_witness_is_a_trusted_key_source(pg_url: str, tmp_path: Path) -> Non
     assert replay.ship([path], pg_url).ok
     copy = consolidated_copy(path, tmp_path / "copy.db")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "auditor")}
-    cmd = [sys.executable, "-m", "replay._cli", "verify", str(copy), "--json"]
+    cmd = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "verify", str(copy), "--json"]
     alone = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert alone.returncode == 1, "no trusted key: not OK"
     witnessed = subprocess.run(
@@ -113,7 +112,16 @@ def test_verify_witness_on_the_command_line(pg_url: str, tmp_path: Path) -> None
     cut = consolidated_copy(path, tmp_path / "cut.db")
     truncate_to(cut, 5)
     done = subprocess.run(
-        [sys.executable, "-m", "replay._cli", "verify", str(cut), "--witness", pg_url, "--json"],
+        [
+            sys.executable,
+            "-m",
+            "agentteam_task_bridge.replay._cli",
+            "verify",
+            str(cut),
+            "--witness",
+            pg_url,
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -162,7 +170,7 @@ def _store(url: str, journal_id: str) -> list[tuple[int, str]]:
 def test_a_failing_store_is_one_line(pg_url: str, tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     write_fleet_journal(path, 12, 1)
-    cmd = [sys.executable, "-m", "replay._cli"]
+    cmd = [sys.executable, "-m", "agentteam_task_bridge.replay._cli"]
     for args in (["audit", "--from", pg_url], ["verify", str(path), "--witness", pg_url]):
         done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import journal
+from agentteam_task_bridge import journal
 
 from .bridge_harness import assert_journal_sound
 
@@ -84,7 +84,7 @@ class Inspector:
         self.launches: list[float] = []
 
     def run(self, *options: str) -> tuple[int, Any, str]:
-        server = [sys.executable, "-m", "bridge._cli", "serve", "--embedded"]
+        server = [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve", "--embedded"]
         command = [
             self.command,
             "--cli",

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from bridge._compat import TOOL_MIGRATIONS
-from bridge._registry import TOOLS
+from agentteam_task_bridge.bridge._compat import TOOL_MIGRATIONS
+from agentteam_task_bridge.bridge._registry import TOOLS
 from tools.inventory import INVENTORY, TABLE, render
 
 

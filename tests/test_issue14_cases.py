@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 from jsonschema import Draft202012Validator
 
-from runtime import FaultSpec
+from agentteam_task_bridge.runtime import FaultSpec
 from tools.contract_lint import walk_properties
 
 from . import test_bridge_idempotency as idempotency
@@ -301,7 +301,7 @@ BREAKAGES = {
 
 
 def _lint_command(edit: str) -> subprocess.CompletedProcess[str]:
-    script = "from bridge._registry import TOOLS\n" + textwrap.dedent(edit)
+    script = "from agentteam_task_bridge.bridge._registry import TOOLS\n" + textwrap.dedent(edit)
     script += "import runpy\nrunpy.run_module('tools.contract_lint', run_name='__main__')\n"
     return subprocess.run(
         [sys.executable, "-c", script, "--json"],

@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 import trio
 
-import journal
-import replay
-from runtime import Runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.runtime import Runtime
 from tests import test_bridge_idempotency as idempotency
 from tests.bridge_harness import BridgeSession, open_bridge
 from tests.replay_helpers import replay_cli

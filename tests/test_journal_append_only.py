@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import all_kinds, write_journal
 

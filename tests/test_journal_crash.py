@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, SESSION, event, write_journal
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, event, write_journal
 
@@ -99,7 +99,7 @@ def test_every_migration_ends_at_its_version_so_a_current_journal_opens_without_
 ) -> None:
     import sqlite_utils
 
-    from journal._schema import migrations
+    from agentteam_task_bridge.journal._schema import migrations
 
     empty = sqlite_utils.Database(memory=True)
     assert journal.SCHEMA_VERSION == len(migrations().pending(empty))  # a version per migration

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import journal
-from journal import REDACTED, Redactor
-from journal._redact import format_rules, secret_marker
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import REDACTED, Redactor
+from agentteam_task_bridge.journal._redact import format_rules, secret_marker
 
 from .journal_helpers import KEY, SESSION
 
@@ -358,7 +358,7 @@ def test_the_screen_sees_every_match_of_the_rule_set_through_json(found: str, ke
 def test_a_session_start_passes_the_format_screen(api_url: str) -> None:
     """`serve` answers its first tools/list once the session's start is journaled, and loads the
     rule set only after: that record must not need it (its URL holds `//`, never a credential)."""
-    from journal._redact import _may_hold_format
+    from agentteam_task_bridge.journal._redact import _may_hold_format
 
     started = journal.SessionStarted(
         bridge_version="0.1.0",
@@ -387,7 +387,7 @@ def test_handles_or_urls_alone_do_not_need_the_rule_set(value: dict[str, str]) -
     """Basic auth's screen asks for both `://` and `@`: either alone is common traffic, and
     the rule set costs ~0.1 ms a text (the instruction guard's task_get moved +16% when `@`
     alone sent every task through it)."""
-    from journal._redact import _may_hold_format
+    from agentteam_task_bridge.journal._redact import _may_hold_format
 
     text = msgspec.json.encode(value).decode()
     assert not _may_hold_format(text), text

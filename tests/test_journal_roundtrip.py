@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, SAMPLE_PAYLOADS, SESSION, all_kinds, event, write_journal
 

@@ -23,9 +23,8 @@ import msgspec
 import pytest
 import trio
 
-import journal
-import replay
-from journal import CallReceived, SegmentStarted
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.journal import CallReceived, SegmentStarted
 from tests.journal_helpers import KEY, VKEY
 from tests.journal_helpers.segmented import (
     TEXT,

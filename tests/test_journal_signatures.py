@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, SESSION, VKEY
 

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, SESSION, VKEY, write_journal
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlite_utils
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import SAMPLE_PAYLOADS, SESSION, event, write_journal
 

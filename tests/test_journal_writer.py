@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 from .journal_helpers import KEY, SESSION, VKEY, event
 

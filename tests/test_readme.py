@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import trio
 
-import journal
-from agentteam_cli import _cli as bridge_cli
-from bridge._compat import POLICIES, TOOL_MIGRATIONS
-from journal import META_CALLBACK, META_RUN
-from replay import _cli as replay_cli
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._compat import POLICIES, TOOL_MIGRATIONS
+from agentteam_task_bridge.cli import _cli as bridge_cli
+from agentteam_task_bridge.journal import META_CALLBACK, META_RUN
+from agentteam_task_bridge.replay import _cli as replay_cli
 
 from .bridge_harness import BridgeSession
 
@@ -202,7 +202,7 @@ def test_the_start_error_quoted_is_what_serve_says(tmp_path: Path) -> None:
     assert quoted
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "bridge._cli", "serve"],
+        [sys.executable, "-m", "agentteam_task_bridge.bridge._cli", "serve"],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -224,10 +224,14 @@ def test_the_append_only_refusal_quoted_is_the_schemas() -> None:
 
 
 def test_both_clis_print_their_version() -> None:
-    from bridge import __version__
+    from agentteam_task_bridge.bridge import __version__
 
     for program in PARSERS:
-        module = "agentteam_cli" if program == "agentteam-bridge" else "replay._cli"
+        module = (
+            "agentteam_task_bridge.cli"
+            if program == "agentteam-bridge"
+            else "agentteam_task_bridge.replay._cli"
+        )
         done = subprocess.run(
             [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60
         )
@@ -271,7 +275,9 @@ def test_the_runtime_in_the_background_example_exports_the_environment(tmp_path:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     script = "\n".join(line.replace("8765", str(port)) for line in dict.fromkeys(lines))
-    script = script.replace("agentteam-bridge", f"{shlex.quote(sys.executable)} -m agentteam_cli")
+    script = script.replace(
+        "agentteam-bridge", f"{shlex.quote(sys.executable)} -m agentteam_task_bridge.cli"
+    )
     script += '\necho "$AGENTTEAM_API_URL"\nkill %1\n'
     done = subprocess.run(
         ["bash", "-ec", script],

@@ -5,10 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import journal
-import replay
-from replay._audit import Histogram
-from replay._render import write_audit_csv
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay._audit import Histogram
+from agentteam_task_bridge.replay._render import write_audit_csv
 
 from .replay_helpers import (
     Built,

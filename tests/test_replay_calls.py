@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import replay
+from agentteam_task_bridge import replay
 
 from .replay_helpers import Built, everyday_journal
 

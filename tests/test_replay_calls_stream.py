@@ -11,11 +11,10 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-import journal
-import replay
-from replay import _calls_table as calls_table
-from replay import _render as render
-from replay._story import CallSummary
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay import _calls_table as calls_table
+from agentteam_task_bridge.replay import _render as render
+from agentteam_task_bridge.replay._story import CallSummary
 
 from .journal_helpers import KEY, SAMPLE_PAYLOADS
 from .replay_helpers import Built, everyday_journal
@@ -221,7 +220,7 @@ def test_the_cli_says_when_the_table_was_held_in_memory(
 ) -> None:
     import tempfile
 
-    from replay._cli import main
+    from agentteam_task_bridge.replay._cli import main
 
     monkeypatch.setattr(calls_table, "_IN_MEMORY_BYTES", 512)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))

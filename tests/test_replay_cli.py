@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import journal
+from agentteam_task_bridge import journal
 
 from .replay_helpers import (
     SEED_VKEY,
@@ -236,10 +236,10 @@ def test_rerun_differences_show_whole_values_and_outcomes() -> None:
 
     from rich.console import Console
 
-    from replay import RerunResult
-    from replay._diff import Difference
-    from replay._render import render_rerun
-    from replay._rerun import RerunCall
+    from agentteam_task_bridge.replay import RerunResult
+    from agentteam_task_bridge.replay._diff import Difference
+    from agentteam_task_bridge.replay._render import render_rerun
+    from agentteam_task_bridge.replay._rerun import RerunCall
 
     long_title = "A title long enough to be cut in a narrow column, 漢字 and 🎉 included"
     call = RerunCall(

@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import journal
-import replay
-from replay._story import parse_wall
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay._story import parse_wall
 
 from .replay_helpers import Built, call_event, everyday_journal, session_started, write_events
 

@@ -6,8 +6,7 @@ import io
 import json
 from typing import Any
 
-import journal
-import replay
+from agentteam_task_bridge import journal, replay
 
 from .replay_helpers import Built, everyday_journal
 

@@ -8,9 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-import journal
-import replay
-from runtime import Runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import BridgeSession
 from .replay_helpers import (
@@ -88,7 +87,7 @@ async def test_another_payload_honoured_under_the_same_key_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def script(bridge: BridgeSession, rt: Runtime) -> None:
-        import runtime._create as create_module
+        from agentteam_task_bridge.runtime import _create as create_module
 
         # A broken store: every payload digests the same, so no conflict is ever seen.
         monkeypatch.setattr(create_module, "_payload_digest", lambda req: "same")

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import journal
-from replay._cli import main
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay._cli import main
 
 from .replay_helpers import Built, consolidated_copy, everyday_journal, replay_cli, tamper
 

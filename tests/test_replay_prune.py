@@ -16,9 +16,8 @@ from pathlib import Path
 import msgspec
 from jsonschema import Draft202012Validator
 
-import journal
-import replay
-from journal import SegmentsPruned
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.journal import SegmentsPruned
 from tests.journal_helpers import KEY, VKEY
 from tests.journal_helpers.segmented import files_of, first_row, write_segmented
 from tests.replay_helpers import replay_cli

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-import bridge._call
-import replay
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import replay
+from agentteam_task_bridge.bridge import _call
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession
 from .replay_helpers import Built, drive, everyday_journal
@@ -30,7 +30,7 @@ def test_today_s_bridge_answers_every_recorded_call_the_same(everyday_journal: B
 def test_a_changed_normalizer_is_found_call_by_call(
     everyday_journal: Built, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    honest = bridge._call.Bridge._normalize
+    honest = _call.Bridge._normalize
 
     def shouting(self: Any, spec: Any, body: Any, list_state: Any) -> Any:
         data, meta = honest(self, spec, body, list_state)
@@ -39,7 +39,7 @@ def test_a_changed_normalizer_is_found_call_by_call(
                 task["title"] = task["title"].upper()
         return data, meta
 
-    monkeypatch.setattr(bridge._call.Bridge, "_normalize", shouting)
+    monkeypatch.setattr(_call.Bridge, "_normalize", shouting)
     result = replay.rerun([everyday_journal.path])
     assert not result.ok and result.differs > 0
     first = result.calls[0]
@@ -55,14 +55,14 @@ def test_a_changed_normalizer_is_found_call_by_call(
 def test_a_changed_upstream_request_matches_no_recorded_answer(
     everyday_journal: Built, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    honest = bridge._call.prepare
+    honest = _call.prepare
 
     def chatty(spec: Any, base: str, arguments: dict[str, Any], injected: Any) -> Any:
         if spec.name == "task_get":
             arguments = {**arguments, "verbose": True}
         return honest(spec, base, arguments, injected)
 
-    monkeypatch.setattr(bridge._call, "prepare", chatty)
+    monkeypatch.setattr(_call, "prepare", chatty)
     result = replay.rerun([everyday_journal.path], tool="task_get")
     assert result.differs == 2  # the one rejected locally never reaches upstream
     paths = {d.path: d for c in result.calls for d in c.differences}
@@ -120,7 +120,7 @@ def test_live_mode_needs_a_credential(everyday_journal: Built) -> None:
 
 
 def test_normalization_keeps_error_codes_and_statuses_as_values() -> None:
-    from replay._diff import normalize
+    from agentteam_task_bridge.replay._diff import normalize
 
     for word in ("task_not_found", "task_deleted", "in_progress", "stale_update"):
         assert normalize(word) == word

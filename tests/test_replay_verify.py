@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import journal
-import replay
-from journal import accepts
-from runtime import FaultSpec, Runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.journal import accepts
+from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import CALL_GRAMMAR
 from .replay_helpers import (

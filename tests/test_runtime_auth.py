@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import OTHER_AGENT_ID, Runtime, RuntimeConfig, open_runtime
 
 from .conftest import Api, admin
 
@@ -59,10 +59,10 @@ class _ShiftedClock:
 
 
 async def test_token_expires(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime._tokens
+    from agentteam_task_bridge.runtime import _tokens
 
     clock = _ShiftedClock()
-    monkeypatch.setattr(runtime._tokens, "time", clock)
+    monkeypatch.setattr(_tokens, "time", clock)
     async with open_runtime(RuntimeConfig(token_ttl_seconds=60)) as rt:
         async with httpx.AsyncClient(base_url=rt.url) as http:
             api = Api(http, rt)
@@ -108,7 +108,7 @@ def test_token_command_fails_in_one_line_for_an_unknown_agent(tmp_path: object) 
         [
             sys.executable,
             "-m",
-            "runtime",
+            "agentteam_task_bridge.runtime",
             "mint-token",
             "--db",
             db,

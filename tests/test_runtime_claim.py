@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from runtime import OTHER_AGENT_ID
+from agentteam_task_bridge.runtime import OTHER_AGENT_ID
 
 from .conftest import Api
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from runtime import RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import RuntimeConfig, open_runtime
 
 from .conftest import Api
 
@@ -33,7 +33,16 @@ async def test_concurrent_creates_on_one_board_get_distinct_numbers(api: Api) ->
 
 def _start_cli_runtime(db: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentteam_cli", "runtime", "--port", "0", "--db", str(db)],
+        [
+            sys.executable,
+            "-m",
+            "agentteam_task_bridge.cli",
+            "runtime",
+            "--port",
+            "0",
+            "--db",
+            str(db),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -115,7 +124,7 @@ def test_runtime_command_reports_a_busy_port_in_one_line(tmp_path: Path) -> None
             [
                 sys.executable,
                 "-m",
-                "agentteam_cli",
+                "agentteam_task_bridge.cli",
                 "runtime",
                 "--port",
                 str(port),

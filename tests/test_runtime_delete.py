@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime import OTHER_AGENT_ID
+from agentteam_task_bridge.runtime import OTHER_AGENT_ID
 
 from .conftest import Api
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime import Runtime
+from agentteam_task_bridge.runtime import Runtime
 
 from .conftest import Api, admin
 

@@ -13,7 +13,7 @@ from .bridge_harness import open_bridge
 
 def local(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentteam_cli", "runtime", *map(str, args)],
+        [sys.executable, "-m", "agentteam_task_bridge.cli", "runtime", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,12 +11,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import Principal, Store, seed_local
-from runtime._cursor import Cursors
-from runtime._dto import CreateRequest, Locator, NewTask
-from runtime._errors import ApiError
-from runtime._resolve import find_board
-from runtime._rows import Row, StoredTask, TaskRow, columns, many, one, scalar, values
+from agentteam_task_bridge.runtime import Principal, Store, seed_local
+from agentteam_task_bridge.runtime._cursor import Cursors
+from agentteam_task_bridge.runtime._dto import CreateRequest, Locator, NewTask
+from agentteam_task_bridge.runtime._errors import ApiError
+from agentteam_task_bridge.runtime._resolve import find_board
+from agentteam_task_bridge.runtime._rows import (
+    Row,
+    StoredTask,
+    TaskRow,
+    columns,
+    many,
+    one,
+    scalar,
+    values,
+)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime._schema import MIGRATIONS, migrate
+from agentteam_task_bridge.runtime._schema import MIGRATIONS, migrate
 
 from .conftest import Api
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from runtime import Runtime
+from agentteam_task_bridge.runtime import Runtime
 
 from .conftest import Api, admin
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge import (
+from agentteam_task_bridge.bridge import (
     CODES,
     FAILURE_CASES,
     FAILURES,

@@ -1,14 +1,22 @@
 """The import contract between our packages, checked from the source (no import is executed).
 
+Our packages are the subpackages of ``agentteam_task_bridge`` (named below without that prefix)
+and the repository's ``tools``:
+
     journal        imports nothing of ours (not even the contract module's users)
     runtime        imports nothing of ours: it is the far side of the wire
     bridge         imports journal; runtime only in bridge/_embedded.py (`serve --embedded`);
-                   never replay, agentteam_cli or tools
+                   never replay, cli or tools
     everyone else  uses ``bridge``'s public face: no ``bridge._x`` module outside ``bridge/``
+    everyone       imports them through the namespace (``agentteam_task_bridge.journal``), never
+                   by a bare top-level name (``import journal``): from the repository's root the
+                   bare name loads a second copy of every module (its classes are not the
+                   namespace's, so ``except`` misses them), and installed it is PyPI's
+                   ``journal``. Tests are held to this rule alone.
 
 Every ``import`` and ``from ... import`` counts, also inside functions and under
-``TYPE_CHECKING``. Tests are not checked (they may test internals). ``python -m
-tools.import_contract [ROOT]`` prints one line per violation and exits 1 when there is any.
+``TYPE_CHECKING``. ``python -m tools.import_contract [ROOT]`` prints one line per violation and
+exits 1 when there is any.
 """
 
 from __future__ import annotations
@@ -20,17 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "agentteam_task_bridge"
 # (importing package, imported package) pairs that are refused, with the rule's reason.
 _REFUSED: dict[tuple[str, str], str] = {
     ("runtime", "bridge"): "runtime imports nothing of ours",
     ("runtime", "journal"): "runtime imports nothing of ours",
     ("runtime", "replay"): "runtime imports nothing of ours",
-    ("runtime", "agentteam_cli"): "runtime imports nothing of ours",
+    ("runtime", "cli"): "runtime imports nothing of ours",
     ("bridge", "replay"): "the server never imports the offline auditor",
-    ("bridge", "agentteam_cli"): "the command line is built over the bridge, not under it",
+    ("bridge", "cli"): "the command line is built over the bridge, not under it",
 }
 _EMBEDDED = "bridge._embedded"  # the one bridge module that starts the reference runtime
-_SKIPPED = frozenset({"tests", "build", "dist", ".venv", ".venv-lowest"})
+_BARE = f"import it as {NAMESPACE}.{{name}}: a bare name loads a second copy of our modules"
 
 
 @dataclass(frozen=True)
@@ -45,17 +54,26 @@ class Violation:
 
 
 def our_packages(root: Path) -> frozenset[str]:
-    """Top-level directories of ``root`` that are Python packages (tools/ included)."""
-    return frozenset(
-        p.name for p in root.iterdir() if (p / "__init__.py").is_file() and p.name not in _SKIPPED
-    )
+    """The namespace's subpackages in ``root`` (``tools`` is checked but imported by no one)."""
+    namespace = root / NAMESPACE
+    if not namespace.is_dir():
+        return frozenset()
+    return frozenset(p.name for p in namespace.iterdir() if (p / "__init__.py").is_file())
 
 
-def _module_name(root: Path, path: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def _sources(root: Path) -> Iterator[tuple[str, Path, str]]:
+    """(module name, file, path to print) of every file checked: the namespace's subpackages
+    (printed by their real folder, ``bridge/_call.py``), then tools/ and tests/."""
+    for package in sorted(our_packages(root)):
+        folder = root / NAMESPACE / package
+        for path in sorted(folder.rglob("*.py")):
+            shown = path.resolve().relative_to(root.resolve())
+            module = ".".join((NAMESPACE, package, *path.relative_to(folder).with_suffix("").parts))
+            yield module.removesuffix(".__init__"), path, shown.as_posix()
+    for top in ("tools", "tests"):
+        for path in sorted((root / top).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            yield ".".join(parts).removesuffix(".__init__"), path, path.relative_to(root).as_posix()
 
 
 def _imported(module: str, is_package: bool, tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -78,6 +96,13 @@ def _imported(module: str, is_package: bool, tree: ast.AST) -> Iterator[tuple[in
 
 
 def _rule(importer: str, imported: str, ours: frozenset[str]) -> str | None:
+    top = imported.split(".")[0]
+    if top in ours:
+        return _BARE.format(name=top)
+    if top != NAMESPACE or importer.split(".")[0] == "tests":
+        return None
+    importer = importer.removeprefix(f"{NAMESPACE}.")
+    imported = imported.removeprefix(f"{NAMESPACE}.")
     mine, theirs = importer.split(".")[0], imported.split(".")[0]
     if theirs not in ours or mine == theirs:
         return None
@@ -100,18 +125,15 @@ def _rule(importer: str, imported: str, ours: frozenset[str]) -> str | None:
 
 
 def check(root: Path = ROOT) -> list[Violation]:
-    """Every import in ``root``'s packages that breaks the contract, in path order."""
+    """Every import in ``root``'s packages, tools and tests that breaks the contract."""
     ours = our_packages(root)
     found: list[Violation] = []
-    for package in sorted(ours):
-        for path in sorted((root / package).rglob("*.py")):
-            module = _module_name(root, path)
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-            for line, imported in _imported(module, path.name == "__init__.py", tree):
-                rule = _rule(module, imported, ours)
-                if rule is not None:
-                    relative = path.relative_to(root).as_posix()
-                    found.append(Violation(relative, line, imported, rule))
+    for module, path, shown in _sources(root):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for line, imported in _imported(module, path.name == "__init__.py", tree):
+            rule = _rule(module, imported, ours)
+            if rule is not None:
+                found.append(Violation(shown, line, imported, rule))
     return found
 
 

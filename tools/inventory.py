@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bridge import (
+from agentteam_task_bridge.bridge import (
     ARGUMENT_ALIASES,
     BUDGET_BYTES,
     INSTRUCTIONS,

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-import replay
+from agentteam_task_bridge import replay
 from tools._generated import write_or_check
 
 DIRECTORY = Path(__file__).resolve().parent.parent / "docs" / "replay-json"

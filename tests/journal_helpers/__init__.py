@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-import journal
-from journal import (
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import (
     CallCancelled,
     CallError,
     CallReceived,

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 KEY = bytes(range(32))
 TASKS = 8

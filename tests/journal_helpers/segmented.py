@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import journal
-from journal import CallReceived, CallResult, Event
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import CallReceived, CallResult, Event
 
 from . import KEY, SAMPLE_PAYLOADS
 

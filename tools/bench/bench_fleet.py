@@ -30,10 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import journal
-import replay
-from replay import _fleet_reports as reports
-from replay._render import to_json
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay import _fleet_reports as reports
+from agentteam_task_bridge.replay._render import to_json
 
 from .bench_replay import generate
 
@@ -76,7 +75,7 @@ def plain_copy(url: str, paths: list[Path]) -> int:
 def idempotency_cli(args: list[str]) -> tuple[int, str]:
     """``agentteam-replay idempotency ARGS --json`` as a process: exit status and stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "replay._cli", "idempotency", *args, "--json"],
+        [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "idempotency", *args, "--json"],
         capture_output=True,
         text=True,
         check=False,

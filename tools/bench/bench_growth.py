@@ -29,7 +29,7 @@ from pathlib import Path
 
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 from . import bench_replay, procs
 from ._report import Row, ms

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 KEY = b"bench-key-0123456789abcdef012345"
 WRITERS = 16

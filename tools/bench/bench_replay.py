@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import journal
-import replay
-from bridge.testing import upstream_task
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.bridge.testing import upstream_task
 
 KEY = b"bench-replay-key-0123456789abcde"
 WORKSPACE, AGENT = "ws_bench", "agt_bench"

@@ -60,7 +60,7 @@ def build_server(canned: dict[str, Any] | None = None) -> Server[Any]:
 async def serve(trio_native: bool, canned: dict[str, Any] | None = None) -> None:
     server = build_server(canned)
     if trio_native:
-        from bridge import trio_stdio
+        from agentteam_task_bridge.bridge import trio_stdio
 
         async with trio_stdio() as (read, write):
             await server.run(read, write, server.create_initialization_options())

@@ -63,7 +63,7 @@ _SITECUSTOMIZE = """\
 # Written by tools.bench.instructions --self-test: a deliberately slowed call path.
 import functools
 
-import bridge._call as _call
+from agentteam_task_bridge.bridge import _call as _call
 
 
 def _slowed(original):
@@ -91,10 +91,10 @@ _STEADY = """\
 # Written by tools.bench.instructions: no time-based journal checkpoints while counting.
 import functools
 
-import journal
-import journal._async_writer
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal import _async_writer
 
-journal._async_writer.LINGER_S = 60.0
+_async_writer.LINGER_S = 60.0
 
 _open_writer = journal.open_writer
 

@@ -12,7 +12,7 @@ import resource
 import sys
 from pathlib import Path
 
-from replay._cli import main as replay_main
+from agentteam_task_bridge.replay._cli import main as replay_main
 
 
 def main() -> int:

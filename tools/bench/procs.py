@@ -80,7 +80,7 @@ async def open_runtime_process(
         [
             sys.executable,
             "-m",
-            "agentteam_cli",
+            "agentteam_task_bridge.cli",
             "runtime",
             "--port",
             "0",
@@ -210,7 +210,15 @@ def own_tree_seconds() -> float:
 
 
 def bridge_command(journal_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bridge._cli", "serve", "--journal", str(journal_path), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.bridge._cli",
+        "serve",
+        "--journal",
+        str(journal_path),
+        *extra,
+    ]
 
 
 def floor_command(*extra: str) -> list[str]:

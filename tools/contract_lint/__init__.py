@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 
-from bridge import REGISTRY
+from agentteam_task_bridge.bridge import REGISTRY
 
 from ._forms import rule_documented_defaults, rule_field_forms, rule_flat_roots, rule_profile_fields
 from ._section12 import (

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-import journal
-from bridge import PageState, keeps_identities
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge import PageState, keeps_identities
 
 from ._surface import Surface, ToolSurface, Violation, schema_type, texts, walk_properties
 from ._worst_case import worst_case

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from bridge import (
+from agentteam_task_bridge.bridge import (
     ARGUMENT_ALIASES,
     BUDGET_BYTES,
     INSTRUCTIONS,

@@ -24,9 +24,8 @@ from typing import Any
 
 import msgspec
 
-import journal
-import replay
-from bridge import TOOLS
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.bridge import TOOLS
 
 MUTATIONS = frozenset(name for name, spec in TOOLS.items() if spec.mutation)
 OUTCOMES = frozenset({"call_result", "call_error", "call_rejected", "call_cancelled"})

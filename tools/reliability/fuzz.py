@@ -21,8 +21,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-import journal
-from bridge import CODES, TOOL_MIGRATIONS, TOOLS
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge import CODES, TOOL_MIGRATIONS, TOOLS
 
 TOOL_NAMES = tuple(TOOLS)
 DEPRECATED_NAMES = tuple(sorted(TOOL_MIGRATIONS))

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import trio
 
-import journal
+from agentteam_task_bridge import journal
 
 from .audit import JournalAudit, audit_journal, read_journal
 from .stand import Stand

@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge.runtime import FaultSpec, Runtime, RuntimeConfig, open_runtime
 
 from .wire import RawBridge, bridge_env, open_raw_bridge
 

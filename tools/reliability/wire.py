@@ -209,7 +209,14 @@ async def open_raw_bridge(
     killed); a bridge that hangs is killed and reported as an AssertionError.
     """
     stderr_path = journal_path.with_name(journal_path.name + f".{client_name}.stderr")
-    command = [sys.executable, "-m", "bridge._cli", "serve", "--journal", str(journal_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.bridge._cli",
+        "serve",
+        "--journal",
+        str(journal_path),
+    ]
     with stderr_path.open("wb") as errlog:
         process = await trio.lowlevel.open_process(
             [*command, *extra],

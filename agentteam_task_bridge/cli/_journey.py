@@ -1,7 +1,7 @@
 """The demo's journey: an agent's day on the `general` board, every tool, each step checked.
 
 :class:`Tour` prints each step and calls the bridge through one MCP session; :func:`journey` is
-the script of steps, read in the order the demo prints them. :mod:`agentteam_cli._demo` starts
+the script of steps, read in the order the demo prints them. :mod:`._demo` starts
 the runtime and the bridge, runs the journey, and verifies the journal the bridge wrote.
 """
 
@@ -19,10 +19,10 @@ from mcp.client import ClientSession
 from rich.console import Console
 from rich.text import Text
 
-import journal
-from bridge import TOOLS
-from journal import META_CALLBACK, META_RUN
-from runtime import OTHER_AGENT_ID, Runtime
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge import TOOLS
+from agentteam_task_bridge.journal import META_CALLBACK, META_RUN
+from agentteam_task_bridge.runtime import OTHER_AGENT_ID, Runtime
 
 __all__ = [
     "STEP_TIMEOUT_SECONDS",

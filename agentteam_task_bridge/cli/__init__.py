@@ -2,7 +2,8 @@
 ``replay``, kept apart so that the server imports neither the replay auditor nor (beyond
 ``serve --embedded``) the reference runtime.
 
-``main(argv)`` runs it (``python -m agentteam_cli``); ``build_parser()`` is its argument parser.
+``main(argv)`` runs it (``python -m agentteam_task_bridge.cli``); ``build_parser()`` is its
+argument parser.
 """
 
 from ._cli import build_parser, main

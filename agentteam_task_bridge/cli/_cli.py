@@ -1,7 +1,7 @@
 """Command line of `agentteam-bridge`: a thin layer that parses flags and calls the Python API.
 
 `serve` is the bridge's own command (:func:`bridge.add_serve_command`); `runtime` runs the
-reference runtime and its local workspace commands; `demo` (:mod:`agentteam_cli._demo`) drives
+reference runtime and its local workspace commands; `demo` (:mod:`.cli._demo`) drives
 all three packages. The packages stay apart: nothing of ``bridge`` imports this one.
 """
 
@@ -13,8 +13,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import bridge
-from bridge import __version__, default_runtime_db
+from agentteam_task_bridge import bridge
+from agentteam_task_bridge.bridge import __version__, default_runtime_db
 
 _EPILOG_RUNTIME = """\
 examples:
@@ -28,7 +28,10 @@ examples:
 def _runtime(args: argparse.Namespace) -> int:
     import trio
 
-    from runtime import RuntimeConfig, serve_forever  # start-up: `--help` needs none of it
+    from agentteam_task_bridge.runtime import (
+        RuntimeConfig,
+        serve_forever,
+    )  # start-up: `--help` needs none of it
 
     config = RuntimeConfig(
         db_path=str(args.db), host=args.host, port=args.port, token_ttl_seconds=args.token_ttl
@@ -82,7 +85,7 @@ is running; the local agent is a member of every board added here.
 def _local(args: argparse.Namespace) -> int:
     import json
 
-    from runtime import _local as local  # not in runtime's public face (yet)
+    from agentteam_task_bridge.runtime import _local as local  # not in runtime's public face (yet)
 
     db = str(args.db)
     try:

@@ -5,7 +5,7 @@ runs as `agentteam-bridge serve`, a real subprocess, driven by the `mcp` SDK's s
 way Claude Code or Cursor would drive it. Every step checks its result against the contract, and
 the journal the bridge wrote is verified at the end. Exit 0 only if every check held.
 
-The steps themselves are :mod:`agentteam_cli._journey`; here the runtime and the bridge are
+The steps themselves are :mod:`._journey`; here the runtime and the bridge are
 started around them, and the journal is read back with ``replay`` at the end.
 """
 
@@ -30,10 +30,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from rich.console import Console
 from rich.text import Text
 
-import journal
-import replay
-from bridge import __version__
-from runtime import Runtime, RuntimeConfig, open_runtime
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.bridge import __version__
+from agentteam_task_bridge.runtime import Runtime, RuntimeConfig, open_runtime
 
 from ._journey import STEP_TIMEOUT_SECONDS, WIDTH, DemoFailed, Tour, journey, short_text, to_json
 
@@ -63,7 +62,14 @@ class Outcome:
 
 def bridge_command(journal_path: Path) -> list[str]:
     """`agentteam-bridge serve` with this interpreter, so it runs the code of this install."""
-    return [sys.executable, "-m", "bridge._cli", "serve", "--journal", str(journal_path)]
+    return [
+        sys.executable,
+        "-m",
+        "agentteam_task_bridge.bridge._cli",
+        "serve",
+        "--journal",
+        str(journal_path),
+    ]
 
 
 @asynccontextmanager
