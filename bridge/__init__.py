@@ -29,7 +29,14 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._budget import PageState, keeps_identities
     from ._call import Bridge, JournalFailed, Session
-    from ._cli import add_serve_command, configure_logging
+    from ._cli import (
+        CommandParser,
+        add_serve_command,
+        configure_logging,
+        port_number,
+        positive_integer,
+        positive_number,
+    )
     from ._compat import (
         ARGUMENT_ALIASES,
         POLICIES,
@@ -73,7 +80,17 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     **dict.fromkeys(["PageState", "keeps_identities"], "_budget"),
     **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
-    **dict.fromkeys(["add_serve_command", "configure_logging"], "_cli"),
+    **dict.fromkeys(
+        [
+            "CommandParser",
+            "add_serve_command",
+            "configure_logging",
+            "port_number",
+            "positive_integer",
+            "positive_number",
+        ],
+        "_cli",
+    ),
     **dict.fromkeys(
         [
             "ARGUMENT_ALIASES",
@@ -149,6 +166,7 @@ __all__ = [
     "Answer",
     "ArgumentAlias",
     "Bridge",
+    "CommandParser",
     "CompatPolicy",
     "ConfigError",
     "CredentialError",
@@ -177,6 +195,9 @@ __all__ = [
     "keeps_identities",
     "legacy_journal",
     "load_launch_context",
+    "port_number",
+    "positive_integer",
+    "positive_number",
     "serve",
     "trio_stdio",
 ]

@@ -135,6 +135,28 @@ class VerifierKey:
             raise ValueError("the verifier key's ID does not match its name and key")
         return key
 
+    @classmethod
+    def find(cls, text: str) -> VerifierKey:
+        """The one verifier key in ``text``: bare, or among other words, as in the lines that
+        ``agentteam-replay key`` and a bridge's first start print (``public key:  <key>``) or a
+        key file (whose second line is its verifier key). Raises ValueError when ``text`` holds
+        none, or two different ones; the error is :meth:`parse`'s when a lone word was meant."""
+        words = text.split()
+        found = set()
+        for word in words:
+            if word.count("+") >= 2 and not word.startswith(_PRIVATE_PREFIX):
+                try:
+                    found.add(cls.parse(word.strip("();,")))
+                except ValueError:
+                    continue
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            raise ValueError("it holds more than one verifier key")
+        if len(words) == 1:
+            return cls.parse(words[0])
+        raise ValueError("it holds no verifier key (<name>+<hex key ID>+<base64 key>)")
+
     def verify(self, message: bytes, signature: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from agentteam_task_bridge import bridge
-from agentteam_task_bridge.bridge import __version__, default_runtime_db
+from agentteam_task_bridge.bridge import default_runtime_db
 
 _EPILOG_RUNTIME = """\
 examples:
@@ -83,33 +83,46 @@ is running; the local agent is a member of every board added here.
 
 
 def _local(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
     from agentteam_task_bridge.runtime import _local as local  # not in runtime's public face (yet)
 
     db = str(args.db)
     try:
+        shown: object
         if args.what == "board" and args.action == "add":
             board = local.add_board(db, args.slug, args.name)
-            print(
+            shown = dataclasses.asdict(board)
+            text = (
                 f"board {board.slug} ({board.name}): {board.members} members, {board.tasks} tasks"
             )
         elif args.what == "board":
-            for board in local.list_boards(db):
-                print(f"{board.slug}\t{board.name}\t{board.members} members\t{board.tasks} tasks")
+            boards = local.list_boards(db)
+            shown = [dataclasses.asdict(b) for b in boards]
+            text = "\n".join(
+                f"{b.slug}\t{b.name}\t{b.members} members\t{b.tasks} tasks" for b in boards
+            )
         elif args.action == "open":
             local.open_callback(db, args.run_id, args.callback_id, args.agent)
             meta = {
                 "agentteam/workflow_run_id": args.run_id,
                 "agentteam/callback_effect_id": args.callback_id,
             }
-            print(json.dumps({"_meta": meta}))
+            shown = {"_meta": meta}
+            text = json.dumps(shown)  # what a client passes, so JSON either way
         elif args.action == "complete":
             local.complete_callback(db, args.run_id, args.callback_id)
-            print(f"callback {args.run_id}/{args.callback_id} completed")
+            shown = {"run_id": args.run_id, "callback_effect_id": args.callback_id}
+            shown["state"] = "completed"
+            text = f"callback {args.run_id}/{args.callback_id} completed"
         else:
-            for cb in local.list_callbacks(db):
-                print(f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}")
+            callbacks = local.list_callbacks(db)
+            shown = [dataclasses.asdict(cb) for cb in callbacks]
+            text = "\n".join(
+                f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}"
+                for cb in callbacks
+            )
     except local.LocalError as exc:
         print(f"agentteam-bridge runtime {args.what}: {exc}", file=sys.stderr)
         return 2
@@ -117,6 +130,10 @@ def _local(args: argparse.Namespace) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         print(f"agentteam-bridge runtime {args.what}: cannot use {db}: {reason}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps(shown, ensure_ascii=False))
+    elif text:
+        print(text)
     return 0
 
 
@@ -136,6 +153,7 @@ def _local_commands(rt: argparse.ArgumentParser) -> None:
             default=default_runtime_db(),
             help=f"the runtime database (default {default_runtime_db()})",
         )
+        p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(run=_local, action=action)
         return p
 
@@ -181,11 +199,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = bridge.CommandParser(
         prog="agentteam-bridge",
         description="The AgentTeam Task MCP bridge and its reference runtime.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     rt = sub.add_parser(
         "runtime",
@@ -196,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     rt.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    rt.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free)")
+    rt.add_argument(
+        "--port", type=bridge.port_number, default=8765, help="port (default 8765; 0 = any free)"
+    )
     rt.add_argument(
         "--db",
         default=default_runtime_db(),
@@ -204,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rt.add_argument(
         "--token-ttl",
-        type=float,
+        type=bridge.positive_number,
         default=900.0,
         help="lifetime of minted bearer tokens in seconds (default 900)",
     )
@@ -235,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    bridge.configure_logging()
+    bridge.configure_logging(args)
     code: int = args.run(args)
     return code
 
