@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._call import Bridge, JournalFailed, Session
     from ._cli import (
         CommandParser,
+        add_completion_command,
         add_serve_command,
         configure_logging,
         port_number,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         TokenSource,
         load_launch_context,
     )
+    from ._doctor import doctor
     from ._errors import (
         BRIDGE_CODES,
         CODES,
@@ -83,6 +85,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(
         [
             "CommandParser",
+            "add_completion_command",
             "add_serve_command",
             "configure_logging",
             "port_number",
@@ -91,6 +94,7 @@ _WHERE: dict[str, str] = {
         ],
         "_cli",
     ),
+    "doctor": "_doctor",
     **dict.fromkeys(
         [
             "ARGUMENT_ALIASES",
@@ -186,11 +190,13 @@ __all__ = [
     "ToolSpec",
     "UpstreamClient",
     "__version__",
+    "add_completion_command",
     "add_serve_command",
     "configure_logging",
     "default_journal_dir",
     "default_runtime_db",
     "describe",
+    "doctor",
     "journal_setting",
     "keeps_identities",
     "legacy_journal",

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -59,6 +60,38 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def add_completion_command(
+    sub: Any, program: str, build: Callable[[], argparse.ArgumentParser]
+) -> None:
+    """``completion SHELL``: print the shell completion script of ``program``, whose parser
+    ``build`` makes (shtab writes it from the parser itself, so it names every subcommand and
+    option)."""
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print a completion script for the shell; install it as your shell reads them.",
+        epilog=f"""examples:
+  {program} completion bash > ~/.local/share/bash-completion/completions/{program}
+  {program} completion zsh > "${{fpath[1]}}/_{program}"
+  {program} completion fish > ~/.config/fish/completions/{program}.fish
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("shell", choices=COMPLETION_SHELLS)
+    p.set_defaults(completion_of=build, run=print_completion)
+
+
+def print_completion(args: argparse.Namespace) -> int:
+    """Print the script ``completion SHELL`` asked for (see :func:`add_completion_command`)."""
+    import shtab
+
+    print(shtab.complete(args.completion_of(), shell=args.shell))
+    return 0
 
 
 def positive_number(text: str) -> float:

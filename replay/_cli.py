@@ -56,6 +56,8 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
 
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Compute under a progress bar, then render (so the two never interleave)."""
+    if args.command == "completion":
+        return int(args.run(args))
     if args.command == "key":
         from agentteam_task_bridge import replay
 

@@ -364,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
+    bridge.add_completion_command(sub, PROG, build_parser)
     return parser
 
 

@@ -206,3 +206,47 @@ def test_serve_log_level_sets_what_reaches_stderr(tmp_path: Path) -> None:
     assert _serve_stderr(tmp_path, "--log-level", "error") == ""
     verbose = _serve_stderr(tmp_path, "-vv")
     assert " DEBUG " in verbose
+
+
+# --- shell completion --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("program", list(PARSERS))
+def test_bash_completes_every_command_of_both_clis(program: str) -> None:
+    script = _cli(program, "completion", "bash")
+    assert script.returncode == 0, script.stderr
+    commands = sorted(w[0] for p, w, _ in _every_command() if p == program and len(w) == 1)
+    # Source it in a real bash, ask the function `complete -p` names for the first word's
+    # completions, as bash does on TAB after `PROGRAM `.
+    probe = f"""
+source /dev/stdin
+function=$(complete -p {program} | sed -E 's/.* -F ([^ ]+) .*/\\1/')
+COMP_WORDS=({program} ""); COMP_CWORD=1; COMP_LINE="{program} "; COMP_POINT=${{#COMP_LINE}}
+"$function" {program} "" {program}
+printf '%s\\n' "${{COMPREPLY[@]}}"
+"""
+    done = subprocess.run(
+        ["bash", "-c", probe], input=script.stdout, capture_output=True, text=True, timeout=30
+    )
+    offered = set(done.stdout.split())
+    assert set(commands) <= offered, (done.stderr, sorted(offered))
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+@pytest.mark.parametrize("program", list(PARSERS))
+def test_zsh_and_fish_read_the_completion_script(program: str, shell: str, tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+    script = _cli(program, "completion", shell)
+    assert script.returncode == 0 and program in script.stdout
+    path = tmp_path / f"completion.{shell}"
+    path.write_text(script.stdout)
+    check = [shell, "-n", str(path)] if shell == "zsh" else [shell, "--no-execute", str(path)]
+    done = subprocess.run(check, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    for name in (
+        ("serve", "install", "doctor") if program == "agentteam-bridge" else ("verify", "ship")
+    ):
+        assert name in script.stdout

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentteam_task_bridge import bridge
 from agentteam_task_bridge.bridge import default_runtime_db
@@ -248,7 +249,106 @@ def build_parser() -> argparse.ArgumentParser:
         help="journal file to write (default: journal.db in a fresh temp dir, printed at the end)",
     )
     dm.set_defaults(run=_demo)
+    _install_command(sub)
+    bridge.add_completion_command(sub, "agentteam-bridge", build_parser)
+    dr = sub.add_parser(
+        "doctor",
+        help="check what `serve` would meet at start, without starting a session",
+        description="Check the configuration, the credential, the API through the proxy and TLS, "
+        "the journal's location and free space, and the signing key's mode; one line a check. "
+        "Nothing is journaled.",
+        epilog="Exit status: 0 every check passed, 1 one failed.",
+    )
+    dr.add_argument("--embedded", action="store_true", help="as `serve --embedded` would start")
+    dr.add_argument("--api-url", help="as `serve --api-url` (default AGENTTEAM_API_URL)")
+    dr.add_argument("--journal", default=bridge.journal_setting(), metavar="PATH")
+    dr.add_argument("--runtime-db", type=Path, default=None, help="the embedded runtime's database")
+    dr.set_defaults(run=_doctor)
     return parser
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import os
+
+    import trio
+
+    checks = trio.run(
+        lambda: bridge.doctor(
+            os.environ,
+            journal_setting=args.journal,
+            embedded=args.embedded,
+            api_url=args.api_url,
+            runtime_db=args.runtime_db,
+        )
+    )
+    for check in checks:
+        print(check.line())
+    return 0 if all(check.ok for check in checks) else 1
+
+
+_EPILOG_INSTALL = """\
+examples:
+  agentteam-bridge install claude-desktop --dry-run    # print the change, write nothing
+  agentteam-bridge install cursor                      # the embedded reference runtime
+  AGENTTEAM_API_URL=https://... AGENTTEAM_WORKSPACE_ID=ws AGENTTEAM_AGENT_ID=agt \\
+  AGENTTEAM_TOKEN_COMMAND='agentteam auth token' agentteam-bridge install codex --from-env
+Exit status: 0 registered (or already was), 1 refused (a different server of that name, a file
+that cannot be read or written), 2 a bad flag or environment.
+"""
+
+
+def _install_command(sub: Any) -> None:
+    from ._install import CLIENTS
+
+    p = sub.add_parser(
+        "install",
+        help="register this bridge with an MCP client (" + ", ".join(CLIENTS) + ")",
+        description="Write or merge the client's MCP server configuration (Claude Code: run "
+        "`claude mcp add` when it is on PATH) so that it launches this installation's bridge.",
+        epilog=_EPILOG_INSTALL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("client", choices=CLIENTS)
+    p.add_argument("--name", default="agentteam-tasks", help="the server's name there")
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help="a real server, from this shell's AGENTTEAM_* variables (default: --embedded)",
+    )
+    p.add_argument(
+        "--compat",
+        choices=("strict", "hint", "forward"),
+        default="hint",
+        help="the serve --compat policy (default hint)",
+    )
+    p.add_argument("--config", type=Path, help="this file instead of the client's own")
+    p.add_argument("--dry-run", action="store_true", help="print the change; write nothing")
+    p.add_argument("--force", action="store_true", help="replace a different server of the name")
+    p.set_defaults(run=_install)
+
+
+def _install(args: argparse.Namespace) -> int:
+    import os
+
+    from ._install import InstallError, install
+
+    try:
+        print(
+            install(
+                args.client,
+                name=args.name,
+                embedded=not args.from_env,
+                compat=args.compat,
+                dry_run=args.dry_run,
+                force=args.force,
+                config=args.config,
+                environ=dict(os.environ),
+            )
+        )
+    except InstallError as exc:
+        print(f"agentteam-bridge install: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
