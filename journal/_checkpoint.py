@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import msgspec
 
+from ._files import make_private_dir
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -455,7 +457,7 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
     except FileNotFoundError:
         if not create:
             raise
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     key = SigningKey.generate()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -492,7 +494,7 @@ def load_legacy_key(path: Path) -> HmacKey:
 
 def export_checkpoint(checkpoint: Checkpoint, path: Path) -> None:
     """Write a checkpoint to ``path`` atomically (temp file, fsync, rename), mode 0600."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as file:

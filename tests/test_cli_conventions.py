@@ -123,24 +123,44 @@ def test_help_lists_every_command(program: str) -> None:
         assert f"\n    {name}" in text, name
 
 
-def test_local_runtime_commands_create_owner_only_files_whatever_the_umask(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "a" / "b" / "runtime.db"
-    done = _cli(
+def test_every_file_a_command_creates_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    """Each command that writes, run under umask 0 into folders that do not exist yet; then
+    every folder below tmp_path is 0700 and every file 0600."""
+    root = tmp_path / "made"
+    env = {
+        **os.environ,
+        "HOME": str(root / "home"),
+        "XDG_DATA_HOME": str(root / "data" / "x"),
+        "XDG_CONFIG_HOME": str(root / "config" / "x"),
+        "PATH": "/usr/bin:/bin",  # no `claude`: install writes the file itself
+    }
+    journal = root / "demo" / "x" / "journal.db"
+    commands = [
+        ("agentteam-bridge", "demo", "--journal", str(journal)),
+        ("agentteam-bridge", "runtime", "board", "list", "--db", str(root / "rt" / "x" / "r.db")),
+        ("agentteam-bridge", "install", "cursor"),
+        ("agentteam-replay", "key", "--create"),
+        ("agentteam-replay", "audit", str(journal), "--csv", str(root / "csv" / "x")),
+        ("agentteam-replay", "export", str(journal), "--output", str(root / "out" / "x" / "o")),
+    ]
+    for program, *args in commands:
+        done = _cli(program, *args, env=env, preexec_fn=lambda: os.umask(0))
+        assert done.returncode == 0, (args, done.stderr[-800:])
+    serve = _cli(
         "agentteam-bridge",
-        "runtime",
-        "board",
-        "list",
-        "--db",
-        str(db),
+        "serve",
+        "--embedded",
+        env=env,
+        stdin=subprocess.DEVNULL,
         preexec_fn=lambda: os.umask(0),
     )
-    assert done.returncode == 0, done.stderr
-    for folder in (tmp_path / "a", tmp_path / "a" / "b"):
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
-    for file in db.parent.iterdir():
-        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    assert serve.returncode == 0, serve.stderr
+    seen = 0
+    for path in [root, *root.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+        seen += 1
+    assert seen > 20
 
 
 def test_local_runtime_commands_print_json(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ line (which adds the folder, not the editable install of this checkout: that nee
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -44,7 +45,12 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     out = tmp_path_factory.mktemp("wheels")
     ours = out / "ours"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(ours), str(ROOT)]
-    subprocess.run(build, check=True, timeout=300, cwd=out)
+    left = not (ROOT / "build").exists()  # setuptools builds in the tree: leave it as found
+    try:
+        subprocess.run(build, check=True, timeout=300, cwd=out)
+    finally:
+        if left:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     (wheel,) = ours.glob("*.whl")
     theirs = out / "theirs"
     fetch = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(theirs), *THEIRS]

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentteam_task_bridge import journal
+
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 # What --from-env copies; AGENTTEAM_TOKEN is refused (see the module docstring).
 FROM_ENV = (
@@ -170,9 +172,7 @@ def _different(name: str) -> str:
 def _write(path: Path, text: str) -> None:
     """Replace ``path`` atomically, keeping its mode; a new file 0600 in new folders 0700."""
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    for folder in reversed([p for p in (path.parent, *path.parent.parents) if not p.exists()]):
-        folder.mkdir(mode=0o700)
-        os.chmod(folder, 0o700)
+    journal.make_private_dir(path.parent)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
