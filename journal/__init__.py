@@ -125,7 +125,7 @@ from ._events import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from ._files import make_private_dir, open_private
+from ._files import make_private_dir, open_private, private_opener
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._redact import warm_up as warm_up_redaction
@@ -209,6 +209,7 @@ __all__ = [
     "open_reader",
     "open_sync_writer",
     "open_writer",
+    "private_opener",
     "record_from_row",
     "row_hash",
     "segment_files",

@@ -219,7 +219,7 @@ def _output(target: str) -> Iterator[IO[str]]:
         sys.stdout.flush()
         return
     try:
-        file = os.fdopen(journal.open_private(Path(target)), "w", encoding="utf-8")
+        file = open(target, "w", encoding="utf-8", opener=journal.private_opener)
     except OSError as exc:
         raise ReplayInputError(f"cannot write {target}: {exc.strerror or exc}") from None
     with file:
