@@ -31,14 +31,17 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint, Reader
 
+from ._fleet_ingest import INGEST_CALL
 from ._fleet_store import (
     StoreFinding,
     connect,
     ensure_schema,
     record_finding,
+    redact_store_url,
+    refusal,
     stored_head,
 )
-from ._source import ReplayInputError, journal_files, open_reader
+from ._source import Progress, ReplayInputError, journal_files, open_reader
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,8 +49,10 @@ if TYPE_CHECKING:
 __all__ = ["JournalShipped", "ShipReport", "ship", "ship_follow"]
 
 BATCH_SIZE: Final = 5_000
-_COPY_COLUMNS: Final = ("ts", *journal.COLUMNS)
-_COPY: Final = f"COPY agentteam.events ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
+MAX_BACKOFF: Final = 30.0  # seconds between tries while the store is down, at most
+# The ingest function's arrays in binary (psycopg's %b): a third of the text format's cost.
+_INGEST: Final = INGEST_CALL.replace("%s", "%b")
+_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)"
 # Rules of journal.ChainVerifier that make a row unacceptable.
 _REFUSED: Final = {
     "sequence_gap",
@@ -97,16 +102,33 @@ def ship(
     store_url: str,
     *,
     batch_size: int = BATCH_SIZE,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
+    wait_unreadable: bool = False,
 ) -> ShipReport:
-    """Ship every journal the paths stand for (files, or directories of journals)."""
-    from ._fleet_store import redact_store_url
+    """Ship every journal the paths stand for (files, or directories of journals).
 
+    ``progress(events shipped so far, None)`` after each batch. ``wait_unreadable``: a file
+    that cannot be read as a journal (yet: one being created) waits instead of failing.
+    """
     files = journal_files(paths)
     conn = connect(store_url, autocommit=True)
+    shipped: list[JournalShipped] = []
     try:
         ensure_schema(conn)
-        shipped = [_ship_file(conn, path, batch_size, progress) for path in files]
+        for path in files:
+            before = sum(s.shipped for s in shipped)
+            told = None if progress is None else _offset(progress, before)
+            try:
+                shipped.append(_ship_file(conn, path, batch_size, told))
+            except ReplayInputError as exc:
+                if not wait_unreadable:
+                    raise
+                waiting = f"not readable as a journal yet: {exc}"
+                shipped.append(
+                    JournalShipped(
+                        path=str(path), journal_id=None, store_head_before=0, waiting=waiting
+                    )
+                )
     finally:
         conn.close()
     return ShipReport(
@@ -117,6 +139,13 @@ def ship(
     )
 
 
+def _offset(progress: Progress, before: int) -> Progress:
+    def told(done: int, total: int | None = None) -> None:
+        progress(before + done, total)
+
+    return told
+
+
 def ship_follow(
     paths: Sequence[str | os.PathLike[str]],
     store_url: str,
@@ -125,27 +154,83 @@ def ship_follow(
     batch_size: int = BATCH_SIZE,
     rounds: int | None = None,
     on_round: Callable[[ShipReport], None] | None = None,
+    on_outage: Callable[[str], None] | None = None,
+    max_backoff: float = MAX_BACKOFF,
 ) -> ShipReport:
     """Ship, then again every ``interval`` seconds (new files in a directory included), until
     interrupted or ``rounds`` are done: a live journal lags the store by about one interval and
-    one batch. Returns the last round's report."""
+    one batch. Returns the last round's report.
+
+    A service: paths not there yet (a pool before its first session) are waited for; a store
+    that cannot be reached, or drops the connection, is retried with a backoff doubling from
+    ``interval`` up to ``max_backoff`` seconds, and ``on_outage`` hears one line when an outage
+    starts and one when it ends. Other failures (a refused schema, a broken journal) raise.
+    """
     done = 0
+    report = ShipReport(store=redact_store_url(store_url), journals=[], shipped=0, refused=0)
+    down_since: float | None = None
+    wait = interval
     while True:
         started = time.monotonic()
-        report = ship(paths, store_url, batch_size=batch_size)
-        if on_round is not None:
-            on_round(report)
+        try:
+            report = ship(_present(paths), store_url, batch_size=batch_size, wait_unreadable=True)
+        except _outages() as exc:
+            if down_since is None:
+                down_since = started
+                _say(on_outage, f"the store is unreachable, retrying: {_reason(exc)}")
+            wait = min(max_backoff, max(wait * 2, interval))
+        else:
+            if down_since is not None:
+                outage = time.monotonic() - down_since
+                _say(on_outage, f"the store is back after {outage:.0f} s; shipping again")
+                down_since = None
+            wait = interval
+            if on_round is not None:
+                on_round(report)
         done += 1
         if rounds is not None and done >= rounds:
             return report
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        time.sleep(max(0.0, wait - (time.monotonic() - started)))
+
+
+def _present(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The journal files of the paths that exist now (a pool may hold none yet, or be absent)."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        try:
+            found = journal_files([path])
+        except ReplayInputError:
+            if path.exists() and not path.is_dir():
+                raise
+            continue  # a directory without a journal yet
+        files += [f for f in found if f.exists()]
+    return files
+
+
+def _outages() -> tuple[type[BaseException], ...]:
+    """What a store that is down (or drops the connection mid-ship) raises."""
+    from ._fleet_store import StoreUnreachable, _psycopg
+
+    driver = _psycopg()
+    return (StoreUnreachable, driver.OperationalError, driver.InterfaceError)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _say(on_outage: Callable[[str], None] | None, line: str) -> None:
+    if on_outage is not None:
+        on_outage(line)
 
 
 def _ship_file(
     conn: psycopg.Connection[Any],
     path: Path,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
 ) -> JournalShipped:
     with open_reader(path) as reader:
         journal_id = reader.journal_id
@@ -169,7 +254,7 @@ def _ship_journal(
     reader: Reader,
     journal_id: str,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
     result: JournalShipped,
 ) -> None:
     source = str(reader.path)
@@ -199,7 +284,7 @@ def _ship_journal(
         for batch in batches:
             _take(conn, journal_id, batch, keys, later, refuse, result)
             if progress is not None:
-                progress(result.shipped)
+                progress(result.shipped, None)
 
 
 def _take(
@@ -214,7 +299,7 @@ def _take(
     """Store one checked batch with the checkpoints it covers (verified), in one transaction."""
     keys.extend(batch.rotations)
     if batch.refused is not None:
-        _commit_batch(conn, journal_id, batch.rows, batch.rotations, [], result)
+        _commit_batch(conn, journal_id, batch.rows, [], refuse, result)
         bad = batch.refused
         raise refuse(bad.seq, bad.rule, bad.detail)
     covered: list[Checkpoint] = []
@@ -224,7 +309,7 @@ def _take(
             covered.append(cp)
         else:
             result.checkpoints_skipped += 1
-    _commit_batch(conn, journal_id, batch.rows, batch.rotations, covered, result)
+    _commit_batch(conn, journal_id, batch.rows, covered, refuse, result)
 
 
 class _Batch:
@@ -354,20 +439,17 @@ def _register(
     journal_id: str,
     refuse: Callable[[int | None, str, str], _Refused],
 ) -> list[tuple[int, str]]:
-    """Register the journal and its creation key on first sight; the keys the store holds."""
+    """Register the journal to this login and its creation key (trust on first use) on first
+    sight; the keys the store holds. Another login's journal is refused (``not_owner``)."""
     recorded = reader.recorded_keys()
-    with conn.transaction():
+    first_key = recorded[0][1] if recorded and recorded[0][0] == 0 else None
+    with refusal() as refused:
         conn.execute(
-            "INSERT INTO agentteam.journals (journal_id, created_at, registered_from)"
-            " VALUES (%s, %s, %s) ON CONFLICT (journal_id) DO NOTHING",
-            (journal_id, reader.created_at, str(reader.path)),
+            "SELECT agentteam.register_journal(%s, %s, %s, %s)",
+            (journal_id, reader.created_at, str(reader.path), first_key),
         )
-        if recorded and recorded[0][0] == 0:
-            conn.execute(
-                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, 0, %s)"
-                " ON CONFLICT (journal_id, seq) DO NOTHING",
-                (journal_id, recorded[0][1]),
-            )
+    if refused.finding is not None:
+        raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
     keys = [
         (int(r[0]), str(r[1]))
         for r in conn.execute(
@@ -411,7 +493,7 @@ def _late_checkpoints(
     ]
     result.checkpoints_skipped += len(late) - len(accepted)
     if accepted:
-        _commit_batch(conn, journal_id, [], [], accepted, result)
+        _commit_batch(conn, journal_id, [], accepted, refuse, result)
 
 
 def _check_checkpoint(
@@ -452,32 +534,25 @@ def _commit_batch(
     conn: psycopg.Connection[Any],
     journal_id: str,
     rows: list[tuple[Any, ...]],
-    rotations: list[tuple[int, str]],
     checkpoints: list[Checkpoint],
+    refuse: Callable[[int | None, str, str], _Refused],
     result: JournalShipped,
 ) -> None:
+    """The rows through the store's checked ingest, then the checkpoints, in one transaction;
+    what the store refuses (it re-checks everything) is refused here as the same finding."""
     if not (rows or checkpoints):
         return
-    with conn.transaction():
-        for month in sorted({row[5][:7] for row in rows}):
-            conn.execute("SELECT agentteam.ensure_partition(%s::date)", (f"{month}-01",))
+    with refusal() as refused, conn.transaction():
         if rows:
-            with conn.cursor() as cur, cur.copy(_COPY) as copy:
-                for row in rows:
-                    copy.write_row((row[5], *row))
-        for seq, vkey in rotations:
-            conn.execute(
-                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, %s, %s)"
-                " ON CONFLICT (journal_id, seq) DO NOTHING",
-                (journal_id, seq, vkey),
-            )
+            columns = list(zip(*rows, strict=True))
+            conn.execute(_INGEST, [journal_id, *(list(c) for i, c in enumerate(columns) if i != 1)])
         for cp in checkpoints:
             conn.execute(
-                "INSERT INTO agentteam.checkpoints"
-                " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+                _ADD_CHECKPOINT,
+                (journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
             )
+    if refused.finding is not None:
+        raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
     result.shipped += len(rows)
     result.checkpoints += len(checkpoints)
     if rows:
