@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agentteam_task_bridge import journal, replay
@@ -45,7 +46,7 @@ class Follower:
     def wait_for(self, what: Callable[[], bool], why: str) -> None:
         deadline = time.monotonic() + 90  # bounds a hang only
         while not what():
-            assert self.proc.poll() is None, "".join(self.lines)
+            assert self.proc.poll() is None, f"{why}: exit {self.proc.returncode}: {self.lines}"
             assert time.monotonic() < deadline, f"{why}: {''.join(self.lines)}"
             time.sleep(0.05)
 
@@ -59,6 +60,13 @@ class Follower:
 def head(path: Path) -> int:
     with journal.open_reader(path) as reader:
         return reader.head()[0]
+
+
+def has_store(url: str) -> bool:
+    """Whether a round ran: the first one creates the store's schema, journals or not."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('agentteam.store_meta') IS NOT NULL").fetchone()
+    return bool(row and row[0])
 
 
 def shipped_to(url: str, journal_id: str, path: Path) -> Callable[[], bool]:
@@ -89,7 +97,8 @@ def test_follow_starts_on_an_empty_pool_and_waits_for_its_first_journal(
     pool.mkdir()
     follower = Follower(pool, pg_url)
     try:
-        time.sleep(1.0)  # several rounds over an empty pool
+        follower.wait_for(lambda: has_store(pg_url) or follower.proc.poll() is not None, "a round")
+        time.sleep(0.5)  # more rounds over the empty pool
         assert follower.proc.poll() is None, "".join(follower.lines)
         path = pool / "journal-1.db"
         jid = write_fleet_journal(path, 1, 2)
@@ -107,7 +116,9 @@ def test_follow_waits_out_a_store_outage_and_stops_cleanly(
     pool = tmp_path / "pool"  # not there yet: the service starts before the first session
     follower = Follower(pool, url)
     try:
+        follower.wait_for(lambda: has_store(url) or follower.proc.poll() is not None, "a round")
         time.sleep(0.5)
+        assert follower.proc.poll() is None, "".join(follower.lines)
         pool.mkdir()
         path = pool / "journal-1.db"
         jid = write_fleet_journal(path, 2, 2)
