@@ -3,21 +3,24 @@
 Everything lives in the schema ``agentteam``:
 
 * ``events``: every shipped event, the journal's columns as stored (the payload text as hashed,
-  already redacted) plus ``ts`` (the event's wall time) and ``doc`` (the payload as jsonb, for
-  the views). Text columns sort bytewise (``COLLATE "C"``), as SQLite and Python do.
-  Declaratively partitioned by month of ``ts``; ``journal_id`` leads every key, the
+  already redacted) plus ``ts`` (the event's wall time, derived from ``ts_wall`` at ingest) and
+  ``doc`` (the payload as jsonb, its strings escaped one to one: ``payload_doc``). Text columns
+  sort bytewise (``COLLATE "C"``), as SQLite and Python do. Declaratively partitioned by month
+  of ``ts``, each partition with its own TRUNCATE trigger; ``journal_id`` leads every key, the
   distribution key on Citus.
-* ``journals``: the registry (journal id, when first shipped, from where); ``journal_keys``: the
-  signing keys each journal named (its key at creation, then each ``key_rotated`` event shipped),
-  the keys its checkpoints must verify under; ``checkpoints``: the verified checkpoints received,
-  the latest being the witness; ``findings``: forks, bad signatures, broken chains refused.
+* ``journals``: the registry (journal id, when first shipped, from where, the login that owns
+  it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
+  the ingest; ``journal_keys``: the signing keys each journal named (its key at creation, then
+  each ``key_rotated`` event ingested), the keys its checkpoints must verify under;
+  ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
+  witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
 
-The shipping role ``agentteam_ship`` may only SELECT and INSERT (and create the month's
-partition through ``ensure_partition``, which runs as the store's owner); triggers refuse UPDATE,
-DELETE and TRUNCATE on every table for everyone, the owner included. ``agentteam_read`` may only
-SELECT.
+The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
+functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
+and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
+``agentteam_read`` may only SELECT.
 """
 
 from __future__ import annotations
