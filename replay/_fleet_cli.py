@@ -182,7 +182,8 @@ def run_ship(
 def _run_ship(
     args: argparse.Namespace, paths: list[Path], out: Console, progress: Progress | None
 ) -> tuple[ShipReport, int]:
-    from ._fleet_ship import ship, ship_follow
+    from ._fleet_follow import ship_follow
+    from ._fleet_ship import ship
 
     if not args.follow:
         report = ship(paths, args.to, batch_size=args.batch_size, progress=progress)

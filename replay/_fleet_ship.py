@@ -3,9 +3,12 @@
 For each journal the store's head (last seq and hash) is the resume point: the local journal must
 hold the same hash at that seq (otherwise it is a fork, refused and recorded as a finding), and
 every row after it is checked as ``verify`` checks it (sequence, chain, hash, journal id) before it
-is accepted. Rows go in batches of ``batch_size``, each in one transaction with the checkpoints it
-covers, so an interrupted ship leaves whole batches and the next one resumes after them; a
-repeated ship finds nothing new. Memory is one batch.
+is accepted. Rows go in batches of ``batch_size``, each one call of the store's checked ingest
+(``_fleet_ingest``: the server checks them all again, and refuses what a modified shipper would
+send) in one transaction with the checkpoints it covers, so an interrupted ship leaves whole
+batches and the next one resumes after them; a repeated ship finds nothing new. Memory is two
+batches (the next one is read and checked while the server takes this one). What the store
+refuses is the same finding as a refusal here. ``ship --follow`` is ``_fleet_follow``.
 
 Checkpoints are accepted only when they verify under the key the journal names at their seq, as
 the store registered it: the journal's key at its first ship (``journal_meta.signing_key``), then
@@ -20,7 +23,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
@@ -46,10 +48,9 @@ from ._source import Progress, ReplayInputError, journal_files, open_reader
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["JournalShipped", "ShipReport", "ship", "ship_follow"]
+__all__ = ["JournalShipped", "ShipReport", "ship"]
 
 BATCH_SIZE: Final = 5_000
-MAX_BACKOFF: Final = 30.0  # seconds between tries while the store is down, at most
 # The ingest function's arrays in binary (psycopg's %b): a third of the text format's cost.
 _INGEST: Final = INGEST_CALL.replace("%s", "%b")
 _ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)"
@@ -144,86 +145,6 @@ def _offset(progress: Progress, before: int) -> Progress:
         progress(before + done, total)
 
     return told
-
-
-def ship_follow(
-    paths: Sequence[str | os.PathLike[str]],
-    store_url: str,
-    *,
-    interval: float = 1.0,
-    batch_size: int = BATCH_SIZE,
-    rounds: int | None = None,
-    on_round: Callable[[ShipReport], None] | None = None,
-    on_outage: Callable[[str], None] | None = None,
-    max_backoff: float = MAX_BACKOFF,
-) -> ShipReport:
-    """Ship, then again every ``interval`` seconds (new files in a directory included), until
-    interrupted or ``rounds`` are done: a live journal lags the store by about one interval and
-    one batch. Returns the last round's report.
-
-    A service: paths not there yet (a pool before its first session) are waited for; a store
-    that cannot be reached, or drops the connection, is retried with a backoff doubling from
-    ``interval`` up to ``max_backoff`` seconds, and ``on_outage`` hears one line when an outage
-    starts and one when it ends. Other failures (a refused schema, a broken journal) raise.
-    """
-    done = 0
-    report = ShipReport(store=redact_store_url(store_url), journals=[], shipped=0, refused=0)
-    down_since: float | None = None
-    wait = interval
-    while True:
-        started = time.monotonic()
-        try:
-            report = ship(_present(paths), store_url, batch_size=batch_size, wait_unreadable=True)
-        except _outages() as exc:
-            if down_since is None:
-                down_since = started
-                _say(on_outage, f"the store is unreachable, retrying: {_reason(exc)}")
-            wait = min(max_backoff, max(wait * 2, interval))
-        else:
-            if down_since is not None:
-                outage = time.monotonic() - down_since
-                _say(on_outage, f"the store is back after {outage:.0f} s; shipping again")
-                down_since = None
-            wait = interval
-            if on_round is not None:
-                on_round(report)
-        done += 1
-        if rounds is not None and done >= rounds:
-            return report
-        time.sleep(max(0.0, wait - (time.monotonic() - started)))
-
-
-def _present(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """The journal files of the paths that exist now (a pool may hold none yet, or be absent)."""
-    files: list[Path] = []
-    for given in paths:
-        path = Path(given)
-        try:
-            found = journal_files([path])
-        except ReplayInputError:
-            if path.exists() and not path.is_dir():
-                raise
-            continue  # a directory without a journal yet
-        files += [f for f in found if f.exists()]
-    return files
-
-
-def _outages() -> tuple[type[BaseException], ...]:
-    """What a store that is down (or drops the connection mid-ship) raises."""
-    from ._fleet_store import StoreUnreachable, _psycopg
-
-    driver = _psycopg()
-    return (StoreUnreachable, driver.OperationalError, driver.InterfaceError)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _say(on_outage: Callable[[str], None] | None, line: str) -> None:
-    if on_outage is not None:
-        on_outage(line)
 
 
 def _ship_file(

@@ -36,6 +36,7 @@ __all__ = [
     "findings",
     "first_unheld",
     "is_store_url",
+    "psycopg_module",
     "record_finding",
     "redact_store_url",
     "refusal",
@@ -102,6 +103,11 @@ def redact_store_url(url: str) -> str:
         [(k, v if k in keep else "REDACTED") for k, v in parse_qsl(parts.query)], safe="/"
     )
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def psycopg_module() -> Any:
+    """psycopg, or StoreError saying how to install it."""
+    return _psycopg()
 
 
 def _psycopg() -> Any:
