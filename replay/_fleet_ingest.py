@@ -35,15 +35,23 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["INGEST", "INGEST_CALL", "SHIP_FUNCTIONS"]
+__all__ = ["ESCAPED_COLUMNS", "INGEST", "INGEST_CALL", "SHIP_FUNCTIONS"]
 
 # The canonical encoding (journal/_canonical.py) of a row, in SQL: keys sorted, compact, the
 # payload verbatim. PostgreSQL's JSON string escaping is msgspec's (", \\, \b \f \n \r \t, other
 # controls as lowercase \u00xx, everything else as UTF-8); a float's shortest text is Python's
 # once ".0" is added to a whole number (the writer keeps |duration| < 1e15, 3 decimals).
 _CANONICAL: Final = r"""
+-- A text column arrives escaped as the store keeps text (see ``store_text``): U+FFFF "0" for
+-- U+0000 (which PostgreSQL text cannot hold), U+FFFF "1" for U+FFFF. Its JSON string is the
+-- original's: the escape of U+0000 in JSON is the ASCII \u0000.
 CREATE OR REPLACE FUNCTION agentteam.json_text(value text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT coalesce(to_json(value)::text, 'null') $$;
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN value IS NULL THEN 'null'
+         WHEN strpos(value, U&'\FFFF') = 0 THEN to_json(value)::text
+         ELSE replace(replace(to_json(value)::text, U&'\FFFF0', '\u0000'), U&'\FFFF1', U&'\FFFF')
+         END
+$$;
 CREATE OR REPLACE FUNCTION agentteam.json_float(value double precision) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT CASE WHEN value IS NULL THEN 'null'
@@ -75,6 +83,11 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     || '}'
 $$;
 """
+
+# Indexes (journal.COLUMNS) of the text columns a model or client fills, sent escaped
+# (store_text): session_id, call_id, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,
+# error_type. The payload goes as it is (JSON text: its U+0000 is already the escape \u0000).
+ESCAPED_COLUMNS: Final = frozenset({2, 3, 8, 9, 10, 12})
 
 # The batch's arrays, in COLUMNS order without journal_id (the function's first argument).
 _ARRAYS: Final = (

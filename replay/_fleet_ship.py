@@ -33,7 +33,7 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint, Reader
 
-from ._fleet_ingest import INGEST_CALL
+from ._fleet_ingest import ESCAPED_COLUMNS, INGEST_CALL
 from ._fleet_store import (
     StoreFinding,
     connect,
@@ -41,6 +41,7 @@ from ._fleet_store import (
     record_finding,
     redact_store_url,
     refusal,
+    store_text,
     stored_head,
 )
 from ._source import Progress, ReplayInputError, journal_files, open_reader
@@ -465,8 +466,7 @@ def _commit_batch(
         return
     with refusal() as refused, conn.transaction():
         if rows:
-            columns = list(zip(*rows, strict=True))
-            conn.execute(_INGEST, [journal_id, *(list(c) for i, c in enumerate(columns) if i != 1)])
+            conn.execute(_INGEST, [journal_id, *_arrays(rows)])
         for cp in checkpoints:
             conn.execute(
                 _ADD_CHECKPOINT,
@@ -478,6 +478,21 @@ def _commit_batch(
     result.checkpoints += len(checkpoints)
     if rows:
         result.store_head = int(rows[-1][0])
+
+
+def _arrays(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """The ingest function's arrays: one per column but journal_id, text escaped for the store."""
+    arrays = []
+    for index, column in enumerate(zip(*rows, strict=True)):
+        if index == 1:
+            continue
+        values = list(column)
+        if index in ESCAPED_COLUMNS and any(
+            isinstance(v, str) and ("\x00" in v or "\uffff" in v) for v in values
+        ):
+            values = [store_text(v) if isinstance(v, str) else v for v in values]
+        arrays.append(values)
+    return arrays
 
 
 def _store_hash(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:

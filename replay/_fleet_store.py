@@ -41,6 +41,7 @@ __all__ = [
     "redact_store_url",
     "refusal",
     "store_errors",
+    "store_text",
     "stored_head",
     "witnessed_checkpoint",
 ]
@@ -120,8 +121,9 @@ def _psycopg() -> Any:
     return psycopg
 
 
-# The store's escape of the strings of its jsonb (payload_doc): U+0000 as MARK "0", MARK as
-# MARK "1". One to one, so "a\0b" and "a\ufffdb" stay two strings in SQL too.
+# The store's escape of strings (payload_doc for its jsonb, store_text for the text columns a
+# model or client fills): U+0000 as MARK "0", MARK as MARK "1". One to one, so "a\0b" and
+# "a\ufffdb" stay two strings in SQL too.
 _MARK: Final = "\uffff"
 _MARK_BYTES: Final = _MARK.encode()
 
@@ -132,6 +134,13 @@ def exact_text(text: str) -> str:
         return text
     # MARK starts every escape, so the first replace cannot match across two of them.
     return text.replace(_MARK + "0", "\x00").replace(_MARK + "1", _MARK)
+
+
+def store_text(text: str) -> str:
+    """A string as the store keeps it in a text column (``exact_text`` reads it back)."""
+    if _MARK not in text and "\x00" not in text:
+        return text
+    return text.replace(_MARK, _MARK + "1").replace("\x00", _MARK + "0")
 
 
 def _exact(value: Any) -> Any:

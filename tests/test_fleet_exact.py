@@ -66,3 +66,32 @@ def test_nul_and_the_escape_character_round_trip_through_every_report(
         there = subprocess.run([*cli, *command, "--from", pg_url], capture_output=True, timeout=300)
         assert (there.returncode, there.stdout) == (here.returncode, here.stdout), there.stderr
         assert b"\\u0000" in here.stdout
+
+
+def test_nul_in_the_text_columns_a_client_fills_ships_and_reads_back(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A tool name (the model's text), a request id (the client's), a session and call id:
+    PostgreSQL text cannot hold U+0000, so they are stored escaped, hashed as the journal
+    hashed them, and read back exactly."""
+    path = tmp_path / "columns.db"
+    odd = ["\x00", "a\x00b", "a\ufffdb", "a\uffffb", "a\uffff0b", "a\uffff1b"]
+    with journal.open_sync_writer(path, key=KEY) as writer:
+        for n, text in enumerate(odd):
+            ev = {
+                "session_id": f"s{text}",
+                "call_id": f"c{n}{text}",
+                "mcp_method_name": "tools/call",
+                "gen_ai_tool_name": f"task{text}",
+                "jsonrpc_request_id": f"r{text}",
+            }
+            writer.append(Event(**ev, payload=journal.CallReceived(arguments={"n": n})))
+            writer.append(Event(**ev, payload=journal.CallResult(result={"data": {}})))
+        jid = writer.journal_id
+    report = replay.ship([path], pg_url)
+    assert report.ok, report.journals[0].refused
+    assert replay.contiguous_seq(pg_url, jid) == 2 * len(odd)
+    local = replay.list_calls([path])
+    assert {c.tool for c in local.calls} == {f"task{t}" for t in odd}
+    assert to_json(reports.calls_from(pg_url, replay.CallFilter())) == to_json(local)
+    assert to_json(reports.audit_from(pg_url)) == to_json(replay.audit([path]))
