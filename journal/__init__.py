@@ -126,7 +126,7 @@ from ._events import (
     UpstreamResponse,
 )
 from ._reader import Reader, open_reader, record_from_row
-from ._redact import REDACTED, Redactor
+from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
@@ -196,6 +196,7 @@ __all__ = [
     "announce_key",
     "base_path",
     "canonical_bytes",
+    "cut_point",
     "default_key_path",
     "export_checkpoint",
     "is_hidden_name",
