@@ -418,6 +418,8 @@ class Redactor:
         self._long_json: list[str] = []
         self._short_json: list[str] = []
         self._fragments = Fragments()
+        # Every secret as UTF-8 (a short one too: `holds_known_bytes` is a screen, not the rule).
+        self._known_bytes: list[bytes] = []
         # Mapping keys repeat from event to event, and so do a few whole payloads: remember what
         # each became (forgotten when a secret is added).
         self._keys: dict[str, str] = {}
@@ -432,6 +434,9 @@ class Redactor:
         self._keys.clear()
         self._texts.clear()
         quoted = _json_text(value).decode()
+        encoded = value.encode("utf-8", "surrogatepass")
+        if encoded not in self._known_bytes:
+            self._known_bytes.append(encoded)
         if len(value) >= MIN_SUBSTRING_SECRET:
             if value not in self._long:
                 self._long.append(value)
@@ -485,12 +490,10 @@ class Redactor:
 
     def holds_known_bytes(self, raw: bytes) -> bool:
         """`holds_known` of UTF-8 bytes as they came (JSON escapes aside: see `bridge._screen`)."""
-        for secret in self._long:
-            if secret.encode("utf-8", "surrogatepass") in raw:
+        for secret in self._known_bytes:
+            if secret in raw:
                 return True
-        return self._fragments.hits_bytes(raw) or any(
-            s.encode("utf-8", "surrogatepass") in raw for s in self._short
-        )
+        return self._fragments.hits_bytes(raw)
 
     def redact_known(self, value: Any) -> Any:
         """A copy of a JSON-typed value with only the known secrets (whole, and their fragments)
