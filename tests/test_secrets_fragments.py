@@ -90,3 +90,15 @@ def test_snake_casing_keeps_redaction_markers() -> None:
     marker = secret_marker(GHP)
     assert snake(f"x{marker}Y") == f"x{marker}_y"
     assert snake_path(f"$.parentTask.{REDACTED}") == f"$.parent_task.{REDACTED}"
+
+
+def test_a_proxy_password_and_its_basic_credentials_are_known_secrets() -> None:
+    import base64
+
+    from agentteam_task_bridge.bridge._network import parse_proxy
+
+    proxy = parse_proxy("http_proxy", "http://alice:s3cret%2FPassw0rd@127.0.0.1:3128")
+    sent = base64.b64encode(b"alice:s3cret/Passw0rd").decode()
+    assert proxy.secrets == (sent, "s3cret/Passw0rd")
+    assert proxy.authorization == b"Basic " + sent.encode()
+    assert parse_proxy("http_proxy", "http://127.0.0.1:3128").secrets == ()
