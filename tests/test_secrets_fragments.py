@@ -102,3 +102,13 @@ def test_a_proxy_password_and_its_basic_credentials_are_known_secrets() -> None:
     assert proxy.secrets == (sent, "s3cret/Passw0rd")
     assert proxy.authorization == b"Basic " + sent.encode()
     assert parse_proxy("http_proxy", "http://127.0.0.1:3128").secrets == ()
+
+
+def test_a_result_cut_to_its_budget_never_keeps_part_of_a_credential() -> None:
+    from agentteam_task_bridge.bridge._budget import ELLIPSIS, cut_text
+
+    text = "p" * 50 + GHP + " and more text after it" * 5
+    for max_bytes in range(53, 53 + len(GHP)):  # keeps 50 + 0..39 bytes, then "…"
+        head = cut_text(text, max_bytes)
+        assert head == "p" * 50 + ELLIPSIS, max_bytes  # never 4..39 characters of the token
+    assert cut_text(text, 100).startswith("p" * 50 + GHP)
