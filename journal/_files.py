@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 
@@ -42,12 +43,15 @@ def private_opener(path: str, flags: int) -> int:
 
 
 def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
-    """Open ``path`` (created 0600 in folders made 0700 where missing) and return the fd; the
-    mode is set with fchmod as well, so a permissive umask cannot widen it."""
+    """Open ``path`` (created 0600 in folders made 0700 where missing) and return the fd; a
+    regular file's mode is set with fchmod as well, so a permissive umask cannot widen it. Only
+    a regular file: ``-o /dev/null`` or a FIFO is written to, never chmodded (a 0600 /dev/null
+    breaks every other user of the machine)."""
     make_private_dir(path.parent)
     fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
     try:
-        os.fchmod(fd, 0o600)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
     except BaseException:
         os.close(fd)
         raise

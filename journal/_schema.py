@@ -29,7 +29,7 @@ from ._errors import (
     classify_sqlite_error,
 )
 from ._events import PAYLOAD_TYPES
-from ._files import make_private_dir
+from ._files import open_private
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -395,10 +395,8 @@ def create_private_file(path: Path) -> int:
     ``-wal`` and ``-shm`` files the database file's mode, and stale ones are tightened here.
     """
     try:
-        make_private_dir(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)  # a regular file only is chmodded
         try:
-            os.fchmod(fd, 0o600)
             for suffix in ("-wal", "-shm"):
                 sidecar = Path(f"{path}{suffix}")
                 if sidecar.exists():
