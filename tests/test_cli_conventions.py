@@ -270,3 +270,14 @@ def test_zsh_and_fish_read_the_completion_script(program: str, shell: str, tmp_p
         ("serve", "install", "doctor") if program == "agentteam-bridge" else ("verify", "ship")
     ):
         assert name in script.stdout
+
+
+def test_writing_to_a_device_leaves_its_mode_alone(tmp_path: Path) -> None:
+    """Owner-only applies to files a command creates: ``export -o /dev/null`` writes there and
+    never chmods it (a 0600 /dev/null breaks every other user of the machine)."""
+    journal = tmp_path / "j.db"
+    assert _cli("agentteam-bridge", "demo", "--journal", str(journal)).returncode == 0
+    before = os.stat("/dev/null").st_mode
+    done = _cli("agentteam-replay", "export", str(journal), "--output", "/dev/null")
+    assert done.returncode == 0, done.stderr
+    assert os.stat("/dev/null").st_mode == before
