@@ -21,10 +21,15 @@ from ._errors import JournalFormatError
 from ._events import PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
 from ._segments import SegmentInfo
+from ._tlog import StoredHashes, leaf_bytes
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
 _SELECT: Final = f"SELECT {', '.join(COLUMNS)} FROM events"
+_SELECT_LEAVES: Final = (
+    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256"
+    " FROM events e LEFT JOIN event_leaves l ON l.seq = e.seq"
+)
 _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
     (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
 }
@@ -88,6 +93,15 @@ class Reader:
         # Where the file sits in a journal rolled over into several (see journal._segments).
         self.segment = SegmentInfo.from_meta(meta)
         self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        # A v2 journal: an RFC 6962 Merkle log besides the chain (journal._tlog); v1: chain only.
+        self.merkle = meta.get("merkle_log") is not None
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+        self._root_column = "root_hash" if "root_hash" in columns else "NULL"
+
+    @property
+    def log_version(self) -> int:
+        """2 for a Merkle log with proofs, 1 for a chain only."""
+        return 2 if self.merkle else 1
 
     def head(self) -> tuple[int, str]:
         """(seq, hash) of the last event; (0, 64 zeros) when the journal is empty."""
@@ -98,13 +112,46 @@ class Reader:
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
 
-    def rows(self, *, since_seq: int = 0, until_seq: int | None = None) -> Iterator[Row]:
-        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order."""
-        sql, params = _SELECT + " WHERE seq > ?", [since_seq]
+    def rows(
+        self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = False
+    ) -> Iterator[Row]:
+        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order.
+
+        ``leaves`` (a v2 journal): each row also carries its leaf's salt and payload digest
+        (None when absent), as :class:`journal._tlog.TreeCheck` reads them.
+        """
+        joined = leaves and self.merkle
+        seq = "e.seq" if joined else "seq"
+        sql, params = f"{_SELECT_LEAVES if joined else _SELECT} WHERE {seq} > ?", [since_seq]
         if until_seq is not None:
-            sql += " AND seq <= ?"
+            sql += f" AND {seq} <= ?"
             params.append(until_seq)
-        yield from self._conn.execute(sql + " ORDER BY seq", params)
+        yield from self._conn.execute(f"{sql} ORDER BY {seq}", params)
+
+    def leaf(self, seq: int) -> bytes | None:
+        """The Merkle leaf of the event at ``seq`` (a v2 journal), or None."""
+        row = self._conn.execute(_SELECT_LEAVES + " WHERE e.seq = ?", (seq,)).fetchone()
+        if row is None or row[18] is None:
+            return None
+        return leaf_bytes(row, row[18])
+
+    def stored_hash(self, index: int) -> bytes | None:
+        """The stored Merkle hash at ``index`` (Go tlog's storage index), or None."""
+        if not self.merkle:
+            return None
+        row = self._conn.execute("SELECT hash FROM tlog_hashes WHERE id = ?", (index,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def stored_hashes(self, from_index: int) -> StoredHashes:
+        """The stored Merkle hashes from ``from_index`` on, read in id order."""
+        return StoredHashes(self._conn, from_index)
+
+    def call_seqs(self, call_id: str) -> list[int]:
+        """The seqs of a call's events here, in order."""
+        cursor = self._conn.execute(
+            "SELECT seq FROM events WHERE call_id = ? ORDER BY seq", (call_id,)
+        )
+        return [int(r[0]) for r in cursor]
 
     def events(
         self,
@@ -141,12 +188,18 @@ class Reader:
     def checkpoints(self) -> list[Checkpoint]:
         """The checkpoints stored in the journal, oldest first."""
         cursor = self._conn.execute(
-            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature FROM checkpoints"
-            " ORDER BY id"
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature,"
+            f" {self._root_column} FROM checkpoints ORDER BY id"
         )
         return [
             Checkpoint(
-                journal_id=r[0], seq=r[1], head_hash=r[2], ts_wall=r[3], key_id=r[4], signature=r[5]
+                journal_id=r[0],
+                seq=r[1],
+                head_hash=r[2],
+                ts_wall=r[3],
+                key_id=r[4],
+                signature=r[5],
+                root_hash=r[6],
             )
             for r in cursor
         ]
