@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _fleet_cli
+from . import _fleet_cli, _prove_cli
 
 if TYPE_CHECKING:
     from ._calls import CallFilter
@@ -34,6 +34,8 @@ commands:
   export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
   key           the public key that signs this machine's checkpoints, and its fingerprint
   prune         remove old segments a fleet store holds and has witnessed (journaled)
+  prove         an RFC 6962 inclusion or consistency proof of a v2 journal, for a third party
+  check-proof   check such a proof with the public key alone (no journal)
 
 Every command reads one or many journal files or directories of journals (merged by journal id
 and sequence); with none, where the bridge writes by default ($AGENTTEAM_JOURNAL, else the pool
@@ -385,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove only segments whose last event is older than this many days",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
     return parser
