@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -28,9 +29,9 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 _PROVE_EPILOG: Final = """\
 examples:
-  agentteam-replay prove journal.db --seq 42 --json > event-42.proof.json
+  agentteam-replay prove journal.db --seq 42 --output event-42.proof.json
   agentteam-replay prove journal.db --call s1a2405dba5b1.3 --checkpoint held.json --json
-  agentteam-replay prove journal.db --consistency 1000 2000 --json > grew.proof.json
+  agentteam-replay prove journal.db --consistency 1000 2000 --output grew.proof.json
 
 The proof shows the event's leaf (its envelope and the salted SHA-256 of its payload, never the
 payload) under the journal's latest signed checkpoint covering it, or under --checkpoint. A third
@@ -76,6 +77,13 @@ def add_prove(sub: Any) -> None:
         help="prove under this held checkpoint (default: the journal's latest covering it)",
     )
     p.add_argument("--json", action="store_true", help="print the proof as JSON")
+    p.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        metavar="FILE",
+        help="write the JSON proof to FILE (owner-only) instead of printing it",
+    )
     p = sub.add_parser(
         "check-proof",
         help="check a proof with the public key alone (no journal)",
@@ -131,11 +139,25 @@ def run(args: argparse.Namespace, out: Console) -> int:
     except _prove.ProofMismatch as exc:
         print(f"agentteam-replay: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    if args.json:
+    if args.output is not None:
+        _write_private(args.output, _to_json(proof) + "\n")
+        out.print(f"wrote {escape(str(args.output))}")
+    elif args.json:
         print(_to_json(proof), file=out.file)
     else:
         _render_proof(out, proof)
     return EXIT_OK
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a proof file 0600, whatever the umask (it names the journal's calls)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(text)
+    except OSError as exc:
+        raise ReplayInputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _render_proof(out: Console, proof: msgspec.Struct) -> None:

@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,15 @@ def test_go_accepts_the_demos_journal_and_refuses_a_flipped_bit(
     (tmp_path / "call.json").write_text(json.dumps(proof))
     done = replay_cli("check-proof", tmp_path / "call.json", "--trusted-key", vkey)
     assert done.returncode == 0 and done.stdout.startswith("OK: inclusion of"), done.stdout
+    # --output writes the file owner-only, whatever the umask.
+    written = tmp_path / "seq-1.proof.json"
+    mask = os.umask(0)
+    try:
+        done = replay_main("prove", path, "--seq", "1", "--output", written)
+    finally:
+        os.umask(mask)
+    assert done.returncode == 0 and stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert replay_main("check-proof", written, "--trusted-key", vkey).returncode == 0
     stranger = journal.SigningKey("example/stranger", bytes(32)).verifier.to_text()
     done = replay_cli("check-proof", tmp_path / "call.json", "--trusted-key", stranger)
     assert done.returncode == 1 and "not a trusted key" in done.stdout
