@@ -62,14 +62,10 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 
 
 def stored_hash_index(level: int, n: int) -> int:
-    """The storage index of the hash of the ``n``-th subtree of ``2**level`` leaves (Go tlog)."""
-    for _ in range(level):
-        n = 2 * n + 1
-    index = 0
-    while n > 0:
-        index += n
-        n >>= 1
-    return index + level
+    """The storage index of the hash of the ``n``-th subtree of ``2**level`` leaves (Go tlog):
+    its last leaf's index, ``m + m/2 + m/4 + ... = 2m - popcount(m)``, plus ``level``."""
+    last = ((n + 1) << level) - 1
+    return 2 * last - last.bit_count() + level
 
 
 def stored_hash_count(n: int) -> int:

@@ -204,6 +204,35 @@ class Reader:
             for r in cursor
         ]
 
+    def tree_checkpoints(
+        self, *, seqs: Iterable[int] = (), latest: bool = False
+    ) -> list[Checkpoint]:
+        """A v2 journal's signed Merkle checkpoints: those at ``seqs``, and the latest stored
+        here (``latest``); without reading the whole table (a prove's O(log n) reads)."""
+        if self._root_column == "NULL":
+            return []
+        select = (
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash"
+            " FROM checkpoints WHERE root_hash IS NOT NULL"
+        )
+        rows = []
+        if latest:
+            rows += self._conn.execute(f"{select} ORDER BY id DESC LIMIT 1").fetchall()
+        for seq in set(seqs):
+            rows += self._conn.execute(f"{select} AND seq = ? LIMIT 1", (seq,)).fetchall()
+        return [
+            Checkpoint(
+                journal_id=r[0],
+                seq=r[1],
+                head_hash=r[2],
+                ts_wall=r[3],
+                key_id=r[4],
+                signature=r[5],
+                root_hash=r[6],
+            )
+            for r in rows
+        ]
+
     def recorded_keys(self) -> list[tuple[int, str]]:
         """(seq, verifier key) of each signing key the journal names, oldest first: the
         ``signing_key`` it was created with (seq 0; a later segment's: the seq it follows),

@@ -122,9 +122,13 @@ class _Journal:
             raise ReplayInputError(f"event {seq} was pruned: its segment is not here")
         return holding[-1]
 
-    def checkpoints(self) -> list[Checkpoint]:
-        found = [cp for r in self.readers for cp in r.checkpoints() if cp.root_hash is not None]
-        return sorted(found, key=lambda cp: cp.seq)
+    def latest_checkpoint(self) -> Checkpoint | None:
+        found = [cp for r in self.readers for cp in r.tree_checkpoints(latest=True)]
+        return max(found, key=lambda cp: cp.seq, default=None)
+
+    def notes_at(self, *sizes: int) -> dict[int, str]:
+        found = [cp for r in self.readers for cp in r.tree_checkpoints(seqs=sizes)]
+        return {cp.seq: cp.note() for cp in found}
 
     def root(self, size: int) -> bytes:
         try:
@@ -177,10 +181,10 @@ def _covering(log: _Journal, seq: int, held: Path | None) -> tuple[Checkpoint, b
         if cp.journal_id != log.journal_id:
             raise ReplayInputError(f"{held} is journal {cp.journal_id}'s, not {log.journal_id}'s")
     else:
-        stored = log.checkpoints()
-        if not stored:
+        latest = log.latest_checkpoint()
+        if latest is None:
             raise ReplayInputError(f"{log.journal_id} holds no signed Merkle checkpoint yet")
-        cp = stored[-1]
+        cp = latest
     if cp.seq < seq:
         raise ReplayInputError(
             f"the checkpoint is at size {cp.seq}: event {seq} is after it (the writer signs "
@@ -257,7 +261,7 @@ def prove_consistency(path: Path, old: int, new: int) -> ConsistencyProof:
             proof = journal.consistency_proof(old, new, log.read)
         except journal.ProofError as exc:
             raise ReplayInputError(str(exc)) from None
-        notes = {cp.seq: cp.note() for cp in log.checkpoints()}
+        notes = log.notes_at(old, new)
         return ConsistencyProof(
             origin=log.origin,
             old_size=old,
