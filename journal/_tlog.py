@@ -23,7 +23,6 @@ A v1 journal (written before, or continuing a file written before) is chain only
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import sqlite3
@@ -34,7 +33,14 @@ import msgspec
 
 from ._canonical import Row
 from ._checkpoint import Checkpoint
-from ._merkle import Frontier, HashReader, ProofError, frontier_indexes, leaf_hash
+from ._merkle import (
+    Frontier,
+    HashReader,
+    ProofError,
+    frontier_indexes,
+    leaf_hash,
+    stored_hash_index,
+)
 
 __all__ = [
     "INSERT_HASH",
@@ -42,7 +48,6 @@ __all__ = [
     "LEAF_SALT_BYTES",
     "MERKLE_LOG",
     "LeafRow",
-    "b64",
     "border_rows",
     "checkpoint_row",
     "leaf_bytes",
@@ -86,10 +91,6 @@ class _Leaf(msgspec.Struct):
 _encoder: Final = msgspec.json.Encoder()
 
 
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
 def payload_digest(salt: bytes, payload: str | bytes) -> str:
     data = payload.encode() if isinstance(payload, str) else payload
     return hashlib.sha256(salt + data).hexdigest()
@@ -125,8 +126,6 @@ def checkpoint_row(cp: Checkpoint) -> tuple[str, int, str, str, str, str, str | 
 
 def record_of_index(index: int) -> int:
     """The record (0-based) whose append stored hash ``index`` (Go tlog's SplitStoredHashIndex)."""
-    from ._merkle import stored_hash_index
-
     n = index // 2
     at = stored_hash_index(0, n)
     while True:
@@ -160,8 +159,6 @@ def leaf_extras(row: Row, tree: Frontier) -> tuple[str, str, list[bytes]]:
 
 def stored_index_of(seq: int) -> int:
     """The storage index of the leaf hash of the event at ``seq``."""
-    from ._merkle import stored_hash_index
-
     return stored_hash_index(0, seq - 1)
 
 
@@ -308,8 +305,6 @@ class TreeCheck:
                 )
 
     def feed(self, row: Row, stored: Callable[[int], bytes | None]) -> None:
-        from ._merkle import stored_hash_index
-
         seq = row[0]
         if self.broken:
             return

@@ -53,6 +53,17 @@ from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._invariants import InDoubtCall
 from ._key import KeyInfo, signing_key
+from ._prove import (
+    CallProof,
+    ConsistencyProof,
+    EventProof,
+    InclusionProof,
+    ProofCheck,
+    check_proof,
+    prove_call,
+    prove_consistency,
+    prove_seq,
+)
 from ._prune import JournalPruned, PruneReport, prune
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
@@ -65,14 +76,17 @@ __all__ = [
     "CallDetail",
     "CallFilter",
     "CallList",
+    "CallProof",
     "CallStory",
     "CallStream",
     "CallSummary",
+    "ConsistencyProof",
     "DeprecatedName",
     "DeprecatedUser",
     "DeprecationReport",
     "Difference",
     "ErrorCount",
+    "EventProof",
     "Exchange",
     "ExportResult",
     "Finding",
@@ -80,6 +94,7 @@ __all__ = [
     "HintCheck",
     "IdempotencyResult",
     "InDoubtCall",
+    "InclusionProof",
     "JournalPruned",
     "JournalReport",
     "JournalShipped",
@@ -88,6 +103,7 @@ __all__ = [
     "KeyGroup",
     "KeyInfo",
     "Latency",
+    "ProofCheck",
     "PruneReport",
     "PushError",
     "ReplayInputError",
@@ -103,6 +119,7 @@ __all__ = [
     "VerifyResult",
     "audit",
     "check_idempotency",
+    "check_proof",
     "contiguous_seq",
     "deprecations",
     "export_jsonl",
@@ -112,6 +129,9 @@ __all__ = [
     "list_calls",
     "normalize",
     "open_journals",
+    "prove_call",
+    "prove_consistency",
+    "prove_seq",
     "prune",
     "push_otlp",
     "rerun",
