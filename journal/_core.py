@@ -41,7 +41,6 @@ from ._rollover import _LiveSegment, _Successor
 from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
 from ._segments import base_path
 from ._tlog import (
-    INSERT_HASH,
     INSERT_LEAF,
     MERKLE_LOG,
     checkpoint_row,
@@ -325,9 +324,7 @@ class _Core(_LiveSegment):
                 conn.executemany(INSERT_EVENT, rows)
             elif rows:
                 conn.executemany(INSERT_EVENT, [row[:17] for row in rows])
-                leaves, hashes = tree_rows(rows)
-                conn.executemany(INSERT_LEAF, leaves)
-                conn.executemany(INSERT_HASH, hashes)
+                conn.executemany(INSERT_LEAF, tree_rows(rows))
             if signed is not None:
                 conn.execute(INSERT_CHECKPOINT, checkpoint_row(signed))
             conn.execute("COMMIT")

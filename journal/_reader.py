@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -21,13 +21,13 @@ from ._errors import JournalFormatError
 from ._events import PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
 from ._segments import SegmentInfo
-from ._tlog import StoredHashes, leaf_bytes
+from ._tlog import leaf_bytes, stored_lookup
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
 _SELECT: Final = f"SELECT {', '.join(COLUMNS)} FROM events"
 _SELECT_LEAVES: Final = (
-    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256"
+    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256, l.tree_hashes"
     " FROM events e LEFT JOIN event_leaves l ON l.seq = e.seq"
 )
 _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
@@ -97,6 +97,7 @@ class Reader:
         self.merkle = meta.get("merkle_log") is not None
         columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
         self._root_column = "root_hash" if "root_hash" in columns else "NULL"
+        self._lookup: Callable[[int], bytes | None] | None = None
 
     @property
     def log_version(self) -> int:
@@ -117,8 +118,8 @@ class Reader:
     ) -> Iterator[Row]:
         """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order.
 
-        ``leaves`` (a v2 journal): each row also carries its leaf's salt and payload digest
-        (None when absent), as :class:`journal._tlog.TreeCheck` reads them.
+        ``leaves`` (a v2 journal): each row also carries its leaf's salt, payload digest and
+        stored hashes (None when absent), as :class:`journal._tlog.TreeCheck` reads them.
         """
         joined = leaves and self.merkle
         seq = "e.seq" if joined else "seq"
@@ -139,12 +140,9 @@ class Reader:
         """The stored Merkle hash at ``index`` (Go tlog's storage index), or None."""
         if not self.merkle:
             return None
-        row = self._conn.execute("SELECT hash FROM tlog_hashes WHERE id = ?", (index,)).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def stored_hashes(self, from_index: int) -> StoredHashes:
-        """The stored Merkle hashes from ``from_index`` on, read in id order."""
-        return StoredHashes(self._conn, from_index)
+        if self._lookup is None:
+            self._lookup = stored_lookup(self._conn)
+        return self._lookup(index)
 
     def call_seqs(self, call_id: str) -> list[int]:
         """The seqs of a call's events here, in order."""

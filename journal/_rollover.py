@@ -43,7 +43,7 @@ from ._segments import (
     segment_path,
     temporary_path,
 )
-from ._tlog import INSERT_HASH, INSERT_LEAF, border_rows, checkpoint_row, tree_rows
+from ._tlog import BORDER_KEY, INSERT_LEAF, border_text, checkpoint_row, tree_rows
 
 __all__ = ["ROLLOVER_RETRY_S"]
 
@@ -321,12 +321,12 @@ class _LiveSegment:
                 "segment_prev_hash": str(row[15]),
                 "segment_prev_file": self.path.name,
             }
+            if tree is not None:  # the border of the tree it continues (journal._tlog)
+                link[BORDER_KEY] = border_text(tree)
             new.executemany("INSERT INTO journal_meta (key, value) VALUES (?, ?)", link.items())
             new.execute(INSERT_EVENT, row[:17])
-            if tree is not None:  # the tree's border it continues, then its first leaf
-                leaves, hashes = tree_rows([row])
-                new.executemany(INSERT_HASH, border_rows(tree) + hashes)
-                new.executemany(INSERT_LEAF, leaves)
+            if tree is not None:
+                new.executemany(INSERT_LEAF, tree_rows([row]))
             new.execute(INSERT_CHECKPOINT, checkpoint_row(first))
             new.execute("COMMIT")
             new.close()  # the last connection: the WAL is checkpointed into the file

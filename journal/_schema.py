@@ -389,22 +389,22 @@ def _segments_pruned(db: Database) -> None:
 
 
 def _merkle_log(db: Database) -> None:
-    """The Merkle log's tables (see :mod:`journal._tlog`): ``event_leaves`` (each event's salt
-    and salted payload digest), ``tlog_hashes`` (the tree's stored hashes, by Go tlog's index),
-    and ``checkpoints.root_hash`` (the signed tree hash; NULL for a v1 checkpoint). Append-only
-    like the rest. A journal is v2 only when its first file was made with them
-    (``journal_meta.merkle_log``): an older file gains the tables and stays v1."""
+    """The Merkle log (see :mod:`journal._tlog`): ``event_leaves``, one row per event beside it
+    (its salt, salted payload digest, and the tree hashes its append stored), and
+    ``checkpoints.root_hash`` (the signed tree hash; NULL for a v1 checkpoint). Append-only like
+    the rest. A journal is v2 only when its first file was made with them
+    (``journal_meta.merkle_log``): an older file gains the table and stays v1."""
     db.table("event_leaves").create(
-        {"seq": int, "salt": str, "payload_sha256": str},
+        {"seq": int, "salt": str, "payload_sha256": str, "tree_hashes": bytes},
         pk="seq",
-        not_null={"salt", "payload_sha256"},
+        not_null={"salt", "payload_sha256", "tree_hashes"},
     )
-    db.table("tlog_hashes").create({"id": int, "hash": bytes}, pk="id", not_null={"hash"})
     db.execute("ALTER TABLE checkpoints ADD COLUMN root_hash TEXT")
-    keyed = {"event_leaves": "seq = NEW.seq", "tlog_hashes": "id = NEW.id"}
-    for table, match in keyed.items():
-        for statement in [*_immutable_triggers(table), _no_replace_trigger(table, match)]:
-            db.execute(statement)
+    for statement in [
+        *_immutable_triggers("event_leaves"),
+        _no_replace_trigger("event_leaves", "seq = NEW.seq"),
+    ]:
+        db.execute(statement)
     db.execute("PRAGMA user_version = 6")
 
 

@@ -10,11 +10,15 @@ is an RFC 6962 Merkle log besides its hash chain. Rules (stable; any script reco
   digest are stored in ``event_leaves`` beside the event: the leaf commits to the payload, not to
   its bytes, so a payload can be erased later with every proof intact, and a leaf shown to a third
   party reveals nothing of the payload.
-* Leaf and node hashes, the tree hash and the proofs are :mod:`journal._merkle`'s (RFC 6962); the
-  stored hashes (``tlog_hashes``, id = Go tlog's storage index) are written in the same
-  transaction as their events, about two per event; a later segment also holds the border of
-  the tree it continues (one hash per set bit of its first seq - 1), so a proof about its events
-  needs no earlier file.
+* Leaf and node hashes, the tree hash and the proofs are :mod:`journal._merkle`'s (RFC 6962).
+  The stored hashes are Go tlog's (storage index = its ``StoredHashIndex``): the hashes the
+  append of event ``seq`` stores (its leaf hash, then each subtree it completes; about two per
+  event) are ``event_leaves.tree_hashes`` of that seq, 32 bytes each, from index
+  :func:`stored_index_of` ``(seq)`` on, in the event's own transaction and B-tree page run (one
+  side table: a durable commit writes one page more than a v1 one). A later segment also holds
+  the border of the tree it continues (``journal_meta.tlog_border``: hex of one hash per set bit
+  of its first seq - 1, largest subtree first), so a proof about its events needs no earlier
+  file.
 * A v2 checkpoint signs the tree hash at its size (``checkpoints.root_hash``; the note's third
   line, as c2sp.org/tlog-checkpoint defines it); ``head_hash`` still names the chain head.
 
@@ -43,12 +47,12 @@ from ._merkle import (
 )
 
 __all__ = [
-    "INSERT_HASH",
+    "BORDER_KEY",
     "INSERT_LEAF",
     "LEAF_SALT_BYTES",
     "MERKLE_LOG",
     "LeafRow",
-    "border_rows",
+    "border_text",
     "checkpoint_row",
     "leaf_bytes",
     "leaf_extras",
@@ -56,16 +60,18 @@ __all__ = [
     "payload_digest",
     "record_of_index",
     "start_tree",
-    "table_reader",
+    "stored_lookup",
     "tree_checkpoint",
     "tree_rows",
 ]
 
 MERKLE_LOG: Final = "rfc6962"  # journal_meta.merkle_log of a v2 journal
 LEAF_SALT_BYTES: Final = 16
-INSERT_LEAF: Final = "INSERT INTO event_leaves (seq, salt, payload_sha256) VALUES (?, ?, ?)"
-INSERT_HASH: Final = "INSERT INTO tlog_hashes (id, hash) VALUES (?, ?)"
-LeafRow = tuple[int, str, str]  # (seq, salt hex, payload_sha256 hex)
+INSERT_LEAF: Final = (
+    "INSERT INTO event_leaves (seq, salt, payload_sha256, tree_hashes) VALUES (?, ?, ?, ?)"
+)
+BORDER_KEY: Final = "tlog_border"  # journal_meta: a later segment's copy of the tree's border
+LeafRow = tuple[int, str, str, bytes]  # (seq, salt hex, payload_sha256 hex, stored hashes)
 
 
 class _Leaf(msgspec.Struct):
@@ -162,43 +168,60 @@ def stored_index_of(seq: int) -> int:
     return stored_hash_index(0, seq - 1)
 
 
-def tree_rows(rows: Sequence[Row]) -> tuple[list[LeafRow], list[tuple[int, bytes]]]:
-    """The ``event_leaves`` and ``tlog_hashes`` rows of built v2 rows (17 columns, then salt,
-    digest and stored hashes as :func:`leaf_extras` gave them)."""
-    leaves: list[LeafRow] = []
-    hashes: list[tuple[int, bytes]] = []
-    index = stored_index_of(rows[0][0]) if rows else 0
-    for row in rows:
-        leaves.append((row[0], row[17], row[18]))
-        for h in row[19]:  # consecutive: a leaf's hashes follow the previous leaf's
-            hashes.append((index, h))
-            index += 1
-    return leaves, hashes
+def tree_rows(rows: Sequence[Row]) -> list[LeafRow]:
+    """The ``event_leaves`` rows of built v2 rows (17 columns, then salt, digest and stored
+    hashes as :func:`leaf_extras` gave them)."""
+    return [(row[0], row[17], row[18], b"".join(row[19])) for row in rows]
 
 
-def border_rows(tree: Frontier) -> list[tuple[int, bytes]]:
-    """The border of a tree as stored-hash rows (what a new segment copies)."""
-    indexes = [index for _, index in frontier_indexes(tree.size)]
-    return list(zip(indexes, tree.hashes, strict=True))
+def border_text(tree: Frontier) -> str:
+    """The border of a tree as ``journal_meta.tlog_border`` holds it (hex, largest first)."""
+    return b"".join(tree.hashes).hex()
+
+
+def stored_lookup(conn: sqlite3.Connection) -> Callable[[int], bytes | None]:
+    """The stored hash at a storage index in one file (None when not here): from the
+    ``event_leaves`` row of the event that stored it, else from the file's border copy."""
+    border: dict[int, bytes] | None = None
+
+    def lookup(index: int) -> bytes | None:
+        nonlocal border
+        record = record_of_index(index)
+        offset = index - stored_hash_index(0, record)
+        row = conn.execute(
+            "SELECT tree_hashes FROM event_leaves WHERE seq = ?", (record + 1,)
+        ).fetchone()
+        if row is not None:
+            found = bytes(row[0])[32 * offset : 32 * offset + 32]
+            return found if len(found) == 32 else None
+        if border is None:
+            border = _border(conn)
+        return border.get(index)
+
+    return lookup
+
+
+def _border(conn: sqlite3.Connection) -> dict[int, bytes]:
+    """A later segment's border copy, by storage index ({} for a first segment)."""
+    meta = dict(
+        conn.execute(
+            "SELECT key, value FROM journal_meta WHERE key IN (?, 'segment_first_seq')",
+            (BORDER_KEY,),
+        ).fetchall()
+    )
+    if BORDER_KEY not in meta:
+        return {}
+    try:
+        size = int(meta.get("segment_first_seq", 1)) - 1
+        raw = bytes.fromhex(str(meta[BORDER_KEY]))
+    except ValueError:
+        return {}
+    indexes = [index for _, index in frontier_indexes(size)]
+    return {index: raw[32 * i : 32 * i + 32] for i, index in enumerate(indexes)}
 
 
 def load_border(conn: sqlite3.Connection, size: int) -> Frontier:
-    return Frontier.read(size, table_reader(conn))
-
-
-def table_reader(conn: sqlite3.Connection) -> HashReader:
-    """A HashReader over one file's ``tlog_hashes``."""
-
-    def read(indexes: Sequence[int]) -> list[bytes]:
-        out: list[bytes] = []
-        for index in indexes:
-            row = conn.execute("SELECT hash FROM tlog_hashes WHERE id = ?", (index,)).fetchone()
-            if row is None:
-                raise ProofError(f"stored hash {index} is not in this journal file")
-            out.append(bytes(row[0]))
-        return out
-
-    return read
+    return Frontier.read(size, files_reader([(1, stored_lookup(conn))]))
 
 
 def files_reader(files: Sequence[tuple[int, Callable[[int], bytes | None]]]) -> HashReader:
@@ -272,12 +295,11 @@ def start_tree(
 class TreeCheck:
     """Verifies a v2 journal's tree beside :class:`journal.ChainVerifier`, in one pass.
 
-    ``feed(row)`` takes a row with its leaf columns (``Reader.rows(leaves=True)``: salt and
-    payload digest after the 17 columns): the digest must be the salted payload's, the leaf must
-    exist, and the hashes its append stored (read from ``stored``, an iterator over the file's
-    ``tlog_hashes`` in id order) must be the recomputed ones; a checkpoint's signed root must be
-    the tree hash at its size. Rules: ``leaf_missing``, ``payload_digest_mismatch``,
-    ``tree_hash_mismatch``, ``checkpoint_root_mismatch``.
+    ``feed(row)`` takes a row with its leaf columns (``Reader.rows(leaves=True)``: salt, payload
+    digest and stored hashes after the 17 columns): the digest must be the salted payload's, the
+    leaf must exist, and the hashes its append stored must be the recomputed ones; a
+    checkpoint's signed root must be the tree hash at its size. Rules: ``leaf_missing``,
+    ``payload_digest_mismatch``, ``tree_hash_mismatch``, ``checkpoint_root_mismatch``.
     """
 
     def __init__(
@@ -304,14 +326,14 @@ class TreeCheck:
                     f"size {seq}",
                 )
 
-    def feed(self, row: Row, stored: Callable[[int], bytes | None]) -> None:
+    def feed(self, row: Row) -> None:
         seq = row[0]
         if self.broken:
             return
         if not isinstance(seq, int) or seq != self.frontier.size + 1:
             self.broken = True  # the chain reports the gap; later roots are not comparable
             return
-        salt, digest = (row[17], row[18]) if len(row) > 18 else (None, None)
+        salt, digest, stored = (row[17], row[18], row[19]) if len(row) > 19 else (None,) * 3
         if salt is None or digest is None:
             self._report(seq, "leaf_missing", "a v2 journal's event has no leaf (salt, digest)")
             self.broken = True
@@ -332,10 +354,10 @@ class TreeCheck:
             self.broken = True
             self.frontier.append(b"\x00" * 32)
             return
-        index = stored_hash_index(0, self.frontier.size)
         before = self.frontier.copy()
         computed = self.frontier.append(leaf_hash(leaf))
-        found = [stored(index + offset) for offset in range(len(computed))]
+        raw = bytes(stored) if isinstance(stored, bytes | memoryview) else b""
+        found = [raw[32 * i : 32 * i + 32] for i in range(len(raw) // 32)]
         if found != computed:
             self._report(
                 seq,
@@ -343,33 +365,9 @@ class TreeCheck:
                 "the stored Merkle hashes of this event are not the recomputed ones (its leaf "
                 "changed, or proofs made from them would fail)",
             )
-            if all(h is not None for h in found):
+            if len(found) == len(computed):
                 # Go on from the stored hashes, so one edited row is one finding, at its seq;
                 # a rewrite of the stored tree too shows at the next signed root.
-                before.apply([h for h in found if h is not None])
+                before.apply(found)
                 self.frontier = before
         self.check_roots_at(seq)
-
-
-class StoredHashes:
-    """The stored hashes of one file in id order, read once as ids are asked in order."""
-
-    def __init__(self, conn: sqlite3.Connection, from_index: int) -> None:
-        self._cursor = conn.execute(
-            "SELECT id, hash FROM tlog_hashes WHERE id >= ? ORDER BY id", (from_index,)
-        )
-        self._next: tuple[int, bytes] | None = None
-        self._advance()
-
-    def _advance(self) -> None:
-        row = self._cursor.fetchone()
-        self._next = None if row is None else (int(row[0]), bytes(row[1]))
-
-    def __call__(self, index: int) -> bytes | None:
-        while self._next is not None and self._next[0] < index:
-            self._advance()
-        if self._next is not None and self._next[0] == index:
-            found = self._next[1]
-            self._advance()
-            return found
-        return None

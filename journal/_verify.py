@@ -57,7 +57,7 @@ from ._canonical import GENESIS_HASH, Row, canonical_bytes
 from ._checkpoint import SEED_KEY_NAME, Checkpoint, HmacKey, SigningKey, Trust, VerifierKey
 from ._events import PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
-from ._tlog import start_tree, stored_index_of, tree_checkpoint
+from ._tlog import start_tree, tree_checkpoint
 
 __all__ = ["ChainVerifier", "CheckpointCheck", "Finding", "Rule", "VerifyReport", "verify"]
 
@@ -375,12 +375,11 @@ def _verify(
         tree = start_tree(
             chain.report, first, start_seq, reader.stored_hash, given + stored, reader.journal_id
         )
-        stored_hashes = reader.stored_hashes(stored_index_of(start_seq + 1))
     for row in reader.rows(since_seq=start_seq, leaves=tree is not None):
         chain.feed(row)
         checks.see(row)
         if tree is not None:
-            tree.feed(row, stored_hashes)
+            tree.feed(row)
         if progress is not None and chain.count % progress_every == 0:
             progress(chain.count)
     checks.finish()

@@ -398,8 +398,6 @@ class _FileCheck:
         check_event = self.events.check_event
         for reader in segments:
             linked = previous is None
-            if tree is not None:
-                hashes = reader.stored_hashes(journal.stored_index_of(reader.segment.first_seq))
             for row in reader.rows(leaves=tree is not None):
                 if not linked:
                     self._check_link(chain, previous, reader, row)
@@ -407,7 +405,7 @@ class _FileCheck:
                 chain.feed(row)
                 checkpoints.see(row)
                 if tree is not None:
-                    tree.feed(row, hashes)
+                    tree.feed(row)
                 check_event(row)
                 if row[6] == "segments_pruned":
                     self._note_prune(row)
