@@ -95,6 +95,7 @@ class _Leaf(msgspec.Struct):
 
 
 _encoder: Final = msgspec.json.Encoder()
+_sha256: Final = hashlib.sha256
 
 
 def payload_digest(salt: bytes, payload: str | bytes) -> str:
@@ -328,21 +329,21 @@ class TreeCheck:
 
     def feed(self, row: Row) -> None:
         seq = row[0]
+        frontier = self.frontier
         if self.broken:
             return
-        if not isinstance(seq, int) or seq != self.frontier.size + 1:
+        if not isinstance(seq, int) or seq != frontier.size + 1:
             self.broken = True  # the chain reports the gap; later roots are not comparable
             return
         salt, digest, stored = (row[17], row[18], row[19]) if len(row) > 19 else (None,) * 3
-        if salt is None or digest is None:
+        if salt is None or digest is None or not isinstance(stored, bytes):
             self._report(seq, "leaf_missing", "a v2 journal's event has no leaf (salt, digest)")
             self.broken = True
-            self.frontier.append(b"\x00" * 32)
             return
         try:
             text = row[14]
-            actual = payload_digest(bytes.fromhex(salt), text)
-            if actual != digest:
+            data = text.encode() if isinstance(text, str) else text
+            if _sha256(bytes.fromhex(salt) + data).hexdigest() != digest:
                 self._report(
                     seq,
                     "payload_digest_mismatch",
@@ -352,22 +353,18 @@ class TreeCheck:
         except (TypeError, ValueError, AttributeError, msgspec.EncodeError):
             self._report(seq, "leaf_missing", "the event's leaf cannot be encoded")
             self.broken = True
-            self.frontier.append(b"\x00" * 32)
             return
-        before = self.frontier.copy()
-        computed = self.frontier.append(leaf_hash(leaf))
-        raw = bytes(stored) if isinstance(stored, bytes | memoryview) else b""
-        found = [raw[32 * i : 32 * i + 32] for i in range(len(raw) // 32)]
-        if found != computed:
+        computed = frontier.append(_sha256(b"\x00" + leaf).digest())
+        if b"".join(computed) != stored:
             self._report(
                 seq,
                 "tree_hash_mismatch",
                 "the stored Merkle hashes of this event are not the recomputed ones (its leaf "
                 "changed, or proofs made from them would fail)",
             )
-            if len(found) == len(computed):
-                # Go on from the stored hashes, so one edited row is one finding, at its seq;
-                # a rewrite of the stored tree too shows at the next signed root.
-                before.apply(found)
-                self.frontier = before
+            if len(stored) == 32 * len(computed):
+                # Go on from the stored hashes, so one edited row is one finding, at its seq; a
+                # rewrite of the stored tree too shows at the next signed root. (The subtrees the
+                # append merged are the border's own: only its new top differs.)
+                frontier.hashes[-1] = stored[-32:]
         self.check_roots_at(seq)
