@@ -42,7 +42,6 @@ from ._merkle import (
     HashReader,
     ProofError,
     frontier_indexes,
-    leaf_hash,
     stored_hash_index,
 )
 
@@ -161,7 +160,7 @@ def leaf_extras(row: Row, tree: Frontier) -> tuple[str, str, list[bytes]]:
     salt = _salt()
     text = row[14]
     digest = hashlib.sha256(salt + (text.encode() if isinstance(text, str) else text)).hexdigest()
-    return salt.hex(), digest, tree.append(leaf_hash(leaf_bytes(row, digest)))
+    return salt.hex(), digest, tree.append(_sha256(b"\x00" + leaf_bytes(row, digest)).digest())
 
 
 def stored_index_of(seq: int) -> int:
