@@ -66,6 +66,7 @@ Errors::
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
 from ._checkpoint import (
+    ORIGIN_PREFIX,
     Checkpoint,
     HmacKey,
     SigningKey,
@@ -126,22 +127,47 @@ from ._events import (
     UpstreamResponse,
 )
 from ._files import make_private_dir, open_private, private_opener
+from ._merkle import (
+    EMPTY_ROOT,
+    Frontier,
+    ProofError,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    node_hash,
+    tree_hash,
+    verify_consistency,
+    verify_inclusion,
+)
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
+from ._tlog import (
+    MERKLE_LOG,
+    TreeCheck,
+    files_reader,
+    leaf_bytes,
+    payload_digest,
+    start_tree,
+    stored_index_of,
+    tree_checkpoint,
+)
 from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
 from ._writer import SyncWriter, open_sync_writer
 
 __all__ = [
     "COLUMNS",
+    "EMPTY_ROOT",
     "GENESIS_HASH",
     "HIDDEN_NAMES",
     "KINDS",
     "KIND_SET_VERSION",
+    "MERKLE_LOG",
     "META_CALLBACK",
     "META_RUN",
+    "ORIGIN_PREFIX",
     "OUTCOMES",
     "PAYLOAD_TYPES",
     "REDACTED",
@@ -162,6 +188,7 @@ __all__ = [
     "Event",
     "EventEncodeError",
     "Finding",
+    "Frontier",
     "Grammar",
     "HmacKey",
     "InjectedField",
@@ -174,6 +201,7 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "ProofError",
     "PrunedSegment",
     "Reader",
     "Record",
@@ -187,6 +215,7 @@ __all__ = [
     "SigningKey",
     "SyncWriter",
     "TokenRefreshed",
+    "TreeCheck",
     "Trust",
     "UpstreamRequest",
     "UpstreamResponse",
@@ -197,19 +226,26 @@ __all__ = [
     "announce_key",
     "base_path",
     "canonical_bytes",
+    "consistency_proof",
     "cut_point",
     "default_key_path",
     "export_checkpoint",
+    "files_reader",
+    "inclusion_proof",
     "is_hidden_name",
+    "leaf_bytes",
+    "leaf_hash",
     "legacy_key_path",
     "load_checkpoint",
     "load_key",
     "load_legacy_key",
     "make_private_dir",
+    "node_hash",
     "open_private",
     "open_reader",
     "open_sync_writer",
     "open_writer",
+    "payload_digest",
     "private_opener",
     "record_from_row",
     "row_hash",
@@ -217,8 +253,14 @@ __all__ = [
     "segment_index",
     "segment_path",
     "sign_checkpoint",
+    "start_tree",
+    "stored_index_of",
     "tasks_route",
+    "tree_checkpoint",
+    "tree_hash",
     "trust_of",
     "verify",
+    "verify_consistency",
+    "verify_inclusion",
     "warm_up_redaction",
 ]

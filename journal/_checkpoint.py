@@ -1,13 +1,14 @@
 """Signed checkpoints: C2SP signed notes over (journal, sequence, head hash), and their keys.
 
-A checkpoint says "journal ``journal_id`` had ``seq`` events and its head hash was
-``head_hash``". It is signed with Ed25519 as a `C2SP signed note`_ whose text is a
+A checkpoint says "journal ``journal_id`` had ``seq`` events and its Merkle tree hash was
+``root_hash``" (a v2 journal, :mod:`journal._tlog`), or, for a v1 journal, "... its head hash
+was ``head_hash``". It is signed with Ed25519 as a `C2SP signed note`_ whose text is a
 `tlog-checkpoint`_ body, so tools outside this project (``golang.org/x/mod/sumdb/note``, any
 signed-note reader) can check it with the public key alone::
 
     agentteam-journal/<journal_id>
     <seq>
-    <base64 of the 32-byte head hash>
+    <base64 of the 32-byte root hash: the RFC 6962 tree hash (v2), the chain head (v1)>
 
     — <key name> <base64(4-byte key ID || 64-byte Ed25519 signature)>
 
@@ -279,11 +280,13 @@ class HmacKey:
         return f"HmacKey({self.key_id!r})"
 
 
-class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A signed statement of a journal's length and head hash.
 
     ``key_id`` names the signer: ``<name>+<hex key ID>`` for Ed25519 (``signature`` is the note's
     base64 signature), 16 hex digits for a legacy HMAC key (``signature`` is hex).
+    ``root_hash``: the RFC 6962 tree hash at ``seq`` of a v2 journal (:mod:`journal._tlog`),
+    which the note signs; None for a v1 checkpoint, whose note signs ``head_hash``.
     """
 
     journal_id: str
@@ -292,6 +295,12 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     ts_wall: str
     key_id: str
     signature: str
+    root_hash: str | None = None
+
+    @property
+    def signed_root(self) -> str:
+        """The hash the note's root line holds (hex): the tree hash, or a v1 chain head."""
+        return self.head_hash if self.root_hash is None else self.root_hash
 
     @property
     def scheme(self) -> Literal["ed25519", "hmac"]:
@@ -303,7 +312,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
 
     def note_text(self) -> str:
         """The tlog-checkpoint body the Ed25519 signature covers."""
-        root = base64.b64encode(bytes.fromhex(self.head_hash)).decode()
+        root = base64.b64encode(bytes.fromhex(self.signed_root)).decode()
         return f"{ORIGIN_PREFIX}{self.journal_id}\n{self.seq}\n{root}\n"
 
     def note(self) -> str:
@@ -341,6 +350,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     def to_json(self) -> str:
         """The checkpoint as a JSON object, with the signed note under ``note`` when Ed25519."""
         fields = msgspec.structs.asdict(self)
+        if self.root_hash is None:
+            del fields["root_hash"]
         if self.scheme == "ed25519":
             fields["note"] = self.note()
         return _sorted.encode(fields).decode()
@@ -405,9 +416,16 @@ class Trust:
 
 
 def sign_checkpoint(
-    key: SigningKey | HmacKey, *, journal_id: str, seq: int, head_hash: str, ts_wall: str
+    key: SigningKey | HmacKey,
+    *,
+    journal_id: str,
+    seq: int,
+    head_hash: str,
+    ts_wall: str,
+    root_hash: str | None = None,
 ) -> Checkpoint:
-    """Build and sign a checkpoint (Ed25519; an :class:`HmacKey` only makes legacy fixtures)."""
+    """Build and sign a checkpoint (Ed25519; an :class:`HmacKey` only makes legacy fixtures).
+    With ``root_hash`` (a v2 journal's tree hash at ``seq``) the note signs it."""
     unsigned = Checkpoint(
         journal_id=journal_id,
         seq=seq,
@@ -415,6 +433,7 @@ def sign_checkpoint(
         ts_wall=ts_wall,
         key_id=key.key_id,
         signature="",
+        root_hash=root_hash,
     )
     if isinstance(key, HmacKey):
         signature = key.mac(unsigned.legacy_signed_bytes())

@@ -2,9 +2,11 @@
 
 ``_Core`` owns the one connection, the chain head, the redactor and the checkpoint policy; its
 base, :class:`journal._rollover._LiveSegment`, keeps the live segment and rolls it over. Rows are
-built (redacted, encoded, sequenced, hashed) in the caller's thread, in append order; they are
-committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch, ``synchronous=FULL`` when
-any event in it must be durable (an fsync of the WAL also makes every earlier commit durable).
+built (redacted, encoded, sequenced, hashed; a v2 journal's with their Merkle leaf and stored
+hashes, on the built tree's border, :mod:`journal._tlog`) in the caller's thread, in append
+order; they are committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch (leaves and
+hashes with their events), ``synchronous=FULL`` when any event in it must be durable (an fsync
+of the WAL also makes every earlier commit durable).
 :class:`journal.SyncWriter` (:mod:`journal._writer`) and :class:`journal.AsyncWriter` drive it.
 """
 
@@ -31,12 +33,21 @@ from ._checkpoint import (
     load_key,
     sign_checkpoint,
 )
-from ._errors import EventEncodeError, classify_sqlite_error
+from ._errors import EventEncodeError, JournalFormatError, classify_sqlite_error
 from ._events import PAYLOAD_TYPES, WRITER_SESSION, Event, KeyRotated, derived_columns
+from ._merkle import Frontier, ProofError
 from ._redact import Redactor
 from ._rollover import _LiveSegment, _Successor
 from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
 from ._segments import base_path
+from ._tlog import (
+    INSERT_LEAF,
+    MERKLE_LOG,
+    checkpoint_row,
+    leaf_extras,
+    load_border,
+    tree_rows,
+)
 
 __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_INTERVAL_S", "SignerLike", "open_core", "resolve_key"]
 
@@ -175,6 +186,24 @@ class _Core(_LiveSegment):
             else None
         )
         self._checkpoint_at = time.monotonic()
+        self.tree = self._load_tree()
+        self.next_tree = None if self.tree is None else self.tree.copy()
+
+    def _load_tree(self) -> Frontier | None:
+        """The tree's border at the committed head (a v2 journal; None for v1)."""
+        try:
+            marked = self._conn.execute(
+                "SELECT value FROM journal_meta WHERE key = 'merkle_log'"
+            ).fetchone()
+            if marked is None:
+                return None
+            if marked[0] != MERKLE_LOG:
+                raise JournalFormatError(f"unknown Merkle log format {marked[0]!r}")
+            return load_border(self._conn, self.committed_seq)
+        except sqlite3.Error as exc:
+            raise classify_sqlite_error(exc) from exc
+        except ProofError as exc:
+            raise JournalFormatError(f"{self.path}: the Merkle log is incomplete ({exc})") from exc
 
     def build(self, event: Event) -> Row:
         """Redact, encode, sequence and hash one event (no I/O); advances the built head."""
@@ -215,7 +244,11 @@ class _Core(_LiveSegment):
         digest = row_hash(row)
         self.next_seq += 1
         self.next_prev_hash = digest
-        return (*row[:16], digest)
+        if self.next_tree is None:
+            return (*row[:16], digest)
+        # A v2 journal: the leaf (salted payload digest) and its stored hashes, on the built
+        # border, so a checkpoint signed before these rows commit knows the tree hash.
+        return (*row[:16], digest, *leaf_extras(row, self.next_tree))
 
     @property
     def checkpoint_interval(self) -> float:
@@ -224,6 +257,7 @@ class _Core(_LiveSegment):
     def rewind(self) -> None:
         """Forget built rows that were not committed (after a failed commit)."""
         self.next_seq, self.next_prev_hash = self.committed_seq + 1, self.committed_hash
+        self.next_tree = None if self.tree is None else self.tree.copy()
 
     def checkpoint_due(self, last_seq: int) -> bool:
         since = last_seq - (self.last_checkpoint.seq if self.last_checkpoint else 0)
@@ -260,15 +294,25 @@ class _Core(_LiveSegment):
         if checkpoint or self.checkpoint_due(last_seq):
             if not rows and self.last_checkpoint and self.last_checkpoint.seq == last_seq:
                 return None
+            sign = True
+        else:
+            sign = False
+        if not rows and not sign:
+            return None
+        tree = self.tree
+        if tree is not None:  # a v2 journal: the border once these rows are in
+            after = tree.copy()
+            for row in rows:
+                after.apply(row[19])
+        if sign:
             signed = sign_checkpoint(
                 self._key,
                 journal_id=self.journal_id,
                 seq=last_seq,
                 head_hash=last_hash,
                 ts_wall=format_wall(datetime.now(UTC)),
+                root_hash=None if tree is None else after.root().hex(),
             )
-        if not rows and signed is None:
-            return None
         conn = self._conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
@@ -276,23 +320,19 @@ class _Core(_LiveSegment):
                 conn.execute(f"PRAGMA synchronous={wanted}")
                 self._synchronous = wanted
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(INSERT_EVENT, rows)
+            if tree is None:
+                conn.executemany(INSERT_EVENT, rows)
+            elif rows:
+                conn.executemany(INSERT_EVENT, [row[:17] for row in rows])
+                conn.executemany(INSERT_LEAF, tree_rows(rows))
             if signed is not None:
-                conn.execute(
-                    INSERT_CHECKPOINT,
-                    (
-                        signed.journal_id,
-                        signed.seq,
-                        signed.head_hash,
-                        signed.ts_wall,
-                        signed.key_id,
-                        signed.signature,
-                    ),
-                )
+                conn.execute(INSERT_CHECKPOINT, checkpoint_row(signed))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
             raise classify_sqlite_error(exc) from exc
+        if tree is not None:
+            self.tree = after
         self.committed_seq, self.committed_hash = last_seq, last_hash
         self.note_growth(rows, signed is not None)
         self._unsynced = wanted == "NORMAL"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -21,10 +21,15 @@ from ._errors import JournalFormatError
 from ._events import PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
 from ._segments import SegmentInfo
+from ._tlog import leaf_bytes, stored_lookup
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
 _SELECT: Final = f"SELECT {', '.join(COLUMNS)} FROM events"
+_SELECT_LEAVES: Final = (
+    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256, l.tree_hashes"
+    " FROM events e LEFT JOIN event_leaves l ON l.seq = e.seq"
+)
 _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
     (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
 }
@@ -88,6 +93,16 @@ class Reader:
         # Where the file sits in a journal rolled over into several (see journal._segments).
         self.segment = SegmentInfo.from_meta(meta)
         self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        # A v2 journal: an RFC 6962 Merkle log besides the chain (journal._tlog); v1: chain only.
+        self.merkle = meta.get("merkle_log") is not None
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+        self._root_column = "root_hash" if "root_hash" in columns else "NULL"
+        self._lookup: Callable[[int], bytes | None] | None = None
+
+    @property
+    def log_version(self) -> int:
+        """2 for a Merkle log with proofs, 1 for a chain only."""
+        return 2 if self.merkle else 1
 
     def head(self) -> tuple[int, str]:
         """(seq, hash) of the last event; (0, 64 zeros) when the journal is empty."""
@@ -98,13 +113,43 @@ class Reader:
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
 
-    def rows(self, *, since_seq: int = 0, until_seq: int | None = None) -> Iterator[Row]:
-        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order."""
-        sql, params = _SELECT + " WHERE seq > ?", [since_seq]
+    def rows(
+        self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = False
+    ) -> Iterator[Row]:
+        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order.
+
+        ``leaves`` (a v2 journal): each row also carries its leaf's salt, payload digest and
+        stored hashes (None when absent), as :class:`journal._tlog.TreeCheck` reads them.
+        """
+        joined = leaves and self.merkle
+        seq = "e.seq" if joined else "seq"
+        sql, params = f"{_SELECT_LEAVES if joined else _SELECT} WHERE {seq} > ?", [since_seq]
         if until_seq is not None:
-            sql += " AND seq <= ?"
+            sql += f" AND {seq} <= ?"
             params.append(until_seq)
-        yield from self._conn.execute(sql + " ORDER BY seq", params)
+        yield from self._conn.execute(f"{sql} ORDER BY {seq}", params)
+
+    def leaf(self, seq: int) -> bytes | None:
+        """The Merkle leaf of the event at ``seq`` (a v2 journal), or None."""
+        row = self._conn.execute(_SELECT_LEAVES + " WHERE e.seq = ?", (seq,)).fetchone()
+        if row is None or row[18] is None:
+            return None
+        return leaf_bytes(row, row[18])
+
+    def stored_hash(self, index: int) -> bytes | None:
+        """The stored Merkle hash at ``index`` (Go tlog's storage index), or None."""
+        if not self.merkle:
+            return None
+        if self._lookup is None:
+            self._lookup = stored_lookup(self._conn)
+        return self._lookup(index)
+
+    def call_seqs(self, call_id: str) -> list[int]:
+        """The seqs of a call's events here, in order."""
+        cursor = self._conn.execute(
+            "SELECT seq FROM events WHERE call_id = ? ORDER BY seq", (call_id,)
+        )
+        return [int(r[0]) for r in cursor]
 
     def events(
         self,
@@ -141,14 +186,49 @@ class Reader:
     def checkpoints(self) -> list[Checkpoint]:
         """The checkpoints stored in the journal, oldest first."""
         cursor = self._conn.execute(
-            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature FROM checkpoints"
-            " ORDER BY id"
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature,"
+            f" {self._root_column} FROM checkpoints ORDER BY id"
         )
         return [
             Checkpoint(
-                journal_id=r[0], seq=r[1], head_hash=r[2], ts_wall=r[3], key_id=r[4], signature=r[5]
+                journal_id=r[0],
+                seq=r[1],
+                head_hash=r[2],
+                ts_wall=r[3],
+                key_id=r[4],
+                signature=r[5],
+                root_hash=r[6],
             )
             for r in cursor
+        ]
+
+    def tree_checkpoints(
+        self, *, seqs: Iterable[int] = (), latest: bool = False
+    ) -> list[Checkpoint]:
+        """A v2 journal's signed Merkle checkpoints: those at ``seqs``, and the latest stored
+        here (``latest``); without reading the whole table (a prove's O(log n) reads)."""
+        if self._root_column == "NULL":
+            return []
+        select = (
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash"
+            " FROM checkpoints WHERE root_hash IS NOT NULL"
+        )
+        rows = []
+        if latest:
+            rows += self._conn.execute(f"{select} ORDER BY id DESC LIMIT 1").fetchall()
+        for seq in set(seqs):
+            rows += self._conn.execute(f"{select} AND seq = ? LIMIT 1", (seq,)).fetchall()
+        return [
+            Checkpoint(
+                journal_id=r[0],
+                seq=r[1],
+                head_hash=r[2],
+                ts_wall=r[3],
+                key_id=r[4],
+                signature=r[5],
+                root_hash=r[6],
+            )
+            for r in rows
         ]
 
     def recorded_keys(self) -> list[tuple[int, str]]:

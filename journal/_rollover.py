@@ -27,6 +27,7 @@ from ._errors import (
     classify_sqlite_error,
 )
 from ._events import WRITER_SESSION, Event, SegmentStarted
+from ._merkle import Frontier
 from ._schema import (
     INSERT_CHECKPOINT,
     INSERT_EVENT,
@@ -42,6 +43,7 @@ from ._segments import (
     segment_path,
     temporary_path,
 )
+from ._tlog import BORDER_KEY, INSERT_LEAF, border_text, checkpoint_row, tree_rows
 
 __all__ = ["ROLLOVER_RETRY_S"]
 
@@ -52,7 +54,7 @@ ROLLOVER_RETRY_S: Final = 60.0  # after a successor could not be made, the live 
 # fixed columns (up to 4 UTF-8 bytes a character, its index entries, pages split half full):
 # the size is measured again only once that bound could have reached segment_bytes.
 _ROW_GROWTH: Final = 8
-_ROW_FIXED: Final = 1024
+_ROW_FIXED: Final = 1280  # 1024, and a v2 row's leaf (salt, digest) and ~2 stored hashes
 
 
 class _LiveSegment:
@@ -84,6 +86,8 @@ class _LiveSegment:
     _synchronous: str
     _unsynced: bool
     _checkpoint_at: float
+    tree: Frontier | None  # a v2 journal's Merkle border at the committed head (None: v1)
+    next_tree: Frontier | None  # ... at the built head
 
     if TYPE_CHECKING:
 
@@ -121,7 +125,12 @@ class _LiveSegment:
         raise JournalUnavailable("locked", f"{self.base} kept rolling over while it was opened")
 
     def _open_locked(
-        self, path: Path, journal_id: str | None, prepare: Callable[[sqlite3.Connection], _T]
+        self,
+        path: Path,
+        journal_id: str | None,
+        prepare: Callable[[sqlite3.Connection], _T],
+        *,
+        merkle: bool = True,
     ) -> tuple[int, sqlite3.Connection, str, _T]:
         """Create or open `path` owner-only, lock it, connect, settle its journal id and run
         `prepare` on the connection: (fd, connection, journal id, what `prepare` gave). On any
@@ -131,7 +140,7 @@ class _LiveSegment:
             _lock_exclusively(fd, path)
             conn = self._connect(path)
             try:
-                return fd, conn, ensure_identity(conn, journal_id), prepare(conn)
+                return fd, conn, ensure_identity(conn, journal_id, merkle=merkle), prepare(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -214,7 +223,10 @@ class _LiveSegment:
             if isinstance(self._key, SigningKey):
                 meta["signing_key"] = self._key.verifier.to_text()
             fd, conn, _, _ = self._open_locked(
-                temp, self.journal_id, lambda conn: _insert_meta(conn, meta)
+                temp,
+                self.journal_id,
+                lambda conn: _insert_meta(conn, meta),
+                merkle=self.tree is not None,  # a v1 journal stays v1
             )
         except (OSError, sqlite3.Error, JournalUnavailable, JournalFormatError):
             self._rollover_after = time.monotonic() + ROLLOVER_RETRY_S
@@ -250,6 +262,7 @@ class _LiveSegment:
             seq=self.next_seq - 1,
             head_hash=self.next_prev_hash,
             ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if self.next_tree is None else self.next_tree.root().hex(),
         )
         started = SegmentStarted(
             segment=self.segment.index + 1,
@@ -280,19 +293,25 @@ class _LiveSegment:
         try:
             self._set_synchronous("FULL")
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(INSERT_CHECKPOINT, _checkpoint_row(checkpoint))
+            conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
             self.discard_successor()
             raise classify_sqlite_error(exc) from exc
         self.last_checkpoint = checkpoint
+        tree = self.tree
+        after: Frontier | None = None
+        if tree is not None:
+            after = tree.copy()
+            after.apply(row[19])
         first = sign_checkpoint(
             self._key,
             journal_id=self.journal_id,
             seq=row[0],
             head_hash=row[16],
             ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if after is None else after.root().hex(),
         )
         new = successor.conn
         try:
@@ -302,9 +321,13 @@ class _LiveSegment:
                 "segment_prev_hash": str(row[15]),
                 "segment_prev_file": self.path.name,
             }
+            if tree is not None:  # the border of the tree it continues (journal._tlog)
+                link[BORDER_KEY] = border_text(tree)
             new.executemany("INSERT INTO journal_meta (key, value) VALUES (?, ?)", link.items())
-            new.execute(INSERT_EVENT, row)
-            new.execute(INSERT_CHECKPOINT, _checkpoint_row(first))
+            new.execute(INSERT_EVENT, row[:17])
+            if tree is not None:
+                new.executemany(INSERT_LEAF, tree_rows([row]))
+            new.execute(INSERT_CHECKPOINT, checkpoint_row(first))
             new.execute("COMMIT")
             new.close()  # the last connection: the WAL is checkpointed into the file
             self._successor = None
@@ -336,6 +359,7 @@ class _LiveSegment:
         self._segment_created = time.time()
         self._size_known = None
         self.committed_seq, self.committed_hash = row[0], row[16]
+        self.tree = after
         self.last_checkpoint = first
         self._checkpoint_at = time.monotonic()
         try:
@@ -391,10 +415,6 @@ def _insert_meta(conn: sqlite3.Connection, rows: dict[str, str]) -> None:
         except sqlite3.Error:
             pass
         raise classify_sqlite_error(exc) from exc
-
-
-def _checkpoint_row(cp: Checkpoint) -> tuple[str, int, str, str, str, str]:
-    return (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature)
 
 
 def _lock_exclusively(fd: int, path: Path) -> None:

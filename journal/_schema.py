@@ -47,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -58,8 +58,8 @@ INSERT_EVENT: Final = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_CHECKPOINT: Final = (
-    "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 _V1_KINDS: Final = (
@@ -260,6 +260,7 @@ def migrations() -> Migrations:
     registry(name="0003_key_rotated")(_key_rotated)
     registry(name="0004_segments")(_segments)
     registry(name="0005_segments_pruned")(_segments_pruned)
+    registry(name="0006_merkle_log")(_merkle_log)
     return registry
 
 
@@ -388,6 +389,26 @@ def _segments_pruned(db: Database) -> None:
     db.execute("PRAGMA user_version = 5")
 
 
+def _merkle_log(db: Database) -> None:
+    """The Merkle log (see :mod:`journal._tlog`): ``event_leaves``, one row per event beside it
+    (its salt, salted payload digest, and the tree hashes its append stored), and
+    ``checkpoints.root_hash`` (the signed tree hash; NULL for a v1 checkpoint). Append-only like
+    the rest. A journal is v2 only when its first file was made with them
+    (``journal_meta.merkle_log``): an older file gains the table and stays v1."""
+    db.table("event_leaves").create(
+        {"seq": int, "salt": str, "payload_sha256": str, "tree_hashes": bytes},
+        pk="seq",
+        not_null={"salt", "payload_sha256", "tree_hashes"},
+    )
+    db.execute("ALTER TABLE checkpoints ADD COLUMN root_hash TEXT")
+    for statement in [
+        *_immutable_triggers("event_leaves"),
+        _no_replace_trigger("event_leaves", "seq = NEW.seq"),
+    ]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 6")
+
+
 def create_private_file(path: Path) -> int:
     """Create (or open) the journal file with mode 0600 before SQLite sees it; return its fd.
 
@@ -460,8 +481,11 @@ def _migrate(conn: sqlite3.Connection) -> None:
         registry.apply(db)
 
 
-def ensure_identity(conn: sqlite3.Connection, journal_id: str | None) -> str:
-    """Record the journal's id on first open; refuse a different one later."""
+def ensure_identity(
+    conn: sqlite3.Connection, journal_id: str | None, *, merkle: bool = True
+) -> str:
+    """Record the journal's id on first open (and, with ``merkle``, that it is a v2 Merkle
+    log: ``journal_meta.merkle_log``); refuse a different id later."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
@@ -473,6 +497,7 @@ def ensure_identity(conn: sqlite3.Connection, journal_id: str | None) -> str:
                     ("journal_id", stored),
                     ("created_at", format_wall(datetime.now(UTC))),
                     ("canonical_encoding", "sorted-key compact JSON, sha256 chain, v1"),
+                    *([("merkle_log", "rfc6962")] if merkle else []),
                 ],
             )
         else:

@@ -21,7 +21,15 @@ Findings name the seq and the rule broken:
 ``checkpoint_hash_mismatch``   the event at the checkpoint's seq has another hash (history
                                rewritten up to there), or is missing
 ``truncated_before_checkpoint``  the journal ends before the seq a checkpoint names
+``leaf_missing``               a v2 journal's event has no leaf (salt and payload digest)
+``payload_digest_mismatch``    the payload is not the one its leaf commits to
+``tree_hash_mismatch``         a stored Merkle hash is not the recomputed one (proofs fail)
+``checkpoint_root_mismatch``   a checkpoint's signed root is not the tree hash at its size
 =============================  ==============================================================
+
+A v2 journal (:mod:`journal._tlog`) is also a Merkle log: its leaves, stored hashes and every
+checkpoint's signed root are recomputed in the same pass (:class:`journal.TreeCheck`); a v1
+journal is checked as a chain only (``VerifyReport.log_version``).
 
 Signatures count only under a key the verifier trusts (:class:`journal.Trust`): a key named
 inside the journal is trusted only when asked (``trust_recorded_keys``), since whoever rewrites
@@ -49,6 +57,7 @@ from ._canonical import GENESIS_HASH, Row, canonical_bytes
 from ._checkpoint import SEED_KEY_NAME, Checkpoint, HmacKey, SigningKey, Trust, VerifierKey
 from ._events import PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
+from ._tlog import start_tree, tree_checkpoint
 
 __all__ = ["ChainVerifier", "CheckpointCheck", "Finding", "Rule", "VerifyReport", "verify"]
 
@@ -66,6 +75,10 @@ Rule: TypeAlias = Literal[
     "checkpoint_journal_mismatch",
     "checkpoint_hash_mismatch",
     "truncated_before_checkpoint",
+    "leaf_missing",
+    "payload_digest_mismatch",
+    "tree_hash_mismatch",
+    "checkpoint_root_mismatch",
 ]
 MAX_FINDINGS: Final = 1000
 _sha256: Final = hashlib.sha256
@@ -93,6 +106,7 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     signatures_unchecked: int = 0
     last_checkpoint_seq: int = 0
     recorded_keys: list[tuple[int, str]] = msgspec.field(default_factory=list)
+    log_version: int = 1  # 2: a Merkle log with proofs; 1: chain only, no proofs
 
     @property
     def ok(self) -> bool:
@@ -341,6 +355,8 @@ def _verify(
     )
     given = [("since checkpoint", since)] if since else []
     given += [("held checkpoint", checkpoint)] if checkpoint else []
+    if reader.merkle:  # a bare note's root line is the tree hash
+        given = [(label, tree_checkpoint(cp, reader.hash_at(cp.seq))) for label, cp in given]
     stored = [(f"stored checkpoint #{i + 1}", cp) for i, cp in enumerate(reader.checkpoints())]
     checks = CheckpointCheck(
         chain,
@@ -353,9 +369,17 @@ def _verify(
     )
     if since is not None and reader.hash_at(since.seq) != since.head_hash:
         chain.report(since.seq, "checkpoint_hash_mismatch", "since checkpoint: hash differs")
-    for row in reader.rows(since_seq=start_seq):
+    tree = None
+    if reader.merkle:
+        first = reader.segment.first_seq
+        tree = start_tree(
+            chain.report, first, start_seq, reader.stored_hash, given + stored, reader.journal_id
+        )
+    for row in reader.rows(since_seq=start_seq, leaves=tree is not None):
         chain.feed(row)
         checks.see(row)
+        if tree is not None:
+            tree.feed(row)
         if progress is not None and chain.count % progress_every == 0:
             progress(chain.count)
     checks.finish()
@@ -373,4 +397,5 @@ def _verify(
         recorded_keys=checks.recorded_keys,
         findings=chain.findings,
         findings_omitted=chain.findings_omitted,
+        log_version=reader.log_version,
     )

@@ -54,6 +54,17 @@ from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency
 from ._invariants import InDoubtCall
 from ._key import KeyInfo, signing_key
+from ._prove import (
+    CallProof,
+    ConsistencyProof,
+    EventProof,
+    InclusionProof,
+    ProofCheck,
+    check_proof,
+    prove_call,
+    prove_consistency,
+    prove_seq,
+)
 from ._prune import JournalPruned, PruneReport, prune
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
@@ -66,14 +77,17 @@ __all__ = [
     "CallDetail",
     "CallFilter",
     "CallList",
+    "CallProof",
     "CallStory",
     "CallStream",
     "CallSummary",
+    "ConsistencyProof",
     "DeprecatedName",
     "DeprecatedUser",
     "DeprecationReport",
     "Difference",
     "ErrorCount",
+    "EventProof",
     "Exchange",
     "ExportResult",
     "Finding",
@@ -81,6 +95,7 @@ __all__ = [
     "HintCheck",
     "IdempotencyResult",
     "InDoubtCall",
+    "InclusionProof",
     "JournalPruned",
     "JournalReport",
     "JournalShipped",
@@ -89,6 +104,7 @@ __all__ = [
     "KeyGroup",
     "KeyInfo",
     "Latency",
+    "ProofCheck",
     "PruneReport",
     "PushError",
     "ReplayInputError",
@@ -104,6 +120,7 @@ __all__ = [
     "VerifyResult",
     "audit",
     "check_idempotency",
+    "check_proof",
     "contiguous_seq",
     "deprecations",
     "export_jsonl",
@@ -113,6 +130,9 @@ __all__ = [
     "list_calls",
     "normalize",
     "open_journals",
+    "prove_call",
+    "prove_consistency",
+    "prove_seq",
     "prune",
     "push_otlp",
     "rerun",

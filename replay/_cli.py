@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from agentteam_task_bridge import bridge, journal
 
-from . import _calls_table, _fleet_cli
+from . import _calls_table, _fleet_cli, _prove_cli
 from . import _render as render
 from ._cli_parser import PROG, build_parser, call_filter
 from ._source import Progress as ProgressCallback
@@ -67,6 +67,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             render.render_key(out, info)
         return EXIT_OK
+    if args.command in _prove_cli.COMMANDS:
+        return _prove_cli.run(args, out)
     if args.command == "ship":
         return _ship(args, out, err)
     if args.command == "prune":

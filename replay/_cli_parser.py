@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentteam_task_bridge import bridge
 
-from . import _fleet_cli
+from . import _fleet_cli, _prove_cli
 
 if TYPE_CHECKING:
     from ._calls import CallFilter
@@ -362,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove only segments whose last event is older than this many days",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
     bridge.add_completion_command(sub, PROG, build_parser)

@@ -160,6 +160,12 @@ def render_verify(console: Console, result: VerifyResult) -> None:
             held = f"{j.held_checkpoint}, seq {j.held_checkpoint_seq}"
             if j.held_checkpoint_beside:
                 held += " (beside the journal: no witness)"
+        log = (
+            "v2: Merkle log (RFC 6962), proofs"
+            if j.log_version == 2
+            else "v1: chain only, no proofs"
+        )
+        console.print(f"  log: {log}")
         console.print(f"  held checkpoint: {held}")
         signatures = f"{j.signatures_checked} signatures verified"
         if j.signatures_unchecked:

@@ -98,6 +98,9 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     first_seq: int = 1
     # Segments before first_seq were removed by `prune`, as a segments_pruned event says.
     pruned_through: int = 0
+    # 2: an RFC 6962 Merkle log, its roots checked and proofs possible (`prove`); 1: a journal
+    # written before it, a hash chain only, no proofs.
+    log_version: int = 1
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -367,26 +370,44 @@ class _FileCheck:
             link = _link_checkpoint(reader)
             if link is not None:
                 stored.append((f"closing checkpoint named by {reader.path.name}", link))
+        merkle = all(r.merkle for r in segments)
+        held = self.held
+        if merkle:  # a bare note's root line is the tree hash
+            hash_at = segments[0].hash_at
+            held = [(label, journal.tree_checkpoint(cp, hash_at(cp.seq))) for label, cp in held]
         checkpoints = journal.CheckpointCheck(
             chain,
-            self.held + stored,
+            held + stored,
             self.trust,
             recorded_keys=keys,
             trust_recorded_keys=self.trust_recorded_keys,
             accept_unverified=self.accept_unverified,
             start_seq=start_seq,
         )
+        tree = None
+        if merkle:  # a v2 journal: the Merkle log too, from the first file's border on
+            first_file = segments[0]
+            tree = journal.start_tree(
+                chain.report,
+                first.first_seq,
+                start_seq,
+                first_file.stored_hash,
+                held + stored,
+                self.journal_id,
+            )
         pending = 0
         previous: Reader | None = None
         check_event = self.events.check_event
         for reader in segments:
             linked = previous is None
-            for row in reader.rows():
+            for row in reader.rows(leaves=tree is not None):
                 if not linked:
                     self._check_link(chain, previous, reader, row)
                     linked = True
                 chain.feed(row)
                 checkpoints.see(row)
+                if tree is not None:
+                    tree.feed(row)
                 check_event(row)
                 if row[6] == "segments_pruned":
                     self._note_prune(row)
@@ -421,7 +442,7 @@ class _FileCheck:
         self.findings = sorted(
             integrity + self.findings, key=lambda f: (f.seq is None, f.seq or 0, f.rule)
         )
-        held = self.held[0] if self.held else None
+        given = self.held[0] if self.held else None
         return JournalReport(
             path=str(segments[0].path),
             journal_id=self.journal_id,
@@ -432,14 +453,15 @@ class _FileCheck:
             checkpoints_checked=checkpoints.checked,
             signatures_checked=checkpoints.signatures_checked,
             signatures_unchecked=checkpoints.signatures_unchecked,
-            held_checkpoint=None if held is None else held[0],
-            held_checkpoint_seq=None if held is None else held[1].seq,
+            held_checkpoint=None if given is None else given[0],
+            held_checkpoint_seq=None if given is None else given[1].seq,
             held_checkpoint_beside=self.held_beside,
             last_checkpoint_seq=checkpoints.last_seq,
             recorded_keys=[vkey for _, vkey in checkpoints.recorded_keys],
             segments=[str(r.path) for r in segments] if len(segments) > 1 else [],
             first_seq=start_seq + 1,
             pruned_through=pruned_through,
+            log_version=2 if merkle else 1,
         )
 
     # --- segments ---------------------------------------------------------------------

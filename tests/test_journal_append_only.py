@@ -18,6 +18,7 @@ TABLES_AND_KEYS = {
     "journal_meta": "key = 'journal_id'",
     "event_kinds": "kind = 'call_result'",
     "_sqlite_migrations": "id = 1",
+    "event_leaves": "seq = 1",  # the Merkle log's (v2): each event's salt, digest, tree hashes
 }
 
 

@@ -72,7 +72,8 @@ def test_an_edited_row_is_detected_at_its_exact_seq(
 ) -> None:
     path, _ = written
     _tamper(path, """UPDATE events SET payload = '{"arguments":{"i":999}}' WHERE seq = 17""")
-    assert _rules(_verify(path)) == [(17, "hash_mismatch")]
+    # The chain and the Merkle leaf (its salted payload digest) both see it, at its seq.
+    assert _rules(_verify(path)) == [(17, "hash_mismatch"), (17, "payload_digest_mismatch")]
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,7 @@ def test_an_edit_of_any_column_is_detected(
     if column_edit == "kind_version = 1":  # unchanged value: nothing to find
         assert findings == []
     else:
-        assert findings == [(5, "hash_mismatch")]
+        assert findings == [(5, "hash_mismatch"), (5, "tree_hash_mismatch")]  # chain, leaf
 
 
 def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_next_seq(
@@ -112,7 +113,8 @@ def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_next_seq(
     _tamper(
         path, "UPDATE events SET payload = ?, hash = ? WHERE seq = 9", params=(row[14], new_hash)
     )
-    assert _rules(_verify(path)) == [(10, "chain_broken")]
+    # The leaf still commits to the old payload (v2): the edit shows at its own seq too.
+    assert _rules(_verify(path)) == [(9, "payload_digest_mismatch"), (10, "chain_broken")]
 
 
 def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
@@ -137,9 +139,10 @@ def test_a_rewritten_history_is_caught_by_the_signed_checkpoint(
         for r in rows[8:]
     ]
     _tamper(path, "DELETE FROM checkpoints", *updates)
-    assert _verify(path).ok  # the chain alone cannot tell
+    # The chain alone cannot tell; the Merkle leaf's salted digest of the payload can.
+    assert _rules(_verify(path)) == [(9, "payload_digest_mismatch")]
     report = journal.verify(path, checkpoint=checkpoint, key=KEY)
-    assert _rules(report) == [(N, "checkpoint_hash_mismatch")]
+    assert _rules(report) == [(9, "payload_digest_mismatch"), (N, "checkpoint_hash_mismatch")]
 
 
 def test_a_deleted_row_is_a_gap_and_a_broken_chain(
@@ -159,7 +162,12 @@ def test_reordered_rows_are_detected(written: tuple[Path, journal.Checkpoint]) -
         " call_id = 'c11' WHERE seq = 11",
         "UPDATE events SET payload = '{\"arguments\":{\"i\":10}}', call_id = 'c10' WHERE seq = 12",
     )
-    assert _rules(_verify(path)) == [(11, "hash_mismatch"), (12, "hash_mismatch")]
+    # Each row: its chain hash, its payload digest and (call_id moved) its leaf.
+    assert _rules(_verify(path)) == [
+        (seq, rule)
+        for seq in (11, 12)
+        for rule in ("hash_mismatch", "payload_digest_mismatch", "tree_hash_mismatch")
+    ]
 
 
 def test_a_truncated_tail_is_detected_against_a_held_checkpoint(
@@ -235,6 +243,7 @@ def test_checkpoints_export_and_import_as_json_with_the_signed_note(
         "ts_wall",
         "key_id",
         "signature",
+        "root_hash",  # a v2 journal's: the Merkle tree hash the note signs
         "note",
     }
     assert checkpoint.check(VKEY) and checkpoint.key_id == VKEY.key_id
@@ -242,7 +251,12 @@ def test_checkpoints_export_and_import_as_json_with_the_signed_note(
     note = tmp_path / "head.note"
     note.write_text(fields["note"])
     from_note = journal.load_checkpoint(note)
-    assert msgspec.structs.replace(from_note, ts_wall=checkpoint.ts_wall) == checkpoint
+    # Its root line is the tree hash (the chain head is not in the note).
+    assert (from_note.seq, from_note.signed_root, from_note.signature) == (
+        checkpoint.seq,
+        checkpoint.root_hash,
+        checkpoint.signature,
+    )
     assert journal.verify(path, checkpoint=from_note, trusted=[VKEY]).ok
 
 
@@ -256,7 +270,7 @@ def test_verification_is_incremental_from_a_trusted_checkpoint(tmp_path: Path) -
     assert report.ok and report.events == 5 and report.head_seq == 15
     _tamper(path, "UPDATE events SET session_id = 'x' WHERE seq = 3")
     assert _verify(path, since=middle).ok  # before the trusted point: not re-read
-    assert _rules(_verify(path)) == [(3, "hash_mismatch")]
+    assert _rules(_verify(path)) == [(3, "hash_mismatch"), (3, "tree_hash_mismatch")]
 
 
 def test_a_chain_verifier_can_be_fed_row_by_row(written: tuple[Path, journal.Checkpoint]) -> None:
@@ -279,4 +293,8 @@ def test_a_payload_that_does_not_decode_is_reported(
 ) -> None:
     path, _ = written
     _tamper(path, "UPDATE events SET payload = '{\"arguments\": 3}' WHERE seq = 2")
-    assert _rules(_verify(path)) == [(2, "hash_mismatch"), (2, "payload_invalid")]
+    assert _rules(_verify(path)) == [
+        (2, "hash_mismatch"),
+        (2, "payload_invalid"),
+        (2, "payload_digest_mismatch"),
+    ]

@@ -123,6 +123,8 @@ def test_the_readme_runs_every_subcommand() -> None:
         "export",
         "key",
         "prune",
+        "prove",
+        "check-proof",
     ):
         assert ("agentteam-replay", sub) in shown, sub
 
@@ -188,6 +190,7 @@ def test_files_the_docs_point_to_exist() -> None:
         "docs/clients.md",
         "docs/performance.md",
         "docs/protocol.md",
+        "docs/transparency.md",
         "journal/datasette-metadata.json",
     ):
         assert (ROOT / path).exists(), path

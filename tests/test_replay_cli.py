@@ -46,7 +46,10 @@ def test_verify(everyday_journal: Built, tmp_path: Path) -> None:
     )
     code, out = cli_json("verify", broken.path, "--key", broken.key_path, wire=False)
     assert code == 1 and out["ok"] is False
-    assert [(f["seq"], f["rule"]) for f in out["findings"]] == [(seq, "hash_mismatch")]
+    assert [(f["seq"], f["rule"]) for f in out["findings"]] == [
+        (seq, "hash_mismatch"),  # the chain
+        (seq, "tree_hash_mismatch"),  # the Merkle leaf (ts_wall is in it)
+    ]
     doubtful = tmp_path / "doubt.db"
     create = journal.UpstreamRequest(method="POST", route=route(""), body={"tasks": []})
     write_events(

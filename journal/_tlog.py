@@ -1,0 +1,369 @@
+"""The journal as a Merkle transparency log (v2): leaves, stored hashes, and their checks.
+
+A v2 journal (``journal_meta.merkle_log = 'rfc6962'``, set when the journal's first file is made)
+is an RFC 6962 Merkle log besides its hash chain. Rules (stable; any script recomputes them):
+
+* Leaf ``i`` is the canonical bytes of the event with ``seq = i + 1``: one JSON object, keys sorted,
+  compact, UTF-8, holding every column of ``events`` except ``payload``, ``prev_hash`` and
+  ``hash``, plus ``payload_sha256``: lowercase hex ``SHA-256(salt || payload)``, where ``salt`` is
+  16 fresh random bytes per event and ``payload`` the stored canonical text (UTF-8). Salt and
+  digest are stored in ``event_leaves`` beside the event: the leaf commits to the payload, not to
+  its bytes, so a payload can be erased later with every proof intact, and a leaf shown to a third
+  party reveals nothing of the payload.
+* Leaf and node hashes, the tree hash and the proofs are :mod:`journal._merkle`'s (RFC 6962).
+  The stored hashes are Go tlog's (storage index = its ``StoredHashIndex``): the hashes the
+  append of event ``seq`` stores (its leaf hash, then each subtree it completes; about two per
+  event) are ``event_leaves.tree_hashes`` of that seq, 32 bytes each, from index
+  :func:`stored_index_of` ``(seq)`` on, in the event's own transaction and B-tree page run (one
+  side table: a durable commit writes one page more than a v1 one). A later segment also holds
+  the border of the tree it continues (``journal_meta.tlog_border``: hex of one hash per set bit
+  of its first seq - 1, largest subtree first), so a proof about its events needs no earlier
+  file.
+* A v2 checkpoint signs the tree hash at its size (``checkpoints.root_hash``; the note's third
+  line, as c2sp.org/tlog-checkpoint defines it); ``head_hash`` still names the chain head.
+
+A v1 journal (written before, or continuing a file written before) is chain only: no proofs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from ._canonical import Row
+from ._checkpoint import Checkpoint
+from ._merkle import (
+    Frontier,
+    HashReader,
+    ProofError,
+    frontier_indexes,
+    stored_hash_index,
+)
+
+__all__ = [
+    "BORDER_KEY",
+    "INSERT_LEAF",
+    "LEAF_SALT_BYTES",
+    "MERKLE_LOG",
+    "LeafRow",
+    "border_text",
+    "checkpoint_row",
+    "leaf_bytes",
+    "leaf_extras",
+    "load_border",
+    "payload_digest",
+    "record_of_index",
+    "start_tree",
+    "stored_lookup",
+    "tree_checkpoint",
+    "tree_rows",
+]
+
+MERKLE_LOG: Final = "rfc6962"  # journal_meta.merkle_log of a v2 journal
+LEAF_SALT_BYTES: Final = 16
+INSERT_LEAF: Final = (
+    "INSERT INTO event_leaves (seq, salt, payload_sha256, tree_hashes) VALUES (?, ?, ?, ?)"
+)
+BORDER_KEY: Final = "tlog_border"  # journal_meta: a later segment's copy of the tree's border
+LeafRow = tuple[int, str, str, bytes]  # (seq, salt hex, payload_sha256 hex, stored hashes)
+
+
+class _Leaf(msgspec.Struct):
+    """The leaf image of a row; fields in sorted key order, so encoding needs no sort."""
+
+    call_id: str | None
+    duration_ms: float | None
+    error_type: str | None
+    gen_ai_tool_name: str | None
+    http_response_status_code: int | None
+    journal_id: str
+    jsonrpc_request_id: str | None
+    kind: str
+    kind_version: int
+    mcp_method_name: str | None
+    payload_sha256: str
+    seq: int
+    session_id: str
+    ts_mono_ns: int
+    ts_wall: str
+
+
+_encoder: Final = msgspec.json.Encoder()
+_sha256: Final = hashlib.sha256
+
+
+def payload_digest(salt: bytes, payload: str | bytes) -> str:
+    data = payload.encode() if isinstance(payload, str) else payload
+    return hashlib.sha256(salt + data).hexdigest()
+
+
+def leaf_bytes(row: Row, digest: str) -> bytes:
+    """The leaf of a row (a tuple in COLUMNS order) whose payload digest is ``digest``."""
+    return _encoder.encode(
+        _Leaf(
+            row[3],
+            row[13],
+            row[12],
+            row[9],
+            row[11],
+            row[1],
+            row[10],
+            row[6],
+            row[7],
+            row[8],
+            digest,
+            row[0],
+            row[2],
+            row[4],
+            row[5],
+        )
+    )
+
+
+def checkpoint_row(cp: Checkpoint) -> tuple[str, int, str, str, str, str, str | None]:
+    """A checkpoint as ``journal._schema.INSERT_CHECKPOINT`` stores it."""
+    return (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature, cp.root_hash)
+
+
+def record_of_index(index: int) -> int:
+    """The record (0-based) whose append stored hash ``index`` (Go tlog's SplitStoredHashIndex)."""
+    n = index // 2
+    at = stored_hash_index(0, n)
+    while True:
+        following = at + 1 + ((n + 1) & -(n + 1)).bit_length() - 1
+        if following > index:
+            return n
+        n, at = n + 1, following
+
+
+_salts = bytearray()
+
+
+def _salt() -> bytes:
+    """A fresh random salt, from a pool refilled 256 salts at a time (one syscall)."""
+    global _salts
+    if not _salts:
+        _salts = bytearray(os.urandom(LEAF_SALT_BYTES * 256))
+    salt = bytes(_salts[-LEAF_SALT_BYTES:])
+    del _salts[-LEAF_SALT_BYTES:]
+    return salt
+
+
+def leaf_extras(row: Row, tree: Frontier) -> tuple[str, str, list[bytes]]:
+    """A v2 row's leaf columns, appended to ``tree`` (the built border): its salt (hex), salted
+    payload digest (hex) and the hashes its append stores (from :func:`stored_index_of`)."""
+    salt = _salt()
+    text = row[14]
+    digest = hashlib.sha256(salt + (text.encode() if isinstance(text, str) else text)).hexdigest()
+    return salt.hex(), digest, tree.append(_sha256(b"\x00" + leaf_bytes(row, digest)).digest())
+
+
+def stored_index_of(seq: int) -> int:
+    """The storage index of the leaf hash of the event at ``seq``."""
+    return stored_hash_index(0, seq - 1)
+
+
+def tree_rows(rows: Sequence[Row]) -> list[LeafRow]:
+    """The ``event_leaves`` rows of built v2 rows (17 columns, then salt, digest and stored
+    hashes as :func:`leaf_extras` gave them)."""
+    return [(row[0], row[17], row[18], b"".join(row[19])) for row in rows]
+
+
+def border_text(tree: Frontier) -> str:
+    """The border of a tree as ``journal_meta.tlog_border`` holds it (hex, largest first)."""
+    return b"".join(tree.hashes).hex()
+
+
+def stored_lookup(conn: sqlite3.Connection) -> Callable[[int], bytes | None]:
+    """The stored hash at a storage index in one file (None when not here): from the
+    ``event_leaves`` row of the event that stored it, else from the file's border copy."""
+    border: dict[int, bytes] | None = None
+
+    def lookup(index: int) -> bytes | None:
+        nonlocal border
+        record = record_of_index(index)
+        offset = index - stored_hash_index(0, record)
+        row = conn.execute(
+            "SELECT tree_hashes FROM event_leaves WHERE seq = ?", (record + 1,)
+        ).fetchone()
+        if row is not None:
+            found = bytes(row[0])[32 * offset : 32 * offset + 32]
+            return found if len(found) == 32 else None
+        if border is None:
+            border = _border(conn)
+        return border.get(index)
+
+    return lookup
+
+
+def _border(conn: sqlite3.Connection) -> dict[int, bytes]:
+    """A later segment's border copy, by storage index ({} for a first segment)."""
+    meta = dict(
+        conn.execute(
+            "SELECT key, value FROM journal_meta WHERE key IN (?, 'segment_first_seq')",
+            (BORDER_KEY,),
+        ).fetchall()
+    )
+    if BORDER_KEY not in meta:
+        return {}
+    try:
+        size = int(meta.get("segment_first_seq", 1)) - 1
+        raw = bytes.fromhex(str(meta[BORDER_KEY]))
+    except ValueError:
+        return {}
+    indexes = [index for _, index in frontier_indexes(size)]
+    return {index: raw[32 * i : 32 * i + 32] for i, index in enumerate(indexes)}
+
+
+def load_border(conn: sqlite3.Connection, size: int) -> Frontier:
+    return Frontier.read(size, files_reader([(1, stored_lookup(conn))]))
+
+
+def files_reader(files: Sequence[tuple[int, Callable[[int], bytes | None]]]) -> HashReader:
+    """A HashReader over a journal's segment files, ``(first seq, stored-hash lookup)`` in seq
+    order: a hash is read from the file holding the event that stored it, else from a later
+    file's copy of the border (a pruned segment's hashes survive there)."""
+    firsts = [first for first, _ in files]
+
+    def read(indexes: Sequence[int]) -> list[bytes]:
+        out: list[bytes] = []
+        for index in indexes:
+            seq = record_of_index(index) + 1
+            owner = max((i for i, first in enumerate(firsts) if first <= seq), default=0)
+            for _, lookup in files[owner:]:
+                found = lookup(index)
+                if found is not None:
+                    out.append(found)
+                    break
+            else:
+                raise ProofError(
+                    f"the stored hash of event {seq} is in none of the journal's files here"
+                )
+        return out
+
+    return read
+
+
+Report = Callable[[int | None, Any, str], None]
+
+
+def tree_checkpoint(cp: Checkpoint, stored_hash: str | None) -> Checkpoint:
+    """A checkpoint given as a bare signed note for a v2 journal, whose root line is not the
+    chain head there (``stored_hash``): it claims the tree hash, and is checked as such (the
+    journal's chain head stands in for the head hash it does not name)."""
+    if cp.root_hash is not None or cp.scheme != "ed25519" or cp.head_hash == stored_hash:
+        return cp
+    return msgspec.structs.replace(
+        cp, root_hash=cp.head_hash, head_hash=stored_hash or cp.head_hash
+    )
+
+
+def start_tree(
+    report: Report,
+    first_seq: int,
+    start_seq: int,
+    lookup: Callable[[int], bytes | None],
+    checkpoints: Sequence[tuple[str, Checkpoint]],
+    journal_id: str | None,
+) -> TreeCheck:
+    """A :class:`TreeCheck` from ``start_seq`` (the tree's border there read from the file
+    whose first event is ``first_seq``), checking the signed roots of the journal's
+    ``checkpoints`` (another journal's are the chain verifier's finding)."""
+    roots = [
+        (label, cp.seq, cp.root_hash)
+        for label, cp in checkpoints
+        if cp.root_hash is not None and cp.seq >= start_seq and cp.journal_id == journal_id
+    ]
+    try:
+        frontier = Frontier.read(start_seq, files_reader([(first_seq, lookup)]))
+        broken = False
+    except ProofError:
+        report(start_seq + 1, "tree_hash_mismatch", "the tree's stored border is missing here")
+        frontier, broken = Frontier(), True
+    tree = TreeCheck(report, frontier, roots)
+    tree.broken = broken
+    if not broken:
+        tree.check_roots_at(start_seq)
+    return tree
+
+
+class TreeCheck:
+    """Verifies a v2 journal's tree beside :class:`journal.ChainVerifier`, in one pass.
+
+    ``feed(row)`` takes a row with its leaf columns (``Reader.rows(leaves=True)``: salt, payload
+    digest and stored hashes after the 17 columns): the digest must be the salted payload's, the
+    leaf must exist, and the hashes its append stored must be the recomputed ones; a
+    checkpoint's signed root must be the tree hash at its size. Rules: ``leaf_missing``,
+    ``payload_digest_mismatch``, ``tree_hash_mismatch``, ``checkpoint_root_mismatch``.
+    """
+
+    def __init__(
+        self, report: Report, frontier: Frontier, roots: Sequence[tuple[str, int, str]]
+    ) -> None:
+        self._report = report
+        self.frontier = frontier
+        self._roots: dict[int, list[tuple[str, str]]] = {}
+        for label, seq, root in roots:
+            self._roots.setdefault(seq, []).append((root, label))
+        self._stored: dict[int, bytes] = {}
+        self._pending: list[tuple[int, bytes]] = []
+        self.broken = False  # a leaf could not be recomputed: later roots are not comparable
+
+    def check_roots_at(self, seq: int) -> None:
+        for root, label in self._roots.get(seq, ()):
+            if self.broken:
+                continue
+            if self.frontier.root().hex() != root:
+                self._report(
+                    seq,
+                    "checkpoint_root_mismatch",
+                    f"{label}: its signed Merkle root is not the tree hash of the journal at "
+                    f"size {seq}",
+                )
+
+    def feed(self, row: Row) -> None:
+        seq = row[0]
+        frontier = self.frontier
+        if self.broken:
+            return
+        if not isinstance(seq, int) or seq != frontier.size + 1:
+            self.broken = True  # the chain reports the gap; later roots are not comparable
+            return
+        salt, digest, stored = (row[17], row[18], row[19]) if len(row) > 19 else (None,) * 3
+        if salt is None or digest is None or not isinstance(stored, bytes):
+            self._report(seq, "leaf_missing", "a v2 journal's event has no leaf (salt, digest)")
+            self.broken = True
+            return
+        try:
+            text = row[14]
+            data = text.encode() if isinstance(text, str) else text
+            if _sha256(bytes.fromhex(salt) + data).hexdigest() != digest:
+                self._report(
+                    seq,
+                    "payload_digest_mismatch",
+                    "the payload is not the one its leaf commits to (sha256(salt || payload))",
+                )
+            leaf = leaf_bytes(row, digest)
+        except (TypeError, ValueError, AttributeError, msgspec.EncodeError):
+            self._report(seq, "leaf_missing", "the event's leaf cannot be encoded")
+            self.broken = True
+            return
+        computed = frontier.append(_sha256(b"\x00" + leaf).digest())
+        if b"".join(computed) != stored:
+            self._report(
+                seq,
+                "tree_hash_mismatch",
+                "the stored Merkle hashes of this event are not the recomputed ones (its leaf "
+                "changed, or proofs made from them would fail)",
+            )
+            if len(stored) == 32 * len(computed):
+                # Go on from the stored hashes, so one edited row is one finding, at its seq; a
+                # rewrite of the stored tree too shows at the next signed root. (The subtrees the
+                # append merged are the border's own: only its new top differs.)
+                frontier.hashes[-1] = stored[-32:]
+        self.check_roots_at(seq)
