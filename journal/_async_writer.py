@@ -458,7 +458,12 @@ class AsyncWriter:
             isinstance(item, _Barrier) or (isinstance(item, _Append) and item.durable)
             for item in items
         )
-        checkpoint = any(isinstance(item, _Barrier) and item.checkpoint for item in items)
+        # A journal gap is signed as it is written: an excuse for lost events counts in verify
+        # only under a trusted checkpoint (replay._trust), and the session may end by a crash.
+        checkpoint = any(
+            (isinstance(item, _Barrier) and item.checkpoint) or isinstance(item, _GapAppend)
+            for item in items
+        )
         try:
             signed = self._core.commit(rows, durable=durable, checkpoint=checkpoint)
         except JournalUnavailable as failure:
