@@ -29,7 +29,15 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ._budget import PageState, keeps_identities
     from ._call import Bridge, JournalFailed, Session
-    from ._cli import add_serve_command, configure_logging
+    from ._cli import (
+        CommandParser,
+        add_completion_command,
+        add_serve_command,
+        configure_logging,
+        port_number,
+        positive_integer,
+        positive_number,
+    )
     from ._compat import (
         ARGUMENT_ALIASES,
         POLICIES,
@@ -47,6 +55,7 @@ if TYPE_CHECKING:
         TokenSource,
         load_launch_context,
     )
+    from ._doctor import doctor
     from ._errors import (
         BRIDGE_CODES,
         CODES,
@@ -73,7 +82,19 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     **dict.fromkeys(["PageState", "keeps_identities"], "_budget"),
     **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
-    **dict.fromkeys(["add_serve_command", "configure_logging"], "_cli"),
+    **dict.fromkeys(
+        [
+            "CommandParser",
+            "add_completion_command",
+            "add_serve_command",
+            "configure_logging",
+            "port_number",
+            "positive_integer",
+            "positive_number",
+        ],
+        "_cli",
+    ),
+    "doctor": "_doctor",
     **dict.fromkeys(
         [
             "ARGUMENT_ALIASES",
@@ -149,6 +170,7 @@ __all__ = [
     "Answer",
     "ArgumentAlias",
     "Bridge",
+    "CommandParser",
     "CompatPolicy",
     "ConfigError",
     "CredentialError",
@@ -168,15 +190,20 @@ __all__ = [
     "ToolSpec",
     "UpstreamClient",
     "__version__",
+    "add_completion_command",
     "add_serve_command",
     "configure_logging",
     "default_journal_dir",
     "default_runtime_db",
     "describe",
+    "doctor",
     "journal_setting",
     "keeps_identities",
     "legacy_journal",
     "load_launch_context",
+    "port_number",
+    "positive_integer",
+    "positive_number",
     "serve",
     "trio_stdio",
 ]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from ._paths import default_journal_dir, journal_setting
@@ -32,6 +34,98 @@ examples:
   AGENTTEAM_TOKEN_COMMAND='agentteam auth token' agentteam-bridge serve
 stdout carries only the MCP protocol; logs go to stderr.
 """
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every command of ours, and so of each subcommand (``add_subparsers`` makes
+    its children of the parent's class):
+
+    - no abbreviated options: argparse would take ``--statu`` for ``--status``, so an option
+      added later could silently change what an existing script means;
+    - ``--version`` on the command and on every subcommand (``agentteam-bridge serve --version``);
+    - a usage error is one line on stderr and exit 2: an MCP client files a server's stderr in
+      its log, and the usage block is what ``--help`` is for.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+        program = self.prog.split()[0]
+        self.add_argument(
+            "--version",
+            action="version",
+            version=f"{program} {__version__}",
+            help="print the installed version and exit",
+        )
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def add_completion_command(
+    sub: Any, program: str, build: Callable[[], argparse.ArgumentParser]
+) -> None:
+    """``completion SHELL``: print the shell completion script of ``program``, whose parser
+    ``build`` makes (shtab writes it from the parser itself, so it names every subcommand and
+    option)."""
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print a completion script for the shell; install it as your shell reads them.",
+        epilog=f"""examples:
+  {program} completion bash > ~/.local/share/bash-completion/completions/{program}
+  {program} completion zsh > "${{fpath[1]}}/_{program}"
+  {program} completion fish > ~/.config/fish/completions/{program}.fish
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("shell", choices=COMPLETION_SHELLS)
+    p.set_defaults(completion_of=build, run=print_completion)
+
+
+def print_completion(args: argparse.Namespace) -> int:
+    """Print the script ``completion SHELL`` asked for (see :func:`add_completion_command`)."""
+    import shtab
+
+    print(shtab.complete(args.completion_of(), shell=args.shell))
+    return 0
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0 (seconds, a lifetime): ``0``, ``-1``, ``nan`` and ``inf`` are
+    refused at start rather than making every call time out."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number above 0")
+    return value
+
+
+def positive_integer(text: str) -> int:
+    """A whole number above 0 (a byte count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return value
 
 
 def segment_bytes(text: str) -> int | None:
@@ -135,13 +229,13 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
     )
     sv.add_argument(
         "--upstream-timeout",
-        type=float,
+        type=positive_number,
         default=10.0,
         help="seconds to wait for the Agent Runtime API (default 10)",
     )
     sv.add_argument(
         "--upstream-keepalive",
-        type=float,
+        type=positive_number,
         default=4.0,
         metavar="SECONDS",
         help="close an idle connection to the API after this long; keep it below the server's "
@@ -149,7 +243,7 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
     )
     sv.add_argument(
         "--journal-max-bytes",
-        type=int,
+        type=positive_integer,
         default=None,
         help="cap on each journal file's size; beyond it mutations are refused (default: no cap)",
     )
@@ -174,29 +268,114 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="journal without fsync per outcome (benchmarks only)",
     )
+    add_logging_options(sv)
     sv.set_defaults(run=_serve)
     return sv
 
 
-def configure_logging() -> None:
-    """Warnings and errors to stderr, with time, level and logger: stdout belongs to MCP in
-    ``serve`` (and to the output of the other commands of ``agentteam-bridge``)."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+LOG_LEVELS |= {"error": logging.ERROR}
+
+
+def log_level(text: str) -> int:
+    """``--log-level`` / ``AGENTTEAM_LOG_LEVEL``: debug, info, warning (the default) or error."""
+    try:
+        return LOG_LEVELS[text.strip().lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level ({', '.join(LOG_LEVELS)})"
+        ) from None
+
+
+def log_format(text: str) -> str:
+    """``--log-format`` / ``AGENTTEAM_LOG_FORMAT``: text (the default) or json."""
+    value = text.strip().lower()
+    if value not in ("text", "json"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log format (text, json)")
+    return value
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object a line: ``time`` (RFC 3339, UTC), ``level``, ``logger``, ``message``,
+    and ``exception`` when there is one; what log shippers parse without a pattern."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+        from datetime import UTC, datetime
+
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+class _TextLogFormatter(logging.Formatter):
+    """Time, level and logger; a start line reads as a sentence of the command's own
+    (``agentteam-bridge serve: session s1a2... journals to PATH``), as README quotes it."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == "agentteam.bridge.start":
+            return f"agentteam-bridge serve: {record.getMessage()}"
+        return super().format(record)
+
+
+def add_logging_options(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``, ``-v`` and ``--log-format``, their defaults from the environment (a bad
+    value there is refused at start, as on the command line)."""
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        default=os.environ.get("AGENTTEAM_LOG_LEVEL", "warning"),
+        metavar="LEVEL",
+        help="debug, info, warning or error (default $AGENTTEAM_LOG_LEVEL or warning)",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="one step more detail than --log-level per -v (info, then debug)",
+    )
+    parser.add_argument(
+        "--log-format",
+        type=log_format,
+        default=os.environ.get("AGENTTEAM_LOG_FORMAT", "text"),
+        metavar="FORMAT",
+        help="text or json: one JSON object a line (default $AGENTTEAM_LOG_FORMAT or text)",
+    )
+
+
+def configure_logging(args: argparse.Namespace | None = None) -> None:
+    """Logs to stderr at the level and in the format ``args`` chose (:func:`add_logging_options`;
+    commands without them: warnings and errors as text, with time, level and logger): stdout
+    belongs to MCP in ``serve`` (and to the output of the other commands)."""
+    level = getattr(args, "log_level", logging.WARNING)
+    level = max(logging.DEBUG, level - 10 * getattr(args, "verbose", 0))
+    handler = logging.StreamHandler(sys.stderr)
+    if getattr(args, "log_format", "text") == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(_TextLogFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
+    # The start lines (where the session journals) are info, shown at the default level too.
+    start = logging.getLogger("agentteam.bridge.start")
+    start.setLevel(logging.INFO if level <= logging.WARNING else level)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m agentteam_task_bridge.bridge._cli serve ...`: the serve command alone."""
-    parser = argparse.ArgumentParser(
-        prog="agentteam-bridge", description="The AgentTeam Task MCP bridge."
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser = CommandParser(prog="agentteam-bridge", description="The AgentTeam Task MCP bridge.")
     add_serve_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
-    configure_logging()
+    configure_logging(args)
     code: int = args.run(args)
     return code
 

@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from typing import Final
 
+# The bridge's files are created as every package's are.
+from agentteam_task_bridge.journal import make_private_dir as make_private_dir
+
 POOL_PREFIX: Final = "journal-"
 POOL_SUFFIX: Final = ".db"
 
@@ -50,27 +53,6 @@ def is_pool(setting: str | os.PathLike[str]) -> bool:
 
 def pool_file(directory: Path, number: int) -> Path:
     return directory / f"{POOL_PREFIX}{number}{POOL_SUFFIX}"
-
-
-def make_private_dir(path: Path) -> None:
-    """Create ``path`` and any missing parents mode 0700 whatever the umask.
-
-    Only directories created here are chmodded: a directory that already exists is not ours
-    to change.
-    """
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:
-            continue  # another process made it first
-        os.chmod(directory, 0o700)
 
 
 def loose_mode(path: Path, *, directory: bool) -> str | None:

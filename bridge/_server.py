@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 import signal
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from ._stdio import trio_stdio
 from ._upstream import TransportFailure, UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
+# Lines a person looks for in the client's MCP log, shown unless --log-level is error.
+start_log = logging.getLogger("agentteam.bridge.start")
 SERVER_NAME = "agentteam-tasks"
 _PROBE_SECONDS = 5.0
 _TRACE_FLUSH_SECONDS = 10.0
@@ -259,11 +260,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         if journal.created_key and journal.key_path:  # once started: a failed start is one line
             announce_key(journal.key_path, journal.created_key)
         # Where this session's events go: clients keep a server's stderr in their MCP log.
-        print(
-            f"agentteam-bridge serve: session {session.session_id} journals to {journal.path}",
-            file=sys.stderr,
-            flush=True,
-        )
+        start_log.info("session %s journals to %s", session.session_id, journal.path)
         credentials.on_token = journal.add_secret
         upstream = UpstreamClient(
             launch.api_url,

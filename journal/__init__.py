@@ -126,6 +126,7 @@ from ._events import (
     UpstreamRequest,
     UpstreamResponse,
 )
+from ._files import make_private_dir, open_private
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor
 from ._redact import warm_up as warm_up_redaction
@@ -205,6 +206,8 @@ __all__ = [
     "load_checkpoint",
     "load_key",
     "load_legacy_key",
+    "make_private_dir",
+    "open_private",
     "open_reader",
     "open_sync_writer",
     "open_writer",

@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import msgspec
 
+from ._files import make_private_dir
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -134,6 +136,28 @@ class VerifierKey:
         if key.key_hash.hex() != hash_hex.lower():
             raise ValueError("the verifier key's ID does not match its name and key")
         return key
+
+    @classmethod
+    def find(cls, text: str) -> VerifierKey:
+        """The one verifier key in ``text``: bare, or among other words, as in the lines that
+        ``agentteam-replay key`` and a bridge's first start print (``public key:  <key>``) or a
+        key file (whose second line is its verifier key). Raises ValueError when ``text`` holds
+        none, or two different ones; the error is :meth:`parse`'s when a lone word was meant."""
+        words = text.split()
+        found = set()
+        for word in words:
+            if word.count("+") >= 2 and not word.startswith(_PRIVATE_PREFIX):
+                try:
+                    found.add(cls.parse(word.strip("();,")))
+                except ValueError:
+                    continue
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            raise ValueError("it holds more than one verifier key")
+        if len(words) == 1:
+            return cls.parse(words[0])
+        raise ValueError("it holds no verifier key (<name>+<hex key ID>+<base64 key>)")
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
@@ -433,7 +457,7 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
     except FileNotFoundError:
         if not create:
             raise
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     key = SigningKey.generate()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -470,7 +494,7 @@ def load_legacy_key(path: Path) -> HmacKey:
 
 def export_checkpoint(checkpoint: Checkpoint, path: Path) -> None:
     """Write a checkpoint to ``path`` atomically (temp file, fsync, rename), mode 0600."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as file:

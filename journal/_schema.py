@@ -29,6 +29,7 @@ from ._errors import (
     classify_sqlite_error,
 )
 from ._events import PAYLOAD_TYPES
+from ._files import make_private_dir
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -394,7 +395,7 @@ def create_private_file(path: Path) -> int:
     ``-wal`` and ``-shm`` files the database file's mode, and stale ones are tightened here.
     """
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dir(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)

@@ -56,6 +56,8 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
 
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Compute under a progress bar, then render (so the two never interleave)."""
+    if args.command == "completion":
+        return int(args.run(args))
     if args.command == "key":
         from agentteam_task_bridge import replay
 
@@ -221,7 +223,7 @@ def _output(target: str) -> Iterator[IO[str]]:
         sys.stdout.flush()
         return
     try:
-        file = Path(target).open("w", encoding="utf-8")
+        file = os.fdopen(journal.open_private(Path(target)), "w", encoding="utf-8")
     except OSError as exc:
         raise ReplayInputError(f"cannot write {target}: {exc.strerror or exc}") from None
     with file:

@@ -11,7 +11,9 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from agentteam_task_bridge import bridge
 
 from . import _fleet_cli
 
@@ -23,18 +25,6 @@ __all__ = ["PROG", "build_parser", "call_filter", "parse_time"]
 PROG: Final = "agentteam-replay"
 
 _MAIN_EPILOG = """\
-commands:
-  verify        hash chain, sequence, checkpoints, call grammar, invariants; in-doubt calls
-  calls         list calls, filtered
-  show          one call's whole story
-  idempotency   idempotency keys, desired-state claims, idempotentHint against observed repeats
-  deprecations  who still uses deprecated names; each name's removal gate
-  audit         usage, errors, latency, truncation, mutations per board, sessions (CSV/JSON)
-  rerun         re-drive recorded calls through today's bridge and diff
-  export        OpenTelemetry spans (OTLP JSON) or raw events (JSONL)
-  key           the public key that signs this machine's checkpoints, and its fingerprint
-  prune         remove old segments a fleet store holds and has witnessed (journaled)
-
 Every command reads one or many journal files or directories of journals (merged by journal id
 and sequence); with none, where the bridge writes by default ($AGENTTEAM_JOURNAL, else the pool
 ~/.local/share/agentteam-bridge/journals/ and an earlier version's journal.db), so every session
@@ -183,25 +173,12 @@ def _positive(text: str) -> int:
     return value
 
 
-class _Version(argparse.Action):
-    """--version: the distribution's version, looked up only when asked (it costs an import)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from importlib.metadata import version
-
-        print(f"{PROG} {version('agentteam-task-bridge')}")
-        parser.exit()
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = bridge.CommandParser(
         prog=PROG,
         description="Verify, debug and audit agentteam-bridge journals offline.",
         epilog=_MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--version", action=_Version, nargs=0, help="print the installed version and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -393,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
+    bridge.add_completion_command(sub, PROG, build_parser)
     return parser
 
 

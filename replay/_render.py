@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -17,6 +18,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from agentteam_task_bridge import journal
 
 from ._audit import AuditReport
 from ._calls import CallDetail
@@ -424,7 +427,7 @@ def render_audit(console: Console, r: AuditReport) -> None:
 
 def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
     """One CSV per section of the audit; returns the files written."""
-    directory.mkdir(parents=True, exist_ok=True)
+    journal.make_private_dir(directory)
     sections: dict[str, Iterable[msgspec.Struct]] = {
         "tool_usage": report.tool_usage,
         "error_codes": report.error_codes,
@@ -438,7 +441,7 @@ def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
         path = directory / f"{name}.csv"
         records = [msgspec.to_builtins(row) for row in rows]
         fields = list(records[0]) if records else []
-        with path.open("w", newline="") as file:
+        with os.fdopen(journal.open_private(path), "w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=fields)
             writer.writeheader()
             writer.writerows(records)

@@ -159,20 +159,21 @@ def load_key_file(path: Path) -> Key:
         if text.startswith("PRIVATE+KEY+"):
             return journal.SigningKey.parse(text).verifier
         if "+" in text:
-            return journal.VerifierKey.parse(text)
+            return journal.VerifierKey.find(text)
         return journal.load_legacy_key(path)
     except ValueError as exc:
         raise ReplayInputError(f"cannot use the key file {path}: {exc}") from None
 
 
 def load_trusted_key(value: str) -> Key:
-    """``--trusted-key``: a verifier key (``<name>+<hex ID>+<base64>``) or a file holding one."""
-    if "+" in value and not Path(value).exists():
-        try:
-            return journal.VerifierKey.parse(value)
-        except ValueError as exc:
-            raise ReplayInputError(f"--trusted-key {value}: {exc}") from None
-    return load_key_file(Path(value))
+    """``--trusted-key``: a verifier key (``<name>+<hex ID>+<base64>``), a line that holds one
+    (what ``agentteam-replay key`` prints), or a file holding either."""
+    if "\0" not in value and Path(value).exists():
+        return load_key_file(Path(value))
+    try:
+        return journal.VerifierKey.find(value)
+    except ValueError as exc:
+        raise ReplayInputError(f"--trusted-key {value}: no such file, and {exc}") from None
 
 
 def load_checkpoint_file(path: Path) -> Checkpoint:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from ._seed import AGENT_ID, WORKSPACE_ID, seed_local
 from ._store import Store
@@ -42,8 +41,7 @@ class CallbackRow:
 
 
 def _open(db: str) -> Store:
-    Path(db).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = Store.open(db)
+    store = Store.open(db)  # a new file is created owner-only (runtime._store.connect)
     seed_local(store)
     return store
 

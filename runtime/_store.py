@@ -29,10 +29,12 @@ strictly increasing per board across processes.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from . import _admin as admin
@@ -181,7 +183,10 @@ class Store:
 
 
 def connect(path: str) -> sqlite3.Connection:
-    """A connection for one of several processes sharing the file (WAL, a generous busy wait)."""
+    """A connection for one of several processes sharing the file (WAL, a generous busy wait).
+    A file that does not exist yet is created owner-only first (:func:`create_owner_only`)."""
+    if path != ":memory:":
+        create_owner_only(Path(path))
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     # Several processes (every `serve --embedded` session) share one file; writes are short.
     conn.execute("PRAGMA busy_timeout = 30000")
@@ -190,3 +195,24 @@ def connect(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
     return conn
+
+
+def create_owner_only(path: Path) -> None:
+    """Create the database file 0600 and its missing folders 0700, whatever the umask (SQLite
+    gives the -wal and -shm files the database's mode). What exists already is left as it is:
+    a file or folder the person made is theirs to set."""
+    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it first
+            continue
+        os.chmod(folder, 0o700)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)

@@ -16,6 +16,7 @@ line (which adds the folder, not the editable install of this checkout: that nee
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -44,7 +45,12 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     out = tmp_path_factory.mktemp("wheels")
     ours = out / "ours"
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(ours), str(ROOT)]
-    subprocess.run(build, check=True, timeout=300, cwd=out)
+    left = not (ROOT / "build").exists()  # setuptools builds in the tree: leave it as found
+    try:
+        subprocess.run(build, check=True, timeout=300, cwd=out)
+    finally:
+        if left:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     (wheel,) = ours.glob("*.whl")
     theirs = out / "theirs"
     fetch = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(theirs), *THEIRS]
@@ -119,3 +125,39 @@ def test_both_clis_run_beside_pypis_namesakes_in_either_order(
     _pip(venv, "uninstall", "-y", *THEIRS)
     (tmp_path / "after-uninstall").mkdir()
     _both_clis_work(venv, tmp_path / "after-uninstall")
+
+
+# --- the package page --------------------------------------------------------------------------
+
+HOME_PAGE = "https://github.com/agentteam/agentteam-task-bridge"
+PAGES = [ROOT / "README.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_package_page_names_its_home_authors_and_urls() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["authors"] and project["urls"]["Homepage"] == HOME_PAGE
+    assert {"Documentation", "Source", "Issues"} <= set(project["urls"])
+
+
+def test_every_readme_link_works_on_the_package_index() -> None:
+    """The README is the package index's page, where a relative link leads nowhere: each link is
+    absolute or an anchor, and each one into this repository names a file that exists."""
+    import re
+
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert links
+    for link in links:
+        assert link.startswith(("https://", "http://", "#")), link
+        if link.startswith(f"{HOME_PAGE}/blob/main/"):
+            assert (ROOT / link.removeprefix(f"{HOME_PAGE}/blob/main/")).exists(), link
+
+
+def test_no_page_shows_a_path_of_the_machine_it_was_written_on() -> None:
+    machine = {str(ROOT), sys.prefix, "/tmp/pytest-of", "/home/", "/Users/", "/root/", "/work/"}
+    machine |= {"/var/folders/"} | ({str(Path.home())} if len(Path.home().parts) > 1 else set())
+    for page in PAGES:
+        text = page.read_text()
+        for path in machine:
+            assert path not in text, (page.name, path)

@@ -39,7 +39,7 @@ INSTALL_AND_TEST = (
 )
 PARSERS = {"agentteam-bridge": bridge_cli.build_parser, "agentteam-replay": replay_cli.build_parser}
 # Flags of other programs the docs show (pip, sqlite-utils, the MCP Inspector, Claude Code).
-FOREIGN_FLAGS = {"--cli", "--method", "--tool-name", "--tool-arg", "--strict", "--table"}
+FOREIGN_FLAGS = {"--cli", "--method", "--tool-name", "--tool-arg", "--strict", "--table", "--scope"}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

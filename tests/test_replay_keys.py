@@ -299,3 +299,25 @@ def test_a_real_bridge_journal_copied_elsewhere_verifies_only_with_its_public_ke
     done = replay_cli("verify", copy, "--trusted-key", everyday_journal.vkey, env=elsewhere)
     assert done.returncode == 0, done.stdout
     assert "signatures verified" in done.stdout
+
+
+def test_trusted_key_takes_what_agentteam_replay_key_prints_in_every_form(
+    origin: Origin, auditor: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = _copy(origin, auditor)
+    printed = replay_cli("key", env={"XDG_CONFIG_HOME": str(origin.config)})
+    assert printed.returncode == 0, printed.stderr
+    (line,) = [line for line in printed.stdout.splitlines() if line.startswith("public key:")]
+    redirected = auditor / "laptop.vkey"  # `agentteam-replay key > laptop.vkey`
+    redirected.write_text(printed.stdout)
+    bare = auditor / "bare.vkey"
+    bare.write_text(origin.vkey)
+    started = f"agentteam: created the signing key K; public key {origin.vkey} (fingerprint F)"
+    for given in (origin.vkey, line, printed.stdout, started, str(redirected), str(bare)):
+        code, out = _verify(copy, "--trusted-key", given, capsys=capsys)
+        assert code == 0 and out["journals"][0]["signatures_checked"] == 4, (given, out)
+    other = journal.SigningKey("agentteam-bridge/other", bytes(range(32))).verifier.to_text()
+    for refused in (f"{origin.vkey} {other}", "public key: none", origin.vkey[:-4]):
+        code = main(["verify", str(copy), "--trusted-key", refused, "--json"])
+        assert code == 2, refused
+        assert "--trusted-key" in capsys.readouterr().err

@@ -12,9 +12,10 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentteam_task_bridge import bridge
-from agentteam_task_bridge.bridge import __version__, default_runtime_db
+from agentteam_task_bridge.bridge import default_runtime_db
 
 _EPILOG_RUNTIME = """\
 examples:
@@ -83,33 +84,46 @@ is running; the local agent is a member of every board added here.
 
 
 def _local(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
     from agentteam_task_bridge.runtime import _local as local  # not in runtime's public face (yet)
 
     db = str(args.db)
     try:
+        shown: object
         if args.what == "board" and args.action == "add":
             board = local.add_board(db, args.slug, args.name)
-            print(
+            shown = dataclasses.asdict(board)
+            text = (
                 f"board {board.slug} ({board.name}): {board.members} members, {board.tasks} tasks"
             )
         elif args.what == "board":
-            for board in local.list_boards(db):
-                print(f"{board.slug}\t{board.name}\t{board.members} members\t{board.tasks} tasks")
+            boards = local.list_boards(db)
+            shown = [dataclasses.asdict(b) for b in boards]
+            text = "\n".join(
+                f"{b.slug}\t{b.name}\t{b.members} members\t{b.tasks} tasks" for b in boards
+            )
         elif args.action == "open":
             local.open_callback(db, args.run_id, args.callback_id, args.agent)
             meta = {
                 "agentteam/workflow_run_id": args.run_id,
                 "agentteam/callback_effect_id": args.callback_id,
             }
-            print(json.dumps({"_meta": meta}))
+            shown = {"_meta": meta}
+            text = json.dumps(shown)  # what a client passes, so JSON either way
         elif args.action == "complete":
             local.complete_callback(db, args.run_id, args.callback_id)
-            print(f"callback {args.run_id}/{args.callback_id} completed")
+            shown = {"run_id": args.run_id, "callback_effect_id": args.callback_id}
+            shown["state"] = "completed"
+            text = f"callback {args.run_id}/{args.callback_id} completed"
         else:
-            for cb in local.list_callbacks(db):
-                print(f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}")
+            callbacks = local.list_callbacks(db)
+            shown = [dataclasses.asdict(cb) for cb in callbacks]
+            text = "\n".join(
+                f"{cb.run_id}\t{cb.callback_effect_id}\t{cb.responder}\t{cb.state}"
+                for cb in callbacks
+            )
     except local.LocalError as exc:
         print(f"agentteam-bridge runtime {args.what}: {exc}", file=sys.stderr)
         return 2
@@ -117,6 +131,10 @@ def _local(args: argparse.Namespace) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         print(f"agentteam-bridge runtime {args.what}: cannot use {db}: {reason}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps(shown, ensure_ascii=False))
+    elif text:
+        print(text)
     return 0
 
 
@@ -136,6 +154,7 @@ def _local_commands(rt: argparse.ArgumentParser) -> None:
             default=default_runtime_db(),
             help=f"the runtime database (default {default_runtime_db()})",
         )
+        p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(run=_local, action=action)
         return p
 
@@ -181,11 +200,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = bridge.CommandParser(
         prog="agentteam-bridge",
         description="The AgentTeam Task MCP bridge and its reference runtime.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     rt = sub.add_parser(
         "runtime",
@@ -196,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     rt.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    rt.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free)")
+    rt.add_argument(
+        "--port", type=bridge.port_number, default=8765, help="port (default 8765; 0 = any free)"
+    )
     rt.add_argument(
         "--db",
         default=default_runtime_db(),
@@ -204,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rt.add_argument(
         "--token-ttl",
-        type=float,
+        type=bridge.positive_number,
         default=900.0,
         help="lifetime of minted bearer tokens in seconds (default 900)",
     )
@@ -229,13 +249,112 @@ def build_parser() -> argparse.ArgumentParser:
         help="journal file to write (default: journal.db in a fresh temp dir, printed at the end)",
     )
     dm.set_defaults(run=_demo)
+    _install_command(sub)
+    bridge.add_completion_command(sub, "agentteam-bridge", build_parser)
+    dr = sub.add_parser(
+        "doctor",
+        help="check what `serve` would meet at start, without starting a session",
+        description="Check the configuration, the credential, the API through the proxy and TLS, "
+        "the journal's location and free space, and the signing key's mode; one line a check. "
+        "Nothing is journaled.",
+        epilog="Exit status: 0 every check passed, 1 one failed.",
+    )
+    dr.add_argument("--embedded", action="store_true", help="as `serve --embedded` would start")
+    dr.add_argument("--api-url", help="as `serve --api-url` (default AGENTTEAM_API_URL)")
+    dr.add_argument("--journal", default=bridge.journal_setting(), metavar="PATH")
+    dr.add_argument("--runtime-db", type=Path, default=None, help="the embedded runtime's database")
+    dr.set_defaults(run=_doctor)
     return parser
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import os
+
+    import trio
+
+    checks = trio.run(
+        lambda: bridge.doctor(
+            os.environ,
+            journal_setting=args.journal,
+            embedded=args.embedded,
+            api_url=args.api_url,
+            runtime_db=args.runtime_db,
+        )
+    )
+    for check in checks:
+        print(check.line())
+    return 0 if all(check.ok for check in checks) else 1
+
+
+_EPILOG_INSTALL = """\
+examples:
+  agentteam-bridge install claude-desktop --dry-run    # print the change, write nothing
+  agentteam-bridge install cursor                      # the embedded reference runtime
+  AGENTTEAM_API_URL=https://... AGENTTEAM_WORKSPACE_ID=ws AGENTTEAM_AGENT_ID=agt \\
+  AGENTTEAM_TOKEN_COMMAND='agentteam auth token' agentteam-bridge install codex --from-env
+Exit status: 0 registered (or already was), 1 refused (a different server of that name, a file
+that cannot be read or written), 2 a bad flag or environment.
+"""
+
+
+def _install_command(sub: Any) -> None:
+    from ._install import CLIENTS
+
+    p = sub.add_parser(
+        "install",
+        help="register this bridge with an MCP client (" + ", ".join(CLIENTS) + ")",
+        description="Write or merge the client's MCP server configuration (Claude Code: run "
+        "`claude mcp add` when it is on PATH) so that it launches this installation's bridge.",
+        epilog=_EPILOG_INSTALL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("client", choices=CLIENTS)
+    p.add_argument("--name", default="agentteam-tasks", help="the server's name there")
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help="a real server, from this shell's AGENTTEAM_* variables (default: --embedded)",
+    )
+    p.add_argument(
+        "--compat",
+        choices=("strict", "hint", "forward"),
+        default="hint",
+        help="the serve --compat policy (default hint)",
+    )
+    p.add_argument("--config", type=Path, help="this file instead of the client's own")
+    p.add_argument("--dry-run", action="store_true", help="print the change; write nothing")
+    p.add_argument("--force", action="store_true", help="replace a different server of the name")
+    p.set_defaults(run=_install)
+
+
+def _install(args: argparse.Namespace) -> int:
+    import os
+
+    from ._install import InstallError, install
+
+    try:
+        print(
+            install(
+                args.client,
+                name=args.name,
+                embedded=not args.from_env,
+                compat=args.compat,
+                dry_run=args.dry_run,
+                force=args.force,
+                config=args.config,
+                environ=dict(os.environ),
+            )
+        )
+    except InstallError as exc:
+        print(f"agentteam-bridge install: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    bridge.configure_logging()
+    bridge.configure_logging(args)
     code: int = args.run(args)
     return code
 

@@ -97,7 +97,7 @@ async def open_tour(
 
 def _check_journal_path(path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        journal.make_private_dir(path.parent)
     except OSError as exc:
         raise SetupError(
             f"cannot use {path.parent} as the journal's directory ({exc.strerror}); "
