@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from agentteam_task_bridge.journal import cut_point
+
 from ._errors import ToolError
 
 log = logging.getLogger("agentteam.bridge")
@@ -121,6 +123,9 @@ def cut_text(text: str, max_bytes: int) -> str:
     keep = max(0, max_bytes - _ELLIPSIS_BYTES)
     # A prefix of valid UTF-8 can only end in a partial sequence, which "ignore" drops.
     head = raw[:keep].decode(errors="ignore")
+    # Never half a credential the rule set finds (the journal's redactor would not see the
+    # half): a cut across one cuts before it.
+    head = head[: cut_point(text, len(head))]
     return head + ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
 
 

@@ -43,7 +43,6 @@ from agentteam_task_bridge.journal import (
     Event,
     InjectedField,
     Payload,
-    Redactor,
     TokenRefreshed,
     UpstreamRequest,
     UpstreamResponse,
@@ -68,7 +67,8 @@ from ._errors import (
 )
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
-from ._telemetry import Tracing, client_trace, passthrough_headers
+from ._screen import Screen, cut
+from ._telemetry import Tracing, client_trace, passthrough_headers, screened_trace
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient, prepare
 from ._validate import canonical_arguments, validate
 
@@ -135,10 +135,11 @@ class Bridge:
         self._route = tasks_route(launch.workspace_id, launch.agent_id)
         self._ids = itertools.count(1)
         self._keys_in_flight: set[tuple[str, ...]] = set()
-        # Every token this bridge has sent: an upstream that echoes one back in an error body
-        # must not hand it to the model (the journal redacts its own copy).
-        self._secrets = Redactor()
-        self._secret_values: set[str] = set()
+        # Every token this bridge has sent (and a proxy password): an upstream that echoes one
+        # back, whole, cut or re-cased, must not hand it to the model, the journal or a span.
+        self.screen = Screen()
+        if tracing is not None:
+            self.screen.listeners.append(tracing.add_secret)
 
     async def call(
         self,
@@ -161,7 +162,8 @@ class Bridge:
         started = time.perf_counter()
         call = _Call(self, f"{self.session.session_id}.{next(self._ids)}", name, request_id)
         self.session.calls += 1
-        meta = meta or {}
+        # Trace context with a control character is dropped (and said so), never sent upstream.
+        meta, trace_dropped = screened_trace(meta or {})
         args: dict[str, Any] = {}
         notices: list[dict[str, str]] = []
         if self.tracing is not None:
@@ -177,6 +179,7 @@ class Bridge:
                 jsonrpc_request_id=request_id,
                 trace_id=trace[0] if trace else None,
                 span_id=trace[1] if trace else None,
+                trace_context_dropped=trace_dropped,
             )
             await call.record(call.received)
             spec, arguments = await self._resolve(call, name, arguments, notices)
@@ -251,7 +254,8 @@ class Bridge:
             "capped": {
                 "bytes": len(encoded),
                 "sha256": hashlib.sha256(encoded).hexdigest(),
-                "prefix": encoded[:_CAPPED_PREFIX].decode("utf-8", errors="ignore"),
+                # Screened before the cut: a credential across it goes whole, never a prefix.
+                "prefix": self.screen.head(encoded, _CAPPED_PREFIX, utf8=True),
             }
         }
 
@@ -438,7 +442,7 @@ class Bridge:
             token = await self.credentials.current()
         except CredentialError as exc:
             raise ToolError("credential_unavailable", f"No bearer token: {exc}.") from None
-        self._remember_secret(token)
+        self.screen.add(token)
         for attempt in (1, 2):
             request = UpstreamRequest(
                 method=prepared.method,
@@ -455,11 +459,11 @@ class Bridge:
                 error = transport_error(failure, kind)
                 error.reason = failure.reason
                 raise error from None
-            body, problem = _decode_body(reply.body)
+            reply, body, problem = self._screened(reply)
             await call.record(
                 UpstreamResponse(
                     status=reply.status,
-                    body=_journal_body(reply, body, problem),
+                    body=self._journal_body(reply, body, problem),
                     headers=reply.headers,
                     duration_ms=round(reply.duration_ms, 3),
                     attempt=attempt,
@@ -479,7 +483,7 @@ class Bridge:
                 TokenRefreshed(source=self.credentials.source.kind, reason="upstream answered 401")
             )
             token = fresh
-            self._remember_secret(token)
+            self.screen.add(token)
         raise AssertionError("unreachable")
 
     async def _send(self, call: _Call, spec: ToolSpec, prepared: Prepared, token: str) -> Reply:
@@ -496,22 +500,45 @@ class Bridge:
             span.answered(reply.status)
             return reply
 
-    def _remember_secret(self, token: str) -> None:
-        if token not in self._secret_values:
-            self._secret_values.add(token)
-            self._secrets.add_secret(token)
+    def _screened(self, reply: Reply) -> tuple[Reply, Any, str | None]:
+        """The reply with its kept headers screened, and its body parsed and screened (see
+        `_screen`): before anything converts, cuts or journals what the upstream wrote."""
+        if reply.headers:
+            reply = Reply(
+                reply.status, reply.body, self.screen.headers(reply.headers), reply.duration_ms
+            )
+        body, problem = _decode_body(reply.body)
+        if 200 <= reply.status < 300:
+            body = self.screen.answer(reply.body, body)
+        else:
+            body = self.screen.failure(body)
+        return reply, body, problem
+
+    def _journal_body(self, reply: Reply, body: Any, problem: str | None) -> Any:
+        """The body as journaled: as parsed (screened), or the head of one too large or not
+        parsed, screened whole before it is cut."""
+        if len(reply.body) > _MAX_JOURNALED_BODY:
+            return {
+                "truncated_bytes": len(reply.body),
+                "head": self.screen.head(reply.body, _CAPPED_PREFIX),
+            }
+        if problem is not None:
+            return {"unparsed": self.screen.head(reply.body, _CAPPED_PREFIX), "problem": problem}
+        return body
 
     def _without_secrets(self, error: ToolError) -> ToolError:
         """An upstream error with every secret the bridge knows removed from what the upstream
         wrote (message, field_errors, candidates): a token echoed back never reaches the model.
+        (The body was screened before it was classified; this is the last look at the result.)
         A secret too short to replace inside text safely costs the upstream's wording instead."""
-        error.message = self._secrets.redact_text(error.message)
+        redactor = self.screen.redactor
+        error.message = redactor.redact_text(error.message)
         if error.field_errors:
-            error.field_errors = self._secrets.redact(error.field_errors)
+            error.field_errors = redactor.redact(error.field_errors)
         if error.candidates:
-            error.candidates = self._secrets.redact(error.candidates)
+            error.candidates = redactor.redact(error.candidates)
         text = _plain(error.envelope()).decode()
-        if any(secret in text for secret in self._secret_values):
+        if any(secret in text for secret in self.screen.values):
             error.message = CODES[error.code][1]
             error.field_errors = None
             error.candidates = None
@@ -524,7 +551,7 @@ class Bridge:
             DeprecatedUsage(
                 use_kind="upstream_route",
                 old_name=f"{spec.upstream.method} {spec.upstream.route()}",
-                replacement=successor[:300] if successor else None,
+                replacement=cut(successor, 300) if successor else None,  # screened headers
                 client_name=self.session.client_name,
                 client_version=self.session.client_version,
                 agent_id=self.launch.agent_id,
@@ -790,20 +817,6 @@ def _depth_within(value: Any, limit: int) -> bool:
                     return False
                 stack.append((child, depth + 1))
     return True
-
-
-def _journal_body(reply: Reply, body: Any, problem: str | None) -> Any:
-    if len(reply.body) > _MAX_JOURNALED_BODY:
-        return {
-            "truncated_bytes": len(reply.body),
-            "head": reply.body[:4096].decode(errors="replace"),
-        }
-    if problem is not None:
-        return {
-            "unparsed": reply.body[:_CAPPED_PREFIX].decode(errors="replace"),
-            "problem": problem,
-        }
-    return body
 
 
 def _encoded_arguments(value: Any) -> bytes:

@@ -25,6 +25,8 @@ from . import _inputs, _outputs
 __all__ = ["from_upstream", "model_text", "snake", "snake_keys", "snake_path", "upstream_type"]
 
 _QUOTED_CAMEL = re.compile(r"`([a-z]+(?:[A-Z][a-z0-9]*)+)`")
+# What redaction put in a name (`[REDACTED]`, `[REDACTED:sha256:<hex>]`): kept as it is by `snake`.
+_MARKER = re.compile(r"(\[REDACTED(?::sha256:[0-9a-f]{12})?\])")
 _CAMEL_WORD = re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 
 
@@ -124,6 +126,9 @@ def snake_keys(value: Any) -> Any:
 def snake(name: str) -> str:
     """`scopeId` -> `scope_id` (upstream DTO names to model-facing names; the few there are
     repeat in every answer, hence the cache)."""
+    if "[REDACTED" in name:  # a screened upstream name: the markers stay readable
+        pieces = _MARKER.split(name)
+        return "".join(p if i % 2 else snake(p) for i, p in enumerate(pieces))
     out = []
     for ch in name:
         if ch.isupper():

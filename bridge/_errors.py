@@ -49,6 +49,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._dto import model_text, snake_keys, snake_path
+from ._screen import cut
 
 if TYPE_CHECKING:
     from ._http11 import TransportFailure
@@ -563,10 +564,12 @@ def parse_retry_after(value: object) -> int | None:
 
 
 def _snake_paths(errors: Any) -> dict[str, str] | None:
+    """`fieldErrors` for the model: paths renamed, reasons cut to 300 characters. The body was
+    screened first (`_screen`): a cut never splits a redaction marker, nor leaves a fragment."""
     if not isinstance(errors, dict):
         return None
     return {
-        snake_path(str(path)): model_text(str(reason)[:300])
+        snake_path(str(path)): model_text(cut(str(reason), 300))
         for path, reason in list(errors.items())[:20]
     }
 

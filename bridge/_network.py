@@ -46,6 +46,15 @@ class Proxy:
     authorization: bytes | None
     shown: str  # the proxy URL with any password replaced by ***, for logs and errors
     variable: str  # the environment variable it came from
+    password: str | None = None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be shown of it: the password, and the credentials as sent (base64)."""
+        if self.authorization is None:
+            return ()
+        sent = self.authorization.decode("ascii").removeprefix("Basic ")
+        return (sent, self.password) if self.password else (sent,)
 
     def __str__(self) -> str:
         return self.shown
@@ -91,10 +100,11 @@ def parse_proxy(variable: str, value: str) -> Proxy:
     if not parts.hostname:
         raise NetworkConfigError(f"{variable}={shown}: no proxy host")
     authorization = None
+    password = unquote(parts.password) if parts.password else None
     if parts.username is not None:
-        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        credentials = f"{unquote(parts.username)}:{password or ''}"
         authorization = b"Basic " + base64.b64encode(credentials.encode())
-    return Proxy(parts.hostname, port, authorization, shown, variable)
+    return Proxy(parts.hostname, port, authorization, shown, variable, password)
 
 
 def _redacted(scheme: str, netloc: str) -> str:

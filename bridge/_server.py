@@ -273,6 +273,10 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         if tracing is not None:
             stack.push_async_callback(_shutdown_tracing, tracing)
         bridge = Bridge(launch, credentials, upstream, journal, session, config.compat, tracing)
+        if upstream.proxy is not None:  # a proxy password is a known secret too
+            for secret in upstream.proxy.secrets:
+                journal.add_secret(secret)
+                bridge.screen.add(secret)
         session_log = _SessionLog(journal, session, launch, config.compat)
         direct = DirectCalls(bridge.answer)
         server = build_server(bridge, session_log, direct)

@@ -12,7 +12,17 @@ exporter) and the standard environment asks for traces (``OTEL_EXPORTER_OTLP_END
   ``url.full`` with credentials redacted, ``url.template``, ``server.address``, ``server.port``,
   ``http.response.status_code``, ``error.type``) and carries W3C trace context to the Agent
   Runtime API;
-* each call's trace and span ids are journaled with the request (``call_received``).
+* each call's trace and span ids are journaled with the request (``call_received``);
+* every span leaves the process screened (`_ScreenedExporter`): its name, status text and string
+  attributes, its events' too, pass the journal's redactor with the secrets the bridge knows (the
+  tokens it sent, whole or in fragments) and the maintained rule set, so a credential a model
+  wrote into a tool name, a search query (``url.full``) or a JSON-RPC request id is exported as
+  ``[REDACTED:sha256:...]``.
+
+Trace context a client sends with a character outside printable ASCII (CR, LF, NUL...) is dropped
+before the call flow forwards or journals it (`screened_trace`; live, the SDK's W3C propagator
+parses its own copy and sends upstream only the context it re-encodes), and the call's
+``call_received`` says so (``trace_context_dropped``); the call goes on without it.
 
 Off, nothing of the OpenTelemetry SDK is imported and no span is made (the MCP SDK itself imports
 the small OpenTelemetry *API* package; its middleware is removed). A client's ``traceparent`` is
@@ -27,13 +37,20 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
+import msgspec
+
+from agentteam_task_bridge.journal import Redactor
+
 log = logging.getLogger("agentteam.bridge.telemetry")
+_json_text: Final = msgspec.json.Encoder().encode
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 _INVALID_TRACE = "0" * 32
+_UNSAFE_TRACE: Final = re.compile(r"[^\x20-\x7e]")
+_TRACE_KEYS: Final = ("traceparent", "tracestate")
 SCOPE = "agentteam-task-bridge"
 
 
@@ -48,6 +65,25 @@ def wanted(env: Mapping[str, str]) -> bool:
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     )
     return bool(endpoint or exporter)
+
+
+def screened_trace(meta: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
+    """A request's `_meta` without trace context holding a character outside printable ASCII
+    (W3C allows none: CR, LF or NUL would break the header it becomes), and the note saying what
+    was dropped. A bad ``traceparent`` takes its ``tracestate`` with it."""
+    if "traceparent" not in meta and "tracestate" not in meta:  # every call: no generator
+        return meta, None
+    bad = [
+        key
+        for key in _TRACE_KEYS
+        if isinstance(meta.get(key), str) and _UNSAFE_TRACE.search(meta[key]) is not None
+    ]
+    if not bad:
+        return meta, None
+    dropped = _TRACE_KEYS if "traceparent" in bad else ("tracestate",)
+    kept = {key: value for key, value in meta.items() if key not in dropped}
+    said = " and ".join(dropped)
+    return kept, f"{said} dropped: a control or non-ASCII character in {' and '.join(bad)}"
 
 
 def client_trace(meta: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -101,15 +137,20 @@ class UpstreamSpan:
 class Tracing:
     """The live tracer provider, its exporter, and the spans the call flow makes."""
 
-    def __init__(self, provider: Any, api_url: str) -> None:
+    def __init__(self, provider: Any, api_url: str, redactor: Redactor | None = None) -> None:
         from opentelemetry import trace
 
         self._provider = provider
+        self.redactor = redactor if redactor is not None else Redactor()
         self._tracer = trace.get_tracer(SCOPE)
         parts = urlsplit(api_url)
         self._origin = f"{parts.scheme}://{_host(parts)}"
         self._address = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
+
+    def add_secret(self, value: str) -> None:
+        """A secret the exported spans must not hold (the bridge tells each token it sends)."""
+        self.redactor.add_secret(value)
 
     def annotate_call(self, session_id: str) -> tuple[str, str] | None:
         """Add the session to the current (SERVER) span; its (trace id, span id) for the journal."""
@@ -174,9 +215,80 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
     ):
         attributes["service.name"] = SCOPE  # the operator's name, when given, wins
     provider = TracerProvider(resource=Resource.create(attributes))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    redactor = Redactor()
+    exporter = _screened_exporter(OTLPSpanExporter(), redactor)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return Tracing(provider, api_url)
+    return Tracing(provider, api_url, redactor)
+
+
+def _screened_exporter(inner: Any, redactor: Redactor) -> Any:
+    """`inner` (an OTLP span exporter) behind the redactor: each span is exported as a copy with
+    its name, status text and string attributes (its events' too) redacted; a span with nothing
+    to redact is exported as it is. Runs in the batch processor's thread, off the call path."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Status
+
+    def text(value: str) -> str:
+        return redactor.redact_text(value) if redactor.screen(_json_text(value).decode()) else value
+
+    def attributes(values: Any) -> Any:
+        if not values:
+            return values
+        out = {}
+        for key, value in values.items():
+            if isinstance(value, str):
+                value = text(value)
+            elif isinstance(value, tuple | list):
+                value = tuple(text(v) if isinstance(v, str) else v for v in value)
+            out[key] = value
+        return out
+
+    def screened(span: Any) -> Any:
+        name = text(span.name)
+        attrs = attributes(span.attributes)
+        events = [Event(e.name, attributes(e.attributes), e.timestamp) for e in span.events]
+        status = span.status
+        if status.description:
+            status = Status(status.status_code, text(status.description))
+        same = (
+            name == span.name
+            and attrs == dict(span.attributes or {})
+            and status is span.status
+            and all(
+                a.attributes == dict(b.attributes or {})
+                for a, b in zip(events, span.events, strict=True)
+            )
+        )
+        if same:
+            return span
+        return ReadableSpan(
+            name=name,
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes=attrs,
+            events=events,
+            links=span.links,
+            kind=span.kind,
+            status=status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    class Screened(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            return inner.export([screened(span) for span in spans])
+
+        def shutdown(self) -> None:
+            inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(inner.force_flush(timeout_millis))
+
+    return Screened()
 
 
 def _host(parts: Any) -> str:

@@ -126,9 +126,9 @@ from ._events import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from ._files import make_private_dir, open_private
+from ._files import make_private_dir, open_private, private_opener
 from ._reader import Reader, open_reader, record_from_row
-from ._redact import REDACTED, Redactor
+from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
@@ -199,6 +199,7 @@ __all__ = [
     "announce_key",
     "base_path",
     "canonical_bytes",
+    "cut_point",
     "default_key_path",
     "export_checkpoint",
     "is_hidden_name",
@@ -211,6 +212,7 @@ __all__ = [
     "open_reader",
     "open_sync_writer",
     "open_writer",
+    "private_opener",
     "record_from_row",
     "row_hash",
     "segment_files",

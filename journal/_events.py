@@ -106,6 +106,8 @@ class CallReceived(_Payload, frozen=True, kw_only=True):
     # W3C trace context of the call (hex): the live SERVER span's, or the client's traceparent.
     trace_id: str | None = None
     span_id: str | None = None
+    # Why the client's trace context was dropped, when it was (a control character in it).
+    trace_context_dropped: str | None = None
 
 
 class CallRejected(_Payload, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ key, an embedded runtime's folder, an audit's CSV files, an export, a client's c
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -30,6 +31,14 @@ def make_private_dir(path: Path) -> None:
         except FileExistsError:
             continue  # another process made it first
         os.chmod(directory, 0o700)
+    if not path.is_dir():  # a file (or a link to one) where a folder is wanted
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+
+
+def private_opener(path: str, flags: int) -> int:
+    """``open(path, mode, opener=private_opener)``: the file object of :func:`open_private`
+    (its ``name`` is the path)."""
+    return open_private(Path(path), flags)
 
 
 def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:

@@ -12,7 +12,10 @@ Four rules, applied to every payload (any depth) and to the envelope's text colu
 * **by shape** — ``Bearer <x>`` credentials (8+ token characters), JWTs, ``user:password@`` in
   URLs and credential query parameters (``?access_token=...``) inside any string.
 * **by value** — every secret the writer was told about (``add_secret``: the current bearer token,
-  a refreshed one) is replaced wherever it occurs inside any string or key.
+  a refreshed one, a proxy password) is replaced wherever it occurs inside any string or key, and
+  so is every **fragment** of it: a run of ten or more of its letters and digits in any letter
+  case, with ``_``/``-`` added or removed (a prefix left by a cut, an upper-cased or snake_cased
+  echo; see :mod:`journal._fragments` for exactly which forms).
 * **by format** — well-known credential formats a model may write into a task (AWS access keys,
   GitHub, GitLab, Slack, Stripe, SendGrid, PyPI, npm tokens, OpenAI ``sk-...`` keys, JWTs, private
   key blocks, ...), found by the maintained rule set of `detect-secrets`_ (its format plugins'
@@ -43,11 +46,14 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from ._fragments import Fragments
+
 __all__ = [
     "REDACTED",
     "RULE_SET",
     "FormatRule",
     "Redactor",
+    "cut_point",
     "format_rules",
     "secret_marker",
     "warm_up",
@@ -316,6 +322,19 @@ def _format_spans(text: str) -> list[tuple[int, int]]:
     return merged
 
 
+def cut_point(text: str, keep: int) -> int:
+    """Where to cut `text` to keep at most `keep` characters without leaving part of a credential
+    the rule set finds: `keep`, or the start of the credential the cut would split (which then
+    goes whole). Runs the rule set only on a text that may hold a format and is longer than
+    `keep`."""
+    if keep >= len(text) or not _may_hold_format(text):
+        return keep
+    for start, stop in _format_spans(text):
+        if start < keep < stop:
+            return start
+    return keep
+
+
 def _key_block(text: str, start: int, stop: int) -> tuple[int, int]:
     """A private key's whole block: from its `-----BEGIN` to its `-----END ...-----`, else on."""
     dashes = text.rfind("-----", max(0, start - 5), start)
@@ -398,6 +417,9 @@ class Redactor:
         # The secrets as they appear in JSON text: inside a string (long), as a whole one (short).
         self._long_json: list[str] = []
         self._short_json: list[str] = []
+        self._fragments = Fragments()
+        # Every secret as UTF-8 (a short one too: `holds_known_bytes` is a screen, not the rule).
+        self._known_bytes: list[bytes] = []
         # Mapping keys repeat from event to event, and so do a few whole payloads: remember what
         # each became (forgotten when a secret is added).
         self._keys: dict[str, str] = {}
@@ -412,11 +434,16 @@ class Redactor:
         self._keys.clear()
         self._texts.clear()
         quoted = _json_text(value).decode()
+        encoded = value.encode("utf-8", "surrogatepass")
+        if encoded not in self._known_bytes:
+            self._known_bytes.append(encoded)
         if len(value) >= MIN_SUBSTRING_SECRET:
             if value not in self._long:
                 self._long.append(value)
                 self._long.sort(key=len, reverse=True)
                 self._long_json.append(quoted[1:-1])
+                self._fragments.add(value)
+                self._fragments.add(quoted[1:-1])  # as a JSON text spells it (`screen`)
         elif value not in self._short:
             self._short.add(value)
             self._short_json.append(quoted)
@@ -447,19 +474,49 @@ class Redactor:
             for word in _FORMAT_FOLDED:
                 if word in casefolded:
                     return True
-        folded = text.lower().replace("_", "").replace("-", "")
+        folded = text.lower().replace("_", "").replace("-", "")  # `_fragments.fold`
         for word in _FOLDED_WORDS:
             if word in folded:
                 return True
-        return False
+        return self._fragments.hits_folded(folded)
 
-    def redact_text(self, text: str) -> str:
-        """Apply the value, format and shape rules to one string."""
+    def holds_known(self, text: str) -> bool:
+        """Whether `text` may hold a known secret, whole or a fragment (a sufficient screen for
+        `redact_known`)."""
+        for secret in self._long:
+            if secret in text:
+                return True
+        return self._fragments.hits(text) or (bool(self._short) and text in self._short)
+
+    def holds_known_bytes(self, raw: bytes) -> bool:
+        """`holds_known` of UTF-8 bytes as they came (JSON escapes aside: see `bridge._screen`)."""
+        for secret in self._known_bytes:
+            if secret in raw:
+                return True
+        return self._fragments.hits_bytes(raw)
+
+    def redact_known(self, value: Any) -> Any:
+        """A copy of a JSON-typed value with only the known secrets (whole, and their fragments)
+        replaced, in keys and strings at any depth: what a model may see of data it wrote."""
+        if isinstance(value, str):
+            return self._known_text(value)
+        if isinstance(value, dict):
+            return {self._known_text(str(k)): self.redact_known(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact_known(item) for item in value]
+        return value
+
+    def _known_text(self, text: str) -> str:
         if text in self._short:
             return REDACTED
         for secret in self._long:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+        return self._fragments.remove(text, REDACTED)
+
+    def redact_text(self, text: str) -> str:
+        """Apply the value (fragments too), format and shape rules to one string."""
+        text = self._known_text(text)
         # Formats first, so that a JWT keeps a digest (a URL's `user:password@` then goes whole:
         # the shape rule takes the user with the password's marker).
         text = _redact_formats(text)

@@ -47,7 +47,8 @@ from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Ga
 from ._diff import Difference, normalize
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
-from ._fleet_ship import JournalShipped, ShipReport, ship, ship_follow
+from ._fleet_follow import ship_follow
+from ._fleet_ship import JournalShipped, ShipReport, ship
 from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_checkpoint
 from ._fleet_store import findings as store_findings
 from ._idempotency import HintCheck, IdempotencyResult, KeyGroup, check_idempotency

@@ -32,7 +32,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_IN_DOUBT = 0, 1, 2, 3
 
 
 @contextmanager
-def _progress(err: Console) -> Iterator[ProgressCallback | None]:
+def _progress(err: Console, what: str = "reading events") -> Iterator[ProgressCallback | None]:
     """A progress bar on stderr when it is a terminal; nothing otherwise."""
     if not err.is_terminal:
         yield None
@@ -45,7 +45,7 @@ def _progress(err: Console) -> Iterator[ProgressCallback | None]:
         console=err,
         transient=True,
     )
-    task = bar.add_task("reading events", total=None)
+    task = bar.add_task(what, total=None)
 
     def update(done: int, total: int | None) -> None:
         bar.update(task, completed=done, total=total)
@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             render.render_key(out, info)
         return EXIT_OK
     if args.command == "ship":
-        return _ship(args, out)
+        return _ship(args, out, err)
     if args.command == "prune":
         return _prune(args, out)
     if args.command == "calls" and not getattr(args, "store", None):
@@ -117,11 +117,15 @@ def _calls(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
-def _ship(args: argparse.Namespace, out: Console) -> int:
+def _ship(args: argparse.Namespace, out: Console, err: Console) -> int:
     # Directories stay directories: --follow picks up the journals that appear in them.
     paths = args.journals or default_journals()
     try:
-        report, code = _fleet_cli.run_ship(args, paths, out)
+        if args.follow:
+            report, code = _fleet_cli.run_ship(args, paths, out)
+        else:
+            with _progress(err, "shipping events") as progress:
+                report, code = _fleet_cli.run_ship(args, paths, out, progress)
     except Exception as exc:
         stopped = _fleet_cli.stopped_code(exc)
         if stopped is None:
@@ -223,7 +227,7 @@ def _output(target: str) -> Iterator[IO[str]]:
         sys.stdout.flush()
         return
     try:
-        file = os.fdopen(journal.open_private(Path(target)), "w", encoding="utf-8")
+        file = open(target, "w", encoding="utf-8", opener=journal.private_opener)
     except OSError as exc:
         raise ReplayInputError(f"cannot write {target}: {exc.strerror or exc}") from None
     with file:

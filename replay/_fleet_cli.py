@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ._fleet_ship import BATCH_SIZE, ShipReport
 from ._fleet_store import is_store_url, store_errors
-from ._source import ReplayInputError
+from ._source import Progress, ReplayInputError
 
 __all__ = [
     "add_ship",
@@ -171,17 +171,22 @@ def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
     raise AssertionError(args.command)
 
 
-def run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
-
+def run_ship(
+    args: argparse.Namespace, paths: list[Path], out: Console, progress: Progress | None = None
+) -> tuple[ShipReport, int]:
+    """Ship once (``progress`` told the events shipped), or follow until SIGINT/SIGTERM."""
     with store_errors(args.to):
-        return _run_ship(args, paths, out)
+        return _run_ship(args, paths, out, progress)
 
 
-def _run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tuple[ShipReport, int]:
-    from ._fleet_ship import ship, ship_follow
+def _run_ship(
+    args: argparse.Namespace, paths: list[Path], out: Console, progress: Progress | None
+) -> tuple[ShipReport, int]:
+    from ._fleet_follow import ship_follow
+    from ._fleet_ship import ship
 
     if not args.follow:
-        report = ship(paths, args.to, batch_size=args.batch_size)
+        report = ship(paths, args.to, batch_size=args.batch_size, progress=progress)
         return report, 0 if report.ok else 1
     refused = 0
 
@@ -199,9 +204,14 @@ def _run_ship(args: argparse.Namespace, paths: list[Path], out: Console) -> tupl
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    def on_outage(line: str) -> None:
+        print(f"agentteam-replay ship: {line}", file=sys.stderr, flush=True)
+
     signal.signal(signal.SIGTERM, stop)
     try:
-        report = ship_follow(paths, args.to, interval=args.interval, on_round=on_round)
+        report = ship_follow(
+            paths, args.to, interval=args.interval, on_round=on_round, on_outage=on_outage
+        )
     except KeyboardInterrupt:
         sys.stderr.flush()
         raise _Stopped(1 if refused else 0) from None

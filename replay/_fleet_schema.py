@@ -3,41 +3,50 @@
 Everything lives in the schema ``agentteam``:
 
 * ``events``: every shipped event, the journal's columns as stored (the payload text as hashed,
-  already redacted) plus ``ts`` (the event's wall time) and ``doc`` (the payload as jsonb, for
-  the views). Text columns sort bytewise (``COLLATE "C"``), as SQLite and Python do.
-  Declaratively partitioned by month of ``ts``; ``journal_id`` leads every key, the
+  already redacted) plus ``ts`` (the event's wall time, derived from ``ts_wall`` at ingest) and
+  ``doc`` (the payload as jsonb, its strings escaped one to one: ``payload_doc``). Text columns
+  sort bytewise (``COLLATE "C"``), as SQLite and Python do. Declaratively partitioned by month
+  of ``ts``, each partition with its own TRUNCATE trigger; ``journal_id`` leads every key, the
   distribution key on Citus.
-* ``journals``: the registry (journal id, when first shipped, from where); ``journal_keys``: the
-  signing keys each journal named (its key at creation, then each ``key_rotated`` event shipped),
-  the keys its checkpoints must verify under; ``checkpoints``: the verified checkpoints received,
-  the latest being the witness; ``findings``: forks, bad signatures, broken chains refused.
+* ``journals``: the registry (journal id, when first shipped, from where, the login that owns
+  it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
+  the ingest; ``journal_keys``: the signing keys each journal named (its key at creation, then
+  each ``key_rotated`` event ingested), the keys its checkpoints must verify under;
+  ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
+  witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
 
-The shipping role ``agentteam_ship`` may only SELECT and INSERT (and create the month's
-partition through ``ensure_partition``, which runs as the store's owner); triggers refuse UPDATE,
-DELETE and TRUNCATE on every table for everyone, the owner included. ``agentteam_read`` may only
-SELECT.
+The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
+functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
+and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
+``agentteam_read`` may only SELECT.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
+
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
 _TABLES: Final = r"""
--- The payload as jsonb for the views. jsonb cannot hold U+0000, which JSON text can (a model
--- may send it): it reads as U+FFFD there, while the payload text keeps it (and its hash).
+-- The payload as jsonb for the reports and views. jsonb cannot hold U+0000, which JSON text
+-- can (a model may send it), so its strings are stored escaped, one to one: U+FFFF (a
+-- noncharacter) as U+FFFF "1", U+0000 as U+FFFF "0"; the reports' client decodes them
+-- (_fleet_store.exact_text). The payload text keeps the journal's bytes (and its hash).
 CREATE OR REPLACE FUNCTION agentteam.payload_doc(payload text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT CASE WHEN strpos(payload, '\u0000') = 0 THEN payload::jsonb
-         ELSE regexp_replace(payload, '(?<!\\)((?:\\\\)*)\\u0000', '\1\\ufffd', 'g')::jsonb
+  SELECT CASE WHEN strpos(payload, '\u0000') = 0 AND strpos(payload, U&'\FFFF') = 0
+         THEN payload::jsonb
+         ELSE regexp_replace(replace(payload, U&'\FFFF', U&'\FFFF1'),
+                             '(?<!\\)((?:\\\\)*)\\u0000', '\1' || U&'\FFFF0', 'g')::jsonb
          END
 $$;
 CREATE TABLE IF NOT EXISTS agentteam.store_meta (
@@ -48,7 +57,14 @@ CREATE TABLE IF NOT EXISTS agentteam.journals (
   journal_id text PRIMARY KEY,
   created_at text,
   registered_at timestamptz NOT NULL DEFAULT now(),
-  registered_from text
+  registered_from text,
+  owner name NOT NULL DEFAULT session_user
+);
+CREATE TABLE IF NOT EXISTS agentteam.heads (
+  journal_id text PRIMARY KEY REFERENCES agentteam.journals,
+  seq bigint NOT NULL,
+  hash text NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS agentteam.journal_keys (
   journal_id text NOT NULL REFERENCES agentteam.journals,
@@ -74,6 +90,7 @@ CREATE TABLE IF NOT EXISTS agentteam.findings (
   rule text NOT NULL,
   detail text NOT NULL,
   source text,
+  reported_by name NOT NULL DEFAULT session_user,
   found_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (journal_id, id)
 );
@@ -130,6 +147,10 @@ BEGIN
       'CREATE TABLE agentteam.%I PARTITION OF agentteam.events FOR VALUES FROM (%L) TO (%L)',
       name, first_day::timestamp AT TIME ZONE 'UTC',
       (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+    -- A statement trigger of the parent does not fire for its partitions: each has its own.
+    EXECUTE format(
+      'CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON agentteam.%I'
+      ' FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change()', name);
   END IF;
 END $$;
 """
@@ -224,11 +245,16 @@ _TABLE_NAMES: Final = (
     "journal_keys",
     "checkpoints",
     "findings",
+    "heads",
     "events",
 )
 
 
 def _roles() -> str:
+    grants = "\n".join(
+        f"REVOKE ALL ON FUNCTION {f} FROM PUBLIC; GRANT EXECUTE ON FUNCTION {f} TO {SHIP_ROLE};"
+        for f in SHIP_FUNCTIONS
+    )
     return f"""
 DO $$
 BEGIN
@@ -241,11 +267,11 @@ BEGIN
 END $$;
 GRANT USAGE ON SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
 GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
-GRANT INSERT ON agentteam.events, agentteam.journals, agentteam.journal_keys,
-  agentteam.checkpoints, agentteam.findings TO {SHIP_ROLE};
-REVOKE UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam FROM {SHIP_ROLE}, {READ_ROLE};
-REVOKE ALL ON FUNCTION agentteam.ensure_partition(date) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION agentteam.ensure_partition(date) TO {SHIP_ROLE};
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam
+  FROM {SHIP_ROLE}, {READ_ROLE};
+REVOKE ALL ON FUNCTION agentteam.ensure_partition(date), agentteam.owned_head(text, boolean)
+  FROM PUBLIC;
+{grants}
 """
 
 
@@ -254,8 +280,10 @@ def _triggers() -> str:
     for table in _TABLE_NAMES:
         if table == "store_meta":
             continue  # the owner records the schema version there
+        # A head moves (the ingest function, as the owner, updates it); it is never removed.
+        changes = "DELETE" if table == "heads" else "UPDATE OR DELETE"
         statements.append(
-            f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE"
+            f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE {changes}"
             f" ON agentteam.{table} FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();"
         )
         statements.append(
@@ -275,6 +303,7 @@ def ddl() -> list[str]:
         _TABLES,
         _APPEND_ONLY,
         _PARTITIONS,
+        INGEST,
         _triggers(),
         *views,
         _roles(),

@@ -3,9 +3,12 @@
 For each journal the store's head (last seq and hash) is the resume point: the local journal must
 hold the same hash at that seq (otherwise it is a fork, refused and recorded as a finding), and
 every row after it is checked as ``verify`` checks it (sequence, chain, hash, journal id) before it
-is accepted. Rows go in batches of ``batch_size``, each in one transaction with the checkpoints it
-covers, so an interrupted ship leaves whole batches and the next one resumes after them; a
-repeated ship finds nothing new. Memory is one batch.
+is accepted. Rows go in batches of ``batch_size``, each one call of the store's checked ingest
+(``_fleet_ingest``: the server checks them all again, and refuses what a modified shipper would
+send) in one transaction with the checkpoints it covers, so an interrupted ship leaves whole
+batches and the next one resumes after them; a repeated ship finds nothing new. Memory is two
+batches (the next one is read and checked while the server takes this one). What the store
+refuses is the same finding as a refusal here. ``ship --follow`` is ``_fleet_follow``.
 
 Checkpoints are accepted only when they verify under the key the journal names at their seq, as
 the store registered it: the journal's key at its first ship (``journal_meta.signing_key``), then
@@ -20,7 +23,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
@@ -31,23 +33,28 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint, Reader
 
+from ._fleet_ingest import ESCAPED_COLUMNS, INGEST_CALL
 from ._fleet_store import (
     StoreFinding,
     connect,
     ensure_schema,
     record_finding,
+    redact_store_url,
+    refusal,
+    store_text,
     stored_head,
 )
-from ._source import ReplayInputError, journal_files, open_reader
+from ._source import Progress, ReplayInputError, journal_files, open_reader
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["JournalShipped", "ShipReport", "ship", "ship_follow"]
+__all__ = ["JournalShipped", "ShipReport", "ship"]
 
 BATCH_SIZE: Final = 5_000
-_COPY_COLUMNS: Final = ("ts", *journal.COLUMNS)
-_COPY: Final = f"COPY agentteam.events ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
+# The ingest function's arrays in binary (psycopg's %b): a third of the text format's cost.
+_INGEST: Final = INGEST_CALL.replace("%s", "%b")
+_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)"
 # Rules of journal.ChainVerifier that make a row unacceptable.
 _REFUSED: Final = {
     "sequence_gap",
@@ -97,16 +104,33 @@ def ship(
     store_url: str,
     *,
     batch_size: int = BATCH_SIZE,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
+    wait_unreadable: bool = False,
 ) -> ShipReport:
-    """Ship every journal the paths stand for (files, or directories of journals)."""
-    from ._fleet_store import redact_store_url
+    """Ship every journal the paths stand for (files, or directories of journals).
 
+    ``progress(events shipped so far, None)`` after each batch. ``wait_unreadable``: a file
+    that cannot be read as a journal (yet: one being created) waits instead of failing.
+    """
     files = journal_files(paths)
     conn = connect(store_url, autocommit=True)
+    shipped: list[JournalShipped] = []
     try:
         ensure_schema(conn)
-        shipped = [_ship_file(conn, path, batch_size, progress) for path in files]
+        for path in files:
+            before = sum(s.shipped for s in shipped)
+            told = None if progress is None else _offset(progress, before)
+            try:
+                shipped.append(_ship_file(conn, path, batch_size, told))
+            except ReplayInputError as exc:
+                if not wait_unreadable:
+                    raise
+                waiting = f"not readable as a journal yet: {exc}"
+                shipped.append(
+                    JournalShipped(
+                        path=str(path), journal_id=None, store_head_before=0, waiting=waiting
+                    )
+                )
     finally:
         conn.close()
     return ShipReport(
@@ -117,35 +141,18 @@ def ship(
     )
 
 
-def ship_follow(
-    paths: Sequence[str | os.PathLike[str]],
-    store_url: str,
-    *,
-    interval: float = 1.0,
-    batch_size: int = BATCH_SIZE,
-    rounds: int | None = None,
-    on_round: Callable[[ShipReport], None] | None = None,
-) -> ShipReport:
-    """Ship, then again every ``interval`` seconds (new files in a directory included), until
-    interrupted or ``rounds`` are done: a live journal lags the store by about one interval and
-    one batch. Returns the last round's report."""
-    done = 0
-    while True:
-        started = time.monotonic()
-        report = ship(paths, store_url, batch_size=batch_size)
-        if on_round is not None:
-            on_round(report)
-        done += 1
-        if rounds is not None and done >= rounds:
-            return report
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+def _offset(progress: Progress, before: int) -> Progress:
+    def told(done: int, total: int | None = None) -> None:
+        progress(before + done, total)
+
+    return told
 
 
 def _ship_file(
     conn: psycopg.Connection[Any],
     path: Path,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
 ) -> JournalShipped:
     with open_reader(path) as reader:
         journal_id = reader.journal_id
@@ -169,7 +176,7 @@ def _ship_journal(
     reader: Reader,
     journal_id: str,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
     result: JournalShipped,
 ) -> None:
     source = str(reader.path)
@@ -199,7 +206,7 @@ def _ship_journal(
         for batch in batches:
             _take(conn, journal_id, batch, keys, later, refuse, result)
             if progress is not None:
-                progress(result.shipped)
+                progress(result.shipped, None)
 
 
 def _take(
@@ -214,7 +221,7 @@ def _take(
     """Store one checked batch with the checkpoints it covers (verified), in one transaction."""
     keys.extend(batch.rotations)
     if batch.refused is not None:
-        _commit_batch(conn, journal_id, batch.rows, batch.rotations, [], result)
+        _commit_batch(conn, journal_id, batch.rows, [], refuse, result)
         bad = batch.refused
         raise refuse(bad.seq, bad.rule, bad.detail)
     covered: list[Checkpoint] = []
@@ -224,7 +231,7 @@ def _take(
             covered.append(cp)
         else:
             result.checkpoints_skipped += 1
-    _commit_batch(conn, journal_id, batch.rows, batch.rotations, covered, result)
+    _commit_batch(conn, journal_id, batch.rows, covered, refuse, result)
 
 
 class _Batch:
@@ -354,20 +361,17 @@ def _register(
     journal_id: str,
     refuse: Callable[[int | None, str, str], _Refused],
 ) -> list[tuple[int, str]]:
-    """Register the journal and its creation key on first sight; the keys the store holds."""
+    """Register the journal to this login and its creation key (trust on first use) on first
+    sight; the keys the store holds. Another login's journal is refused (``not_owner``)."""
     recorded = reader.recorded_keys()
-    with conn.transaction():
+    first_key = recorded[0][1] if recorded and recorded[0][0] == 0 else None
+    with refusal() as refused:
         conn.execute(
-            "INSERT INTO agentteam.journals (journal_id, created_at, registered_from)"
-            " VALUES (%s, %s, %s) ON CONFLICT (journal_id) DO NOTHING",
-            (journal_id, reader.created_at, str(reader.path)),
+            "SELECT agentteam.register_journal(%s, %s, %s, %s)",
+            (journal_id, reader.created_at, str(reader.path), first_key),
         )
-        if recorded and recorded[0][0] == 0:
-            conn.execute(
-                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, 0, %s)"
-                " ON CONFLICT (journal_id, seq) DO NOTHING",
-                (journal_id, recorded[0][1]),
-            )
+    if refused.finding is not None:
+        raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
     keys = [
         (int(r[0]), str(r[1]))
         for r in conn.execute(
@@ -411,7 +415,7 @@ def _late_checkpoints(
     ]
     result.checkpoints_skipped += len(late) - len(accepted)
     if accepted:
-        _commit_batch(conn, journal_id, [], [], accepted, result)
+        _commit_batch(conn, journal_id, [], accepted, refuse, result)
 
 
 def _check_checkpoint(
@@ -452,36 +456,43 @@ def _commit_batch(
     conn: psycopg.Connection[Any],
     journal_id: str,
     rows: list[tuple[Any, ...]],
-    rotations: list[tuple[int, str]],
     checkpoints: list[Checkpoint],
+    refuse: Callable[[int | None, str, str], _Refused],
     result: JournalShipped,
 ) -> None:
+    """The rows through the store's checked ingest, then the checkpoints, in one transaction;
+    what the store refuses (it re-checks everything) is refused here as the same finding."""
     if not (rows or checkpoints):
         return
-    with conn.transaction():
-        for month in sorted({row[5][:7] for row in rows}):
-            conn.execute("SELECT agentteam.ensure_partition(%s::date)", (f"{month}-01",))
+    with refusal() as refused, conn.transaction():
         if rows:
-            with conn.cursor() as cur, cur.copy(_COPY) as copy:
-                for row in rows:
-                    copy.write_row((row[5], *row))
-        for seq, vkey in rotations:
-            conn.execute(
-                "INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (%s, %s, %s)"
-                " ON CONFLICT (journal_id, seq) DO NOTHING",
-                (journal_id, seq, vkey),
-            )
+            conn.execute(_INGEST, [journal_id, *_arrays(rows)])
         for cp in checkpoints:
             conn.execute(
-                "INSERT INTO agentteam.checkpoints"
-                " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+                _ADD_CHECKPOINT,
+                (journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
             )
+    if refused.finding is not None:
+        raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
     result.shipped += len(rows)
     result.checkpoints += len(checkpoints)
     if rows:
         result.store_head = int(rows[-1][0])
+
+
+def _arrays(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """The ingest function's arrays: one per column but journal_id, text escaped for the store."""
+    arrays = []
+    for index, column in enumerate(zip(*rows, strict=True)):
+        if index == 1:
+            continue
+        values = list(column)
+        if index in ESCAPED_COLUMNS and any(
+            isinstance(v, str) and ("\x00" in v or "\uffff" in v) for v in values
+        ):
+            values = [store_text(v) if isinstance(v, str) else v for v in values]
+        arrays.append(values)
+    return arrays
 
 
 def _store_hash(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:

@@ -7,7 +7,9 @@ takes a URL or an open psycopg connection.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import json
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -26,14 +28,20 @@ __all__ = [
     "SESSION_STARTED_OF_CALL",
     "StoreError",
     "StoreFinding",
+    "StoreUnreachable",
     "connect",
     "contiguous_seq",
     "ensure_schema",
+    "exact_text",
     "findings",
+    "first_unheld",
     "is_store_url",
+    "psycopg_module",
     "record_finding",
     "redact_store_url",
+    "refusal",
     "store_errors",
+    "store_text",
     "stored_head",
     "witnessed_checkpoint",
 ]
@@ -58,6 +66,10 @@ _APPLICATION: Final = "agentteam-replay"
 
 class StoreError(ReplayInputError):
     """The fleet store cannot be used (unreachable, refused, not a store, psycopg missing)."""
+
+
+class StoreUnreachable(StoreError):
+    """The store cannot be reached (down, refusing connections): ``ship --follow`` waits."""
 
 
 class StoreFinding(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +106,11 @@ def redact_store_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def psycopg_module() -> Any:
+    """psycopg, or StoreError saying how to install it."""
+    return _psycopg()
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -104,8 +121,62 @@ def _psycopg() -> Any:
     return psycopg
 
 
+# The store's escape of strings (payload_doc for its jsonb, store_text for the text columns a
+# model or client fills): U+0000 as MARK "0", MARK as MARK "1". One to one, so "a\0b" and
+# "a\ufffdb" stay two strings in SQL too.
+_MARK: Final = "\uffff"
+_MARK_BYTES: Final = _MARK.encode()
+
+
+def exact_text(text: str) -> str:
+    """A string read from the store's jsonb as the journal holds it (U+0000 included)."""
+    if _MARK not in text:
+        return text
+    # MARK starts every escape, so the first replace cannot match across two of them.
+    return text.replace(_MARK + "0", "\x00").replace(_MARK + "1", _MARK)
+
+
+def store_text(text: str) -> str:
+    """A string as the store keeps it in a text column (``exact_text`` reads it back)."""
+    if _MARK not in text and "\x00" not in text:
+        return text
+    return text.replace(_MARK, _MARK + "1").replace("\x00", _MARK + "0")
+
+
+def _exact(value: Any) -> Any:
+    if isinstance(value, str):
+        return exact_text(value)
+    if isinstance(value, list):
+        return [_exact(v) for v in value]
+    if isinstance(value, dict):
+        return {exact_text(k): _exact(v) for k, v in value.items()}
+    return value
+
+
+def _exact_json(data: bytes | str) -> Any:
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    value = json.loads(raw)
+    return _exact(value) if _MARK_BYTES in raw else value
+
+
+def _read_exactly(conn: psycopg.Connection[Any]) -> None:
+    """Text and JSON read on this connection come back decoded (``exact_text``)."""
+    from psycopg.types.json import set_json_loads
+    from psycopg.types.string import TextLoader
+
+    class ExactText(TextLoader):
+        def load(self, data: Any) -> Any:
+            text = super().load(data)
+            return exact_text(text) if isinstance(text, str) else text
+
+    for name in ("text", "varchar", "bpchar"):
+        conn.adapters.register_loader(name, ExactText)
+    set_json_loads(_exact_json, conn)
+
+
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
-    """Open a connection to the store (StoreError, with the URL redacted, when it cannot)."""
+    """Open a connection to the store (StoreError, with the URL redacted, when it cannot);
+    strings read from it are exact (``exact_text``)."""
     driver = _psycopg()
     try:
         conn: psycopg.Connection[Any] = driver.connect(
@@ -113,7 +184,10 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         )
     except driver.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot reach the store {redact_store_url(url)}: {reason}") from None
+        raise StoreUnreachable(
+            f"cannot reach the store {redact_store_url(url)}: {reason}"
+        ) from None
+    _read_exactly(conn)
     return conn
 
 
@@ -141,6 +215,38 @@ def store_errors(url: str) -> Iterator[None]:
         raise StoreError(f"the store {redact_store_url(url)} failed: {reason}") from None
 
 
+class Refusal:
+    """What the store's checked ingest refused (``refusal``), as the shipper's finding."""
+
+    __slots__ = ("finding",)
+
+    def __init__(self) -> None:
+        self.finding: StoreFinding | None = None
+
+
+@contextmanager
+def refusal() -> Iterator[Refusal]:
+    """Turn a refusal of the store's ingest functions into ``Refusal.finding`` (no journal id,
+    no source: the shipper names them): ``check_violation`` with DETAIL ``<rule> <seq>``, or
+    ``insufficient_privilege`` for a journal registered to another login (``not_owner``)."""
+    driver = _psycopg()
+    holder = Refusal()
+    try:
+        yield holder
+    except driver.errors.CheckViolation as exc:
+        rule, _, seq = (exc.diag.message_detail or "refused ").partition(" ")
+        holder.finding = StoreFinding(
+            journal_id="",
+            seq=int(seq) if seq.isdigit() else None,
+            rule=rule,
+            detail=f"the store refused it: {exc.diag.message_primary}",
+        )
+    except driver.errors.InsufficientPrivilege as exc:
+        holder.finding = StoreFinding(
+            journal_id="", seq=None, rule="not_owner", detail=str(exc.diag.message_primary)
+        )
+
+
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:
     """Create the store's schema, roles and views when missing (idempotent; autocommit conn).
 
@@ -156,12 +262,19 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
         version = conn.execute(
             "SELECT value FROM agentteam.store_meta WHERE key = 'schema_version'"
         ).fetchone()
-        if version is not None and int(version[0]) >= SCHEMA_VERSION:
-            if int(version[0]) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"the store's schema version {version[0]} is newer than this code's"
-                    f" ({SCHEMA_VERSION})"
-                )
+        if version is not None and int(version[0]) > SCHEMA_VERSION:
+            raise StoreError(
+                f"the store's schema version {version[0]} is newer than this code's"
+                f" ({SCHEMA_VERSION})"
+            )
+        if version is not None and int(version[0]) < SCHEMA_VERSION:
+            # Version 1 let a shipping login write rows directly: what it holds cannot be
+            # trusted as a witness, so it is not upgraded in place.
+            raise StoreError(
+                f"the store's schema version {version[0]} is older than this code's"
+                f" ({SCHEMA_VERSION}, whose server checks every row): ship into a new database"
+            )
+        if version is not None:
             return
     try:
         with conn.transaction():
@@ -175,42 +288,26 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
 
 
 def stored_head(conn: psycopg.Connection[Any], journal_id: str) -> tuple[int, str]:
-    """(seq, hash) of the last event the store holds for the journal; (0, zeros) if none."""
+    """(seq, hash) of the last event the store holds for the journal (its head, which only the
+    checked ingest moves); (0, zeros) if none."""
     from agentteam_task_bridge.journal import GENESIS_HASH
 
     row = conn.execute(
-        "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq DESC LIMIT 1",
-        (journal_id,),
+        "SELECT seq, hash FROM agentteam.heads WHERE journal_id = %s", (journal_id,)
     ).fetchone()
     return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
 
 
 def contiguous_seq(store: str | psycopg.Connection[Any], journal_id: str) -> int:
-    """The highest seq such that the store holds every event 1..seq of the journal (0: none).
+    """The highest seq such that the store holds every event 1..seq of the journal (0: none):
+    its head, since the checked ingest appends only at head + 1 from seq 1.
 
     Stable name: ``prune`` relies on it.
     """
     with _connection(store) as conn:
         if not _has_schema(conn):
             return 0
-        row = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0), COUNT(DISTINCT seq), COALESCE(MIN(seq), 0)"
-            " FROM agentteam.events WHERE journal_id = %s",
-            (journal_id,),
-        ).fetchone()
-        assert row is not None
-        high, count, low = int(row[0]), int(row[1]), int(row[2])
-        if high == count:
-            return high
-        if low != 1:
-            return 0
-        gap = conn.execute(
-            "SELECT seq FROM (SELECT seq, lead(seq) OVER (ORDER BY seq) AS next"
-            " FROM (SELECT DISTINCT seq FROM agentteam.events WHERE journal_id = %s) s) g"
-            " WHERE next IS DISTINCT FROM seq + 1 ORDER BY seq LIMIT 1",
-            (journal_id,),
-        ).fetchone()
-        return int(gap[0]) if gap else high
+        return stored_head(conn, journal_id)[0]
 
 
 def witnessed_checkpoint(
@@ -229,18 +326,40 @@ def witnessed_checkpoint(
     return (int(row[0]), str(row[1])) if row else None
 
 
+def first_unheld(
+    store: str | psycopg.Connection[Any], journal_id: str, events: Iterable[tuple[int, str]]
+) -> int | None:
+    """The first seq of ``events`` ((seq, hash) pairs, in order) that the store does not hold
+    with the same hash; None when it holds them all. Stable name: ``prune`` relies on it."""
+    with _connection(store) as conn:
+        if not _has_schema(conn):
+            return next((seq for seq, _ in events), None)
+        pairs = iter(events)
+        while chunk := list(itertools.islice(pairs, 5_000)):
+            seqs, hashes = [s for s, _ in chunk], [h for _, h in chunk]
+            row = conn.execute(
+                "SELECT l.seq FROM unnest(%s::bigint[], %s::text[]) AS l(seq, hash)"
+                " LEFT JOIN agentteam.events e ON e.journal_id = %s AND e.seq = l.seq"
+                " WHERE e.hash IS DISTINCT FROM l.hash ORDER BY l.seq LIMIT 1",
+                (seqs, hashes, journal_id),
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+    return None
+
+
 def _has_schema(conn: psycopg.Connection[Any]) -> bool:
     """Whether the store's tables exist (a store nothing was shipped to holds nothing)."""
-    row = conn.execute("SELECT to_regclass('agentteam.checkpoints') IS NOT NULL").fetchone()
+    row = conn.execute("SELECT to_regclass('agentteam.heads') IS NOT NULL").fetchone()
     return bool(row and row[0])
 
 
 def record_finding(conn: psycopg.Connection[Any], finding: StoreFinding) -> None:
-    """Record a finding in its own transaction (it stays when the ship is refused)."""
+    """Record a finding in its own transaction (it stays when the ship is refused), through
+    the store's function (which names the login that reported it)."""
     with conn.transaction():
         conn.execute(
-            "INSERT INTO agentteam.findings (journal_id, seq, rule, detail, source)"
-            " VALUES (%s, %s, %s, %s, %s)",
+            "SELECT agentteam.record_finding(%s, %s, %s, %s, %s)",
             (finding.journal_id, finding.seq, finding.rule, finding.detail, finding.source),
         )
 

@@ -36,11 +36,18 @@ _INJECTED_INTO_BODY: Final = {
     "workflowRunId": "workflow_run_id",
     "callbackEffectId": "callback_effect_id",
 }
+# What `secret_in_payload` finds. The verifier knows no secret (the journal holds none): it finds
+# credentials by shape. A runtime token (`atk_` + 43 base64url characters) is found in any letter
+# case and snake_cased, whole or any prefix of 12 or more characters (`atk_` and 8 more); a
+# `Bearer` credential and a JWT's first two parts as they are. Not found: a fragment of a token
+# without its `atk_` start, or a token command's output, a proxy or URL password in another
+# format (the writer removes those, whole and in fragments, knowing them: journal._fragments).
 _SECRET: Final = re.compile(
     r"(?i:\bbearer\s+)(?!\[REDACTED\])[A-Za-z0-9\-._~+/]{8,}"
-    r"|\batk_[A-Za-z0-9_\-]{16,}"
+    r"|(?i:atk_)[A-Za-z0-9_\-]{8,}"
     r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\."
 )
+_TRIGGERS: Final = ("earer", "EARER", "atk_", "ATK_", "eyJ")
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
 
@@ -154,18 +161,21 @@ class EventChecks:
 
     def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
         payload, session_id, call_id = row[14], row[2], row[3]
-        # Substring tests first: the regex runs only where a secret's shape may start. In the
-        # payload (JSON) every whitespace but the space is escaped, so "Bearer " it is.
-        if "earer " in payload or "EARER " in payload or "atk_" in payload or "eyJ" in payload:
-            self._search_secret(seq, "payload", payload, call_id)
-        # The envelope's text columns too: a tool or method name comes from the client.
+        # Substring tests first: the regex runs only where a secret's shape may start (a mixed
+        # case `aTk_` only after a look at the lower-cased text, where `atk_` fails).
+        # The envelope's text columns too: a tool or method name, a request id come from the
+        # client.
         for column, value in (
+            ("payload", payload),
             ("session_id", session_id),
             ("call_id", call_id),
             ("mcp_method_name", row[8]),
             ("gen_ai_tool_name", row[9]),
+            ("jsonrpc_request_id", row[10]),
         ):
-            if isinstance(value, str) and ("earer" in value or "atk_" in value or "eyJ" in value):
+            if isinstance(value, str) and (
+                any(t in value for t in _TRIGGERS) or "atk_" in value.lower()
+            ):
                 self._search_secret(seq, column, value, call_id)
 
     def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:

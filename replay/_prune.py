@@ -9,7 +9,9 @@ these holds:
   chain from a link a ``segments_pruned`` event names;
 * its last event is older than ``older_than_days``;
 * the store holds every event of it: ``contiguous_seq`` (the store holds 1..n without a gap)
-  reaches its last seq;
+  reaches its last seq, and the store holds each of its events with the same hash
+  (``first_unheld``: every seq compared, not only the witnessed one, so a journal rolled back
+  and written again after shipping keeps what the store never held);
 * the store has witnessed it: the latest checkpoint the store verified and keeps
   (``witnessed_checkpoint``) is at or after its last seq, and names the same hash as this
   journal at that seq (a store that witnessed another history prunes nothing).
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -37,7 +39,7 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Event, PrunedSegment, SegmentsPruned
 
-from ._fleet_store import contiguous_seq, redact_store_url, witnessed_checkpoint
+from ._fleet_store import contiguous_seq, first_unheld, redact_store_url, witnessed_checkpoint
 from ._source import ReplayInputError, journal_files, open_reader
 
 __all__ = ["JournalPruned", "PruneReport", "prune"]
@@ -83,6 +85,12 @@ class _Segment:
         self.last_wall = str(last[-1][5]) if last else ""
         self.linked = False  # the next segment's first event follows this one's last (_link)
         self.size = sum(_size(p) for p in _files_of(path))
+
+    def hashes(self) -> Iterator[tuple[int, str]]:
+        """(seq, hash) of each event of the segment, in order."""
+        with open_reader(self.path) as reader:
+            for row in reader.rows():
+                yield int(row[0]), str(row[16])
 
     def whole(self) -> PrunedSegment:
         return PrunedSegment(
@@ -173,6 +181,13 @@ def _prune_journal(
         if witnessed is None or witnessed[0] < segment.last_seq:
             at = "no checkpoint" if witnessed is None else f"seq {witnessed[0]}"
             stopped = f"the store has witnessed {at}, not the end of {segment.path.name}"
+            break
+        differs = first_unheld(store_url, journal_id or "", segment.hashes())
+        if differs is not None:
+            stopped = (
+                f"the store holds another event at seq {differs} of {segment.path.name}"
+                " (rewritten or rolled back after shipping: run verify --witness)"
+            )
             break
         chosen.append(segment)
     if not chosen or dry_run:

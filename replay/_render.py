@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -441,7 +440,7 @@ def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
         path = directory / f"{name}.csv"
         records = [msgspec.to_builtins(row) for row in rows]
         fields = list(records[0]) if records else []
-        with os.fdopen(journal.open_private(path), "w", newline="") as file:
+        with open(path, "w", newline="", opener=journal.private_opener) as file:
             writer = csv.DictWriter(file, fieldnames=fields)
             writer.writeheader()
             writer.writerows(records)

@@ -19,7 +19,8 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
                                  or the upstream body carries hidden context not injected
 ``context_mismatch``             injected workspace/agent (or the route's) differ from the
                                  session's
-``secret_in_payload``            a bearer credential, token or JWT in a stored event
+``secret_in_payload``            a bearer credential, token or JWT in a stored event, in any
+                                 text column (a runtime token in any case, or a prefix of it)
 ``segment_missing``              a segment is not here: seqs missing between two files, a
                                  closed last file whose successor is absent, or a journal that
                                  starts after seq 1 where no ``segments_pruned`` event names

@@ -3,7 +3,8 @@
 ``start_cluster()`` runs ``initdb`` and ``pg_ctl start`` with the system's PostgreSQL binaries
 (``/usr/lib/postgresql/<version>/bin``, or on ``PATH``), as an unprivileged user when running as
 root (PostgreSQL refuses to run as root; CI runs as root), listening only on a unix socket in a
-private temp dir (no TCP port to collide with). ``stop()`` stops it and removes the dir.
+private temp dir (no TCP port to collide with). ``stop()`` stops it and removes the dir;
+``pause()`` and ``resume()`` stop and start it again, its data kept (an outage).
 ``AGENTTEAM_TEST_PG_URL`` names a server to use instead (its user must be allowed to create
 databases and roles).
 """
@@ -45,11 +46,21 @@ def find_bin_dir() -> Path:
 class Cluster:
     """A running server: the superuser's URL, and databases made for a test."""
 
-    def __init__(self, url: str, stop: list[str] | None, root: Path | None, user: str | None):
+    def __init__(
+        self,
+        url: str,
+        stop: list[str] | None,
+        root: Path | None,
+        user: str | None,
+        start: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.url = url
         self._stop = stop
         self._root = root
         self._user = user
+        self._start = start
+        self._env = env
 
     def database_url(self, name: str) -> str:
         """The URL of database ``name`` on this server, as its superuser."""
@@ -65,6 +76,25 @@ class Cluster:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.database_url(name)
+
+    def pause(self) -> None:
+        """Stop the server, its data kept: connections fail until ``resume()``."""
+        if self._stop is None:
+            raise ClusterUnavailable("not a server this process started")
+        subprocess.run(self._stop, check=True, capture_output=True, user=self._user)
+
+    def resume(self) -> None:
+        """Start the server ``pause()`` stopped."""
+        if self._start is None:
+            raise ClusterUnavailable("not a server this process started")
+        subprocess.run(
+            self._start,
+            check=True,
+            capture_output=True,
+            user=self._user,
+            env=self._env,
+            cwd=self._root,
+        )
 
     def stop(self) -> None:
         if self._stop is not None:
@@ -127,20 +157,21 @@ def start_cluster() -> Cluster:
             f"-k {sock} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
             " -c full_page_writes=off -c max_connections=60 -c shared_buffers=32MB"
         )
+        start = [
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-t",
+            "120",
+            "-o",
+            options,
+            "-l",
+            str(root / "server.log"),
+            "start",
+        ]
         subprocess.run(
-            [
-                str(bin_dir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-w",
-                "-t",
-                "120",
-                "-o",
-                options,
-                "-l",
-                str(root / "server.log"),
-                "start",
-            ],
+            start,
             check=True,
             capture_output=True,
             user=user,
@@ -155,7 +186,7 @@ def start_cluster() -> Cluster:
         raise ClusterUnavailable(f"PostgreSQL did not start: {exc} {stderr!r} {detail}") from exc
     stop = [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
     url = f"postgresql://postgres@/postgres?host={quote(str(sock))}"
-    return Cluster(url, stop, root, user)
+    return Cluster(url, stop, root, user, start, env)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -141,3 +142,47 @@ def test_the_prune_command_over_a_pool(pg_url: str, tmp_path: Path) -> None:
     assert not (pool / "journal-1.db").exists() and (pool / "journal-2.db").exists()
     done = replay_cli("verify", pool, "--trusted-key", signer.verifier.to_text(), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_prune_removes_nothing_a_rolled_back_journal_wrote_after_the_store_saw_another(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Snapshot a pool, write and ship, restore the snapshot, write other events: the store
+    holds another history from the snapshot on, so no segment holding any of those goes."""
+    pool, snapshot = tmp_path / "pool", tmp_path / "snapshot"
+    pool.mkdir()
+    path = pool / "journal-1.db"
+    write_segmented(path, 20)
+    shutil.copytree(pool, snapshot)
+    write_segmented(path, 40, start=100)
+    assert replay.ship([path], pg_url).ok
+    shutil.rmtree(pool)
+    shutil.copytree(snapshot, pool)  # the rollback
+    write_segmented(path, 30, start=500)  # other events at the seqs the store holds
+    jid = first_row(files_of(path)[-1])[1]
+    local = {}
+    for file in files_of(path):
+        with journal.open_reader(file) as reader:
+            local.update({row[0]: row[16] for row in reader.rows()})
+    stored = dict(store_hashes(pg_url, jid))
+    assert max(local) < max(stored), "the rolled-back journal is behind the store"
+    differs = min(seq for seq, digest in local.items() if stored.get(seq) != digest)
+    report = prune(path, pg_url, older_than_days=0)
+    (pruned,) = report.journals
+    for segment in pruned.removed:
+        for seq in range(segment.first_seq, segment.last_seq + 1):
+            assert stored.get(seq) == local[seq], f"seq {seq} removed; the store holds another"
+    assert "another event at seq" in pruned.stopped
+    assert all(s.last_seq < differs for s in pruned.removed)
+    assert pruned.removed, "what the store holds alike still goes"
+
+
+def store_hashes(url: str, journal_id: str) -> list[tuple[int, str]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq, hash FROM agentteam.events WHERE journal_id = %s ORDER BY seq",
+            (journal_id,),
+        ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]

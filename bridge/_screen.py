@@ -1,0 +1,103 @@
+"""What the upstream answered, screened for secrets before the bridge converts, cuts or journals it.
+
+The rule (issue 26): a value is screened whole *before* any transformation (snake-casing of
+`fieldErrors` paths and `candidates` keys, a cut to 300 characters, the 4 KiB head of a body the
+bridge does not parse, the capped prefix of refused arguments), and a cut never splits what the
+screen replaced: it takes a marker out whole (`cut`). What each path gets:
+
+* a 2xx body, which becomes the model's data: the **known secrets** (every token the bridge sent,
+  a proxy password), whole or as any fragment (`journal._fragments`), are replaced; credentials a
+  model wrote into its own tasks come back to it as it wrote them (the journal's copy of them is
+  redacted by the writer, with digests);
+* a non-2xx body (message, `fieldErrors` keys and values, `candidates`): every rule of the
+  journal's redactor (known secrets and fragments, the maintained rule set, shapes, values under
+  credential-named keys);
+* the kept response headers (a deprecation `Link` among them), the head of a body the bridge
+  does not parse, and the prefix of refused arguments: every rule, on the text before it is cut
+  (screened to `MARGIN` characters past the cut).
+
+Invariant: nothing an upstream answer holds reaches the model, the journal or a span without
+passing here first. A 2xx body costs a few substring scans of its bytes (`holds_known_bytes`);
+the rest runs on error paths, or is remembered (header values repeat).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from agentteam_task_bridge.journal import Redactor
+
+__all__ = ["MARGIN", "Screen", "cut"]
+
+_MARKER: Final = re.compile(r"\[REDACTED(?::sha256:[0-9a-f]{12})?\]")
+_LONGEST_MARKER: Final = len("[REDACTED:sha256:000000000000]")
+# How far past a cut a text is screened: a secret that starts before the cut and ends within this
+# is found whole (the rule set's formats are far shorter; a key block without its END line is
+# taken to the end of the text).
+MARGIN: Final = 64 * 1024
+_encode: Final = msgspec.json.Encoder().encode
+
+
+def cut(text: str, limit: int, *, utf8: bool = False) -> str:
+    """At most `limit` characters (`utf8`: UTF-8 bytes, on a character boundary) of `text`, cut
+    before a redaction marker the cut would split."""
+    if utf8:
+        raw = text.encode("utf-8", "surrogatepass")
+        if len(raw) <= limit:
+            return text
+        head = raw[:limit].decode("utf-8", errors="ignore")
+    else:
+        if len(text) <= limit:
+            return text
+        head = text[:limit]
+    at = len(head)
+    for found in _MARKER.finditer(text, max(0, at - _LONGEST_MARKER), at + _LONGEST_MARKER):
+        if found.start() < at < found.end():
+            return text[: found.start()]
+    return head
+
+
+class Screen:
+    """The secrets the bridge knows (the tokens it sent, a proxy password) and their removal."""
+
+    def __init__(self) -> None:
+        self.redactor = Redactor()
+        self.values: set[str] = set()
+        self.listeners: list[Callable[[str], None]] = []  # told each new secret (telemetry)
+
+    def add(self, secret: str) -> None:
+        """Know a secret from now on (idempotent)."""
+        if secret and secret not in self.values:
+            self.values.add(secret)
+            self.redactor.add_secret(secret)
+            for listener in self.listeners:
+                listener(secret)
+
+    def headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """Every rule, on each kept header value (they repeat from answer to answer: remembered)."""
+        redact = self.redactor.redact_id
+        return {name: redact(value) for name, value in headers.items()}
+
+    def answer(self, raw: bytes, body: Any) -> Any:
+        """A 2xx body (decoded from `raw`) without the known secrets, whole or in fragments."""
+        if body is None or not self.values:
+            return body
+        if not self.redactor.holds_known_bytes(raw):
+            # Only a `\\u` escape hides a letter or digit from a scan of the bytes.
+            if b"\\u" not in raw or not self.redactor.holds_known(_encode(body).decode()):
+                return body
+        return self.redactor.redact_known(body)
+
+    def failure(self, body: Any) -> Any:
+        """A non-2xx body with every rule applied, before it is classified, renamed or cut."""
+        return None if body is None else self.redactor.redact(body)
+
+    def head(self, raw: bytes, limit: int, *, utf8: bool = False) -> str:
+        """The start of `raw` as text, at most `limit` characters (`utf8`: bytes), screened whole
+        to MARGIN past the cut and cut without splitting what the screen replaced."""
+        text = raw[: 4 * limit + MARGIN].decode("utf-8", errors="replace")
+        return cut(self.redactor.redact_text(text), limit, utf8=utf8)

@@ -1,0 +1,268 @@
+"""The fleet store's checked ingest: the only way a shipping login writes, checked in SQL.
+
+A shipping login (a member of ``agentteam_ship``) holds no INSERT, UPDATE, DELETE or TRUNCATE
+grant on any table: it calls these SECURITY DEFINER functions, which run as the store's owner
+and refuse what breaks a rule, whatever the client sent:
+
+* ``register_journal(journal_id, created_at, registered_from, vkey)``: the first ship of a
+  journal registers it to the calling login (``session_user``), with its head at seq 0 and its
+  creation key (trust on first use). Every later call by another login is refused
+  (``insufficient_privilege``): a login writes only the journals registered to it.
+* ``ingest(journal_id, seq[], session_id[], ...)``: one batch of consecutive events, one array
+  per column (COLUMNS order, without ``journal_id`` and ``ts``). Refused as a whole unless the
+  first seq is the journal's head + 1 and each next one + 1 (``sequence_gap``), each
+  ``prev_hash`` is the hash before it (``chain_broken``), each hash is the SHA-256 of the row's
+  canonical encoding rebuilt in SQL (``hash_mismatch``, see ``journal/_canonical.py``: the
+  same text byte for byte, so the server recomputes what the writer hashed) and ``ts_wall`` is
+  RFC 3339 UTC with microseconds (``row_malformed``). ``ts`` (the partition key) is derived from
+  ``ts_wall``, so no row can be placed at another instant than the one its hash covers. The
+  journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for the
+  batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the only
+  way in appends at the head. A ``key_rotated`` event registers the key it names at its seq:
+  keys enter only through the journal's own chain.
+* ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
+  hash it names (``checkpoint_hash_mismatch``) and its key id is the registered key in force
+  at that seq (``checkpoint_unverified``). The Ed25519 signature itself is verified by the
+  shipper (core PostgreSQL has no Ed25519); the store's own cosignature is the later check.
+* ``record_finding(...)``: what a shipper refused, with the login that reported it.
+
+A refusal is ``check_violation`` (SQLSTATE 23514) whose DETAIL is ``<rule> <seq>``, so the
+shipper records it as the same finding the client-side check would have made. The leaf hash of
+the Merkle log will be checked in ``ingest`` beside the chain hash.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["ESCAPED_COLUMNS", "INGEST", "INGEST_CALL", "SHIP_FUNCTIONS"]
+
+# The canonical encoding (journal/_canonical.py) of a row, in SQL: keys sorted, compact, the
+# payload verbatim. PostgreSQL's JSON string escaping is msgspec's (", \\, \b \f \n \r \t, other
+# controls as lowercase \u00xx, everything else as UTF-8); a float's shortest text is Python's
+# once ".0" is added to a whole number (the writer keeps |duration| < 1e15, 3 decimals).
+_CANONICAL: Final = r"""
+-- A text column arrives escaped as the store keeps text (see ``store_text``): U+FFFF "0" for
+-- U+0000 (which PostgreSQL text cannot hold), U+FFFF "1" for U+FFFF. Its JSON string is the
+-- original's: the escape of U+0000 in JSON is the ASCII \u0000.
+CREATE OR REPLACE FUNCTION agentteam.json_text(value text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN value IS NULL THEN 'null'
+         WHEN strpos(value, U&'\FFFF') = 0 THEN to_json(value)::text
+         ELSE replace(replace(to_json(value)::text, U&'\FFFF0', '\u0000'), U&'\FFFF1', U&'\FFFF')
+         END
+$$;
+CREATE OR REPLACE FUNCTION agentteam.json_float(value double precision) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN value IS NULL THEN 'null'
+         WHEN value::text ~ '^-?[0-9]+$' THEN value::text || '.0'
+         ELSE value::text END
+$$;
+CREATE OR REPLACE FUNCTION agentteam.canonical(
+  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
+  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
+  jsonrpc_request_id text, http_response_status_code integer, error_type text,
+  duration_ms double precision, payload text, prev_hash text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT '{"call_id":' || agentteam.json_text(call_id)
+    || ',"duration_ms":' || agentteam.json_float(duration_ms)
+    || ',"error_type":' || agentteam.json_text(error_type)
+    || ',"gen_ai_tool_name":' || agentteam.json_text(gen_ai_tool_name)
+    || ',"http_response_status_code":' || coalesce(http_response_status_code::text, 'null')
+    || ',"journal_id":' || agentteam.json_text(journal_id)
+    || ',"jsonrpc_request_id":' || agentteam.json_text(jsonrpc_request_id)
+    || ',"kind":' || agentteam.json_text(kind)
+    || ',"kind_version":' || kind_version::text
+    || ',"mcp_method_name":' || agentteam.json_text(mcp_method_name)
+    || ',"payload":' || payload
+    || ',"prev_hash":' || agentteam.json_text(prev_hash)
+    || ',"seq":' || seq::text
+    || ',"session_id":' || agentteam.json_text(session_id)
+    || ',"ts_mono_ns":' || ts_mono_ns::text
+    || ',"ts_wall":' || agentteam.json_text(ts_wall)
+    || '}'
+$$;
+"""
+
+# Indexes (journal.COLUMNS) of the text columns a model or client fills, sent escaped
+# (store_text): session_id, call_id, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,
+# error_type. The payload goes as it is (JSON text: its U+0000 is already the escape \u0000).
+ESCAPED_COLUMNS: Final = frozenset({2, 3, 8, 9, 10, 12})
+
+# The batch's arrays, in COLUMNS order without journal_id (the function's first argument).
+_ARRAYS: Final = (
+    ("seq", "bigint"),
+    ("session_id", "text"),
+    ("call_id", "text"),
+    ("ts_mono_ns", "bigint"),
+    ("ts_wall", "text"),
+    ("kind", "text"),
+    ("kind_version", "integer"),
+    ("mcp_method_name", "text"),
+    ("gen_ai_tool_name", "text"),
+    ("jsonrpc_request_id", "text"),
+    ("http_response_status_code", "integer"),
+    ("error_type", "text"),
+    ("duration_ms", "double precision"),
+    ("payload", "text"),
+    ("prev_hash", "text"),
+    ("hash", "text"),
+)
+INGEST_ARGS: Final = ", ".join(f"{t}[]" for _, t in _ARRAYS)
+INGEST_CALL: Final = (
+    "SELECT agentteam.ingest(%s, " + ", ".join(f"%s::{t}[]" for _, t in _ARRAYS) + ")"
+)
+_PARAMS: Final = ", ".join(f"a_{name} {t}[]" for name, t in _ARRAYS)
+_UNNEST: Final = (
+    "unnest("
+    + ", ".join(f"a_{name}" for name, _ in _ARRAYS)
+    + ") WITH ORDINALITY AS r("
+    + ", ".join(name for name, _ in _ARRAYS)
+    + ", i)"
+)
+_COLUMNS: Final = ", ".join(name for name, _ in _ARRAYS)
+_R_COLUMNS: Final = ", ".join(f"r.{name}" for name, _ in _ARRAYS)
+
+_OWNER: Final = """
+-- Called by the functions below as the owner; nobody else may (a lock held by a stranger).
+CREATE OR REPLACE FUNCTION agentteam.owned_head(a_journal text, a_lock boolean)
+RETURNS agentteam.heads
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  head agentteam.heads;
+  owner name;
+BEGIN
+  IF a_lock THEN
+    SELECT h.* INTO head FROM agentteam.heads h WHERE h.journal_id = a_journal FOR UPDATE;
+  ELSE
+    SELECT h.* INTO head FROM agentteam.heads h WHERE h.journal_id = a_journal;
+  END IF;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'journal % is not registered in the store', a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'not_registered';
+  END IF;
+  SELECT j.owner INTO owner FROM agentteam.journals j WHERE j.journal_id = a_journal;
+  IF owner IS DISTINCT FROM session_user THEN
+    RAISE EXCEPTION 'journal % is registered to another login: only it may write there',
+      a_journal USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN head;
+END $$;
+"""
+
+_REGISTER: Final = """
+CREATE OR REPLACE FUNCTION agentteam.register_journal(
+  a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+BEGIN
+  INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
+  VALUES (a_journal, a_created_at, a_from, session_user) ON CONFLICT (journal_id) DO NOTHING;
+  IF FOUND THEN
+    INSERT INTO agentteam.heads (journal_id, seq, hash) VALUES (a_journal, 0, repeat('0', 64));
+    IF a_vkey IS NOT NULL THEN
+      INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (a_journal, 0, a_vkey);
+    END IF;
+  END IF;
+  RETURN (agentteam.owned_head(a_journal, false)).seq;
+END $$;
+"""
+
+# RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall).
+_WALL: Final = r"'^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z$'"
+_INGEST: Final = f"""
+CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text, {_PARAMS}) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, agentteam SET extra_float_digits = 1 AS $$
+DECLARE
+  head agentteam.heads := agentteam.owned_head(a_journal, true);
+  n integer := coalesce(cardinality(a_seq), 0);
+  bad record;
+BEGIN
+  IF n = 0 THEN
+    RETURN head.seq;
+  END IF;
+  SELECT r.seq, CASE
+      WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
+      WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
+      WHEN r.ts_wall IS NULL OR r.ts_wall !~ {_WALL} THEN 'row_malformed'
+      ELSE 'hash_mismatch' END AS rule
+  INTO bad
+  FROM (SELECT u.*, coalesce(lag(u.hash) OVER (ORDER BY u.i), head.hash) AS before
+        FROM {_UNNEST.replace(" AS r(", " AS u(")}) r
+  WHERE r.seq IS DISTINCT FROM head.seq + r.i
+     OR r.prev_hash IS DISTINCT FROM r.before
+     OR r.ts_wall IS NULL OR r.ts_wall !~ {_WALL}
+     OR r.hash IS DISTINCT FROM encode(sha256(convert_to(agentteam.canonical(
+          a_journal, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
+          r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
+          r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
+          'UTF8')), 'hex')
+  ORDER BY r.i LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'the store refuses event % of journal %: %', bad.seq, a_journal, bad.rule
+      USING ERRCODE = 'check_violation', DETAIL = bad.rule || ' ' || coalesce(bad.seq::text, '');
+  END IF;
+  PERFORM agentteam.ensure_partition(m)
+  FROM (SELECT DISTINCT (left(w, 7) || '-01')::date AS m FROM unnest(a_ts_wall) w) months;
+  INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS})
+  SELECT a_journal, r.ts_wall::timestamptz, {_R_COLUMNS} FROM {_UNNEST};
+  INSERT INTO agentteam.journal_keys (journal_id, seq, vkey)
+  SELECT a_journal, r.seq, agentteam.payload_doc(r.payload) ->> 'vkey'
+  FROM unnest(a_seq, a_kind, a_payload) AS r(seq, kind, payload)
+  WHERE r.kind = 'key_rotated' AND agentteam.payload_doc(r.payload) ->> 'vkey' IS NOT NULL;
+  UPDATE agentteam.heads SET seq = a_seq[n], hash = a_hash[n], updated_at = now()
+  WHERE journal_id = a_journal;
+  RETURN a_seq[n];
+END $$;
+"""
+
+_CHECKPOINT: Final = """
+CREATE OR REPLACE FUNCTION agentteam.add_checkpoint(
+  a_journal text, a_seq bigint, a_head_hash text, a_ts_wall text, a_key_id text,
+  a_signature text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  head agentteam.heads := agentteam.owned_head(a_journal, false);
+  held text;
+  vkey text;
+BEGIN
+  SELECT e.hash INTO held FROM agentteam.events e WHERE e.journal_id = a_journal AND e.seq = a_seq;
+  IF held IS DISTINCT FROM a_head_hash THEN
+    RAISE EXCEPTION 'the store holds no event % of journal % with the hash the checkpoint names',
+      a_seq, a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_hash_mismatch ' || a_seq;
+  END IF;
+  SELECT k.vkey INTO vkey FROM agentteam.journal_keys k
+  WHERE k.journal_id = a_journal AND k.seq <= a_seq ORDER BY k.seq DESC LIMIT 1;
+  -- A key's text is <name>+<key id>+<base64>: its first two parts are the checkpoint's key_id.
+  IF vkey IS NULL
+     OR split_part(vkey, '+', 1) || '+' || split_part(vkey, '+', 2) IS DISTINCT FROM a_key_id THEN
+    RAISE EXCEPTION 'checkpoint % of journal % is not signed by the registered key in force',
+      a_seq, a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_unverified ' || a_seq;
+  END IF;
+  INSERT INTO agentteam.checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)
+  VALUES (a_journal, a_seq, a_head_hash, a_ts_wall, a_key_id, a_signature)
+  ON CONFLICT DO NOTHING;
+  RETURN FOUND;
+END $$;
+"""
+
+_FINDING: Final = """
+CREATE OR REPLACE FUNCTION agentteam.record_finding(
+  a_journal text, a_seq bigint, a_rule text, a_detail text, a_source text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+  INSERT INTO agentteam.findings (journal_id, seq, rule, detail, source, reported_by)
+  VALUES (a_journal, a_seq, a_rule, a_detail, a_source, session_user)
+$$;
+"""
+
+# Functions a shipping login may call; everything else it may only read.
+SHIP_FUNCTIONS: Final = (
+    "agentteam.register_journal(text, text, text, text)",
+    f"agentteam.ingest(text, {INGEST_ARGS})",
+    "agentteam.add_checkpoint(text, bigint, text, text, text, text)",
+    "agentteam.record_finding(text, bigint, text, text, text)",
+)
+
+INGEST: Final = "\n".join((_CANONICAL, _OWNER, _REGISTER, _INGEST, _CHECKPOINT, _FINDING))
