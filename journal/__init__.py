@@ -92,6 +92,7 @@ from ._contract import (
     is_hidden_name,
     tasks_route,
 )
+from ._core import CHECKPOINT_EVERY
 from ._errors import (
     EventEncodeError,
     JournalError,
@@ -158,6 +159,7 @@ from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport
 from ._writer import SyncWriter, open_sync_writer
 
 __all__ = [
+    "CHECKPOINT_EVERY",
     "COLUMNS",
     "EMPTY_ROOT",
     "GENESIS_HASH",

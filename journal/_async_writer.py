@@ -458,7 +458,14 @@ class AsyncWriter:
             isinstance(item, _Barrier) or (isinstance(item, _Append) and item.durable)
             for item in items
         )
-        checkpoint = any(isinstance(item, _Barrier) and item.checkpoint for item in items)
+        # Signed at once: a journal gap as it is written (an excuse for lost events counts in
+        # verify only under a trusted checkpoint, see replay._trust), and a journal's first
+        # durable commit (its session_started): a session killed before its first periodic
+        # checkpoint leaves its history signed, so one with none has had it stripped.
+        checkpoint = any(
+            (isinstance(item, _Barrier) and item.checkpoint) or isinstance(item, _GapAppend)
+            for item in items
+        ) or (durable and bool(rows) and self._core.last_checkpoint is None)
         try:
             signed = self._core.commit(rows, durable=durable, checkpoint=checkpoint)
         except JournalUnavailable as failure:

@@ -7,6 +7,8 @@ hashes, on the built tree's border, :mod:`journal._tlog`) in the caller's thread
 order; they are committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch (leaves and
 hashes with their events), ``synchronous=FULL`` when any event in it must be durable (an fsync
 of the WAL also makes every earlier commit durable).
+Before every commit the core checks that the journal's path still names the file it holds (an
+fstat and a stat): a journal unlinked or replaced under it fails closed (``replaced``).
 :class:`journal.SyncWriter` (:mod:`journal._writer`) and :class:`journal.AsyncWriter` drive it.
 """
 
@@ -33,7 +35,12 @@ from ._checkpoint import (
     load_key,
     sign_checkpoint,
 )
-from ._errors import EventEncodeError, JournalFormatError, classify_sqlite_error
+from ._errors import (
+    EventEncodeError,
+    JournalFormatError,
+    JournalUnavailable,
+    classify_sqlite_error,
+)
 from ._events import PAYLOAD_TYPES, WRITER_SESSION, Event, KeyRotated, derived_columns
 from ._merkle import Frontier, ProofError
 from ._redact import Redactor
@@ -313,6 +320,7 @@ class _Core(_LiveSegment):
                 ts_wall=format_wall(datetime.now(UTC)),
                 root_hash=None if tree is None else after.root().hex(),
             )
+        self.check_live_file()
         conn = self._conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
@@ -342,8 +350,34 @@ class _Core(_LiveSegment):
             self._checkpoint_at = time.monotonic()
         return signed
 
+    def check_live_file(self) -> None:
+        """Raise JournalUnavailable("replaced") when the journal's path no longer names the file
+        this writer holds open: unlinked (``rm journal.db*``), renamed away, or replaced by a
+        rename over it. Rows committed then would go to a file nobody can find, or the export
+        would sign under another journal's name; the writer fails closed instead, and stays
+        failed (a re-probe finds the same). Two system calls before every commit: an fstat of
+        the held descriptor (its inode and link count) and a stat of the path."""
+        held = os.fstat(self._lock_fd)
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            named = None
+        if (
+            held.st_nlink == 0
+            or named is None
+            or named.st_ino != held.st_ino
+            or named.st_dev != held.st_dev
+        ):
+            what = "unlinked" if held.st_nlink == 0 or named is None else "replaced by another file"
+            raise JournalUnavailable("replaced", f"{self.path.name} was {what} under the writer")
+
     def _export(self, checkpoint: Checkpoint) -> None:
         if self._checkpoint_path is None:
+            return
+        try:
+            self.check_live_file()  # never under the name of a journal moved into its place
+        except JournalUnavailable as exc:
+            self.checkpoint_export_error = OSError(exc.detail)
             return
         try:
             export_checkpoint(checkpoint, self._checkpoint_path)
@@ -364,6 +398,7 @@ class _Core(_LiveSegment):
             self._conn.close()
         except sqlite3.Error:
             pass
+        self.check_live_file()  # never reopen the path onto a file that is not this journal
         self._conn = connect_writer(
             self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
         )

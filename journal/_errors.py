@@ -30,6 +30,7 @@ JournalUnavailableReason = Literal[
     "corrupt",  # SQLite reports a malformed database
     "chain_conflict",  # the schema refused an append (sequence or hash linkage): another writer?
     "closed",  # the writer was closed
+    "replaced",  # the path no longer names the file the writer holds: unlinked, renamed, replaced
 ]
 
 

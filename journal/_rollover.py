@@ -92,6 +92,7 @@ class _LiveSegment:
     if TYPE_CHECKING:
 
         def build(self, event: Event) -> Row: ...
+        def check_live_file(self) -> None: ...
         def close(self) -> None: ...
         def _load_head(self) -> None: ...
         def _set_synchronous(self, wanted: str) -> None: ...
@@ -289,6 +290,11 @@ class _LiveSegment:
         if successor is None or self.committed_seq != row[0] - 1 or self.committed_hash != row[15]:
             self.discard_successor()
             raise JournalUnavailable("chain_conflict", "the roll-over does not follow the head")
+        try:
+            self.check_live_file()
+        except JournalUnavailable:
+            self.discard_successor()
+            raise
         conn = self._conn
         try:
             self._set_synchronous("FULL")

@@ -39,6 +39,15 @@ head: one stored in the journal (the ``checkpoints`` table is append-only), or o
 elsewhere (``checkpoint=``); a journal cut back below its last checkpoint, with the checkpoint rows
 removed too, is indistinguishable from a shorter journal without such a witness.
 
+A checkpoint *counts* when its signature is not forged (it verifies under a trusted key, or no
+trusted key made it: ``checkpoint_unverified`` unless ``accept_unverified``) and the journal holds
+its hash at its seq; ``signed_through`` is the highest seq a counted checkpoint covers (every event
+up to it: each hash covers the one before). So a verdict without findings means it is covered by
+trusted signatures (or by signatures accepted unchecked, when asked).
+A key rotation is chain-signed: a ``key_rotated`` event (:meth:`CheckpointCheck.note_rotation`)
+at or before a checkpoint that verified under a trusted key vouches for the key it names as
+``previous``, for the checkpoints before the rotation.
+
 Verification streams (constant memory) and is incremental: ``since=`` a trusted checkpoint starts
 after it; :class:`ChainVerifier` can be fed rows one by one, and :class:`CheckpointCheck` beside it.
 """
@@ -54,7 +63,15 @@ from typing import Final, Literal, TypeAlias
 import msgspec
 
 from ._canonical import GENESIS_HASH, Row, canonical_bytes
-from ._checkpoint import SEED_KEY_NAME, Checkpoint, HmacKey, SigningKey, Trust, VerifierKey
+from ._checkpoint import (
+    SEED_KEY_NAME,
+    Checkpoint,
+    HmacKey,
+    SigningKey,
+    Trust,
+    Verdict,
+    VerifierKey,
+)
 from ._events import PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
 from ._tlog import start_tree, tree_checkpoint
@@ -191,8 +208,13 @@ class CheckpointCheck:
         trust_recorded_keys: bool = False,
         accept_unverified: bool = False,
         start_seq: int = 0,
+        start_hash: str | None = None,
     ) -> None:
         self._chain = chain
+        self._start_hash = start_hash
+        self._matched: set[tuple[int, str]] = set()  # (seq, hash) of checkpoints the rows hold
+        self._rotations: list[tuple[int, str]] = []  # (seq, previous verifier key)
+        self.signed_through = 0
         self._trust = Trust(trust.verifiers.values(), trust.hmac_keys.values())  # a copy
         self._accept_unverified = accept_unverified
         self._start_seq = start_seq
@@ -233,6 +255,14 @@ class CheckpointCheck:
         for head_hash, label in named:
             if row[16] != head_hash:
                 self._chain.report(row[0], "checkpoint_hash_mismatch", f"{label}: hash differs")
+            else:
+                self._matched.add((row[0], head_hash))
+
+    def note_rotation(self, seq: int, previous: str | None) -> None:
+        """A ``key_rotated`` event at ``seq`` naming ``previous`` (a verifier key, or
+        ``hmac:<id>`` / None, which vouch for nothing)."""
+        if previous is not None and not previous.startswith("hmac:"):
+            self._rotations.append((seq, previous))
 
     def finish(self) -> None:
         """Report checkpoints beyond the end or at a missing seq; check every signature."""
@@ -249,12 +279,41 @@ class CheckpointCheck:
                     )
                 else:
                     chain.report(seq, "checkpoint_hash_mismatch", f"{label}: no event at seq {seq}")
-        for label, cp in self._signed:
-            self._check_signature(label, cp)
+        verdicts = [(label, cp, self._trust.check(cp)) for label, cp in self._signed]
+        trusted_through = max(
+            (cp.seq for _, cp, v in verdicts if v == "valid" and self._holds(cp)), default=0
+        )
+        for label, cp, verdict in verdicts:
+            if verdict == "untrusted":
+                verdict = self._vouched(cp, trusted_through)
+            self._check_signature(label, cp, verdict)
             self._check_key_in_force(label, cp)
+            # An untrusted signature is a finding of its own (checkpoint_unverified) unless
+            # accepted: either way the checkpoint says what it covers.
+            if verdict != "invalid" and self._holds(cp):
+                self.signed_through = max(self.signed_through, cp.seq)
 
-    def _check_signature(self, label: str, cp: Checkpoint) -> None:
-        verdict = self._trust.check(cp)
+    def _holds(self, cp: Checkpoint) -> bool:
+        """Whether the journal holds the checkpoint's hash at its seq (here, or as the link a
+        later segment starts from)."""
+        if (cp.seq, cp.head_hash) in self._matched:
+            return True
+        return cp.seq == self._start_seq and cp.head_hash == self._start_hash
+
+    def _vouched(self, cp: Checkpoint, trusted_through: int) -> Verdict:
+        """The verdict under a key a chain-signed rotation names as its predecessor, for a
+        checkpoint before that rotation; ``untrusted`` when none does."""
+        for seq, previous in self._rotations:
+            if cp.seq < seq <= trusted_through:
+                try:
+                    key = VerifierKey.parse(previous)
+                except ValueError:
+                    continue
+                if key.key_id == cp.key_id:
+                    return "valid" if cp.check(key) else "invalid"
+        return "untrusted"
+
+    def _check_signature(self, label: str, cp: Checkpoint, verdict: Verdict) -> None:
         if verdict == "valid":
             self.signatures_checked += 1
         elif verdict == "invalid":

@@ -79,6 +79,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise ReplayInputError("--allow-mutations applies only with --against URL")
     with _progress(err) as progress:
         result, draw, code = _execute(args, progress)
+    if args.command == "verify" and getattr(result, "trusted_local_key_file", False):
+        _say_local_trust()
     if args.command == "audit" and args.csv is not None:
         written = render.write_audit_csv(result, args.csv)
         err.print(f"wrote {len(written)} CSV files to {args.csv}")
@@ -166,10 +168,12 @@ def _execute(
         return _fleet_cli.execute_from(args, progress)
     paths = journal_files(args.journals or default_journals())
     if args.command == "verify":
+        trusted, local = _trusted(args.trusted_key, args.key)
         verified = replay.verify(
             paths,
             checkpoints=args.checkpoint,
-            trusted=_trusted(args.trusted_key, args.key) + _fleet_cli.witness_keys(args, paths),
+            trusted=trusted + _fleet_cli.witness_keys(args, paths),
+            local_key_file=local,
             trust_recorded_keys=args.trust_journal_key,
             accept_unverified=args.accept_unverified,
             auto_checkpoint=not args.no_auto_checkpoint,
@@ -247,14 +251,26 @@ def default_journals() -> list[Path]:
     return found
 
 
-def _trusted(values: list[str], files: list[Path]) -> list[Key]:
+def _trusted(values: list[str], files: list[Path]) -> tuple[list[Key], bool]:
     """The keys given, else this machine's own (the signing key's public half, and the
-    HMAC-era key for old checkpoints), when they exist."""
+    HMAC-era key for old checkpoints), when they exist, said on stderr; and whether the keys
+    are this machine's."""
     given = [load_trusted_key(v) for v in values] + [load_key_file(f) for f in files]
     if given:
-        return given
-    local = [journal.default_key_path(), journal.legacy_key_path()]
-    return [load_key_file(path) for path in local if path.exists()]
+        return given, False
+    local = [p for p in (journal.default_key_path(), journal.legacy_key_path()) if p.exists()]
+    return [load_key_file(path) for path in local], True
+
+
+def _say_local_trust() -> None:
+    """What the default check trusted, on stderr after the check (one line a key file)."""
+    local = [p for p in (journal.default_key_path(), journal.legacy_key_path()) if p.exists()]
+    for path in local:
+        print(
+            f"{PROG}: trusted this machine's key file {path}: a key file replaced along with the"
+            " whole history cannot be told from here; pass --trusted-key with a key held elsewhere",
+            file=sys.stderr,
+        )
 
 
 # A pipe or a file gets whole lines: rich would otherwise wrap them at 80 columns, in the

@@ -11,6 +11,9 @@ that wrote the journal, so it catches what no file on that machine can:
                                shipping; the first such seq is named
 ``witness_checkpoint_beyond``  the store witnessed a checkpoint past the journal's end
 ``witness_unknown``            the store has never received this journal: nothing to compare
+``witness_prune_unheld``       a ``segments_pruned`` event names a segment the store does not
+                               hold with the same last hash under a checkpoint it witnessed
+                               (a prune nobody could have made: the segments are simply gone)
 =============================  ==============================================================
 
 Hash chains make the comparison cheap: two journals with the same hash at seq N hold the same
@@ -132,6 +135,7 @@ def _compare(conn: psycopg.Connection[Any], jid: str | None, local: _Local) -> l
             )
         )
     witnessed = witnessed_checkpoint(conn, jid)
+    found += _prunes_unheld(conn, jid, local, 0 if witnessed is None else witnessed[0])
     if witnessed is not None and witnessed[0] > local_seq:
         found.append(
             Finding(
@@ -142,6 +146,36 @@ def _compare(conn: psycopg.Connection[Any], jid: str | None, local: _Local) -> l
                 f" ends at {local_seq}",
             )
         )
+    return found
+
+
+def _prunes_unheld(
+    conn: psycopg.Connection[Any], jid: str, local: _Local, witnessed_seq: int
+) -> list[Finding]:
+    """Each segment a ``segments_pruned`` event names must be in the store: its last event with
+    the same hash, under a witnessed checkpoint (what ``prune`` checked before deleting it)."""
+    found: list[Finding] = []
+    for reader in local.readers:
+        for record in reader.events(kind="segments_pruned"):
+            payload = record.payload
+            if not isinstance(payload, journal.SegmentsPruned):
+                continue  # payload_invalid, reported by verify
+            for segment in payload.segments:
+                held = _hash_at(conn, jid, segment.last_seq)
+                if held == segment.last_hash and witnessed_seq >= segment.last_seq:
+                    continue
+                why = "holds another event there" if held is not None else "does not hold it"
+                if held == segment.last_hash:
+                    why = f"witnessed a checkpoint only up to seq {witnessed_seq}"
+                found.append(
+                    Finding(
+                        journal_id=jid,
+                        seq=record.seq,
+                        rule="witness_prune_unheld",
+                        detail=f"the prune at seq {record.seq} names {segment.file} (seqs"
+                        f" {segment.first_seq}..{segment.last_seq}); the store {why}",
+                    )
+                )
     return found
 
 

@@ -174,6 +174,12 @@ def render_verify(console: Console, result: VerifyResult) -> None:
             f"  {j.checkpoints_checked} checkpoints, {signatures};"
             f" signed up to seq {j.last_checkpoint_seq}"
         )
+        if j.unsigned_tail:
+            live = " (a live session: its writer holds the file)" if j.live else ""
+            console.print(
+                f"  unsigned tail: {j.unsigned_tail} events after seq {j.signed_through}"
+                f" are covered by no checkpoint yet{live}"
+            )
         named = ", ".join("+".join(vkey.split("+", 2)[:2]) for vkey in j.recorded_keys)
         console.print(f"  signing keys named by the journal: {named or 'none (HMAC era)'}")
     trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"

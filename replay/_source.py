@@ -10,7 +10,8 @@ for all its segments. A directory stands for the journals in it (the bridge's po
 per-session files, and their segments): every ``*.db`` file directly in it, except SQLite files
 that hold no journal (the embedded runtime's database, a pool file a starting session has not
 initialised yet). A file that is not SQLite at all, or a damaged journal, is still an input
-error: a directory never hides a journal it cannot read.
+error: a directory never hides a journal it cannot read. Two files holding two histories of one
+journal (a fork, :mod:`replay._forks`) are refused: a merge would pick one without saying so.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import msgspec
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Payload, Reader, Record, record_from_row
+
+from ._forks import find_forks
 
 __all__ = [
     "JournalInfo",
@@ -244,5 +247,11 @@ def open_journals(paths: Sequence[str | os.PathLike[str]]) -> Journals:
             reader = open_reader(path)
             stack.callback(reader.close)
             readers.append(reader)
+        forks = find_forks(readers)
+        if forks:
+            raise ReplayInputError(
+                f"{forks[0].detail}: a fork (`agentteam-replay verify` reports it); read each of"
+                " the two files on its own"
+            )
         stack.pop_all()
     return Journals(readers)

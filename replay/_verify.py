@@ -27,7 +27,16 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
                                  the segment before its first file (a pruned start is accepted)
 ``segment_link_broken``          a segment's first event does not follow the previous file's
                                  last (a segment replaced by another history, or rewritten)
+``fork``                         two files of one journal id hold different events at a seq
+                                 both hold: two histories (see :mod:`replay._forks`)
+``unsigned_history``             no checkpoint signed by a trusted key covers the history
+``unsigned_tail``                more unsigned events after the last one than a writer leaves
+``excuse_unsigned``              a ``segments_pruned`` / ``journal_gap`` no trusted checkpoint
+                                 covers
+``key_file_replaced``            this machine's key took over from a key it does not hold
 ===============================  =============================================================
+
+The last four are the trust policy of :mod:`replay._trust`: what a signature covers, and no more.
 
 In-doubt calls (a mutation sent upstream whose effect is unknown) are listed apart, for
 reconciliation: they are no fault of the journal. A ``journal_gap`` event (written by a writer
@@ -51,6 +60,7 @@ from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint, Reader
 
 from ._findings import Finding
+from ._forks import find_forks
 from ._invariants import EventChecks, InDoubtCall
 from ._source import (
     PROGRESS_EVERY,
@@ -59,6 +69,14 @@ from ._source import (
     decode_payload,
     journal_files,
     open_reader,
+)
+from ._trust import (
+    EXCUSES,
+    excuse_findings,
+    held_by_a_writer,
+    key_file_findings,
+    local_key_ids,
+    signed_history_findings,
 )
 
 __all__ = [
@@ -72,6 +90,7 @@ __all__ = [
 ]
 
 MAX_FINDINGS: Final = 1000
+_NOTED: Final = EXCUSES | {"key_rotated"}
 
 
 class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,6 +120,11 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     # 2: an RFC 6962 Merkle log, its roots checked and proofs possible (`prove`); 1: a journal
     # written before it, a hash chain only, no proofs.
     log_version: int = 1
+    # The highest seq a checkpoint signed by a trusted key covers (0: none), the events after
+    # it that no signature covers, and whether a writer holds the journal now (a live session).
+    signed_through: int = 0
+    unsigned_tail: int = 0
+    live: bool = False
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,6 +135,8 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     in_doubt: list[InDoubtCall]
     findings_omitted: int = 0
     trusted_keys: list[str] = msgspec.field(default_factory=list)
+    # The trust is this machine's key file(s), as no key was given (`key_file_replaced` applies).
+    trusted_local_key_file: bool = False
 
     @property
     def ok(self) -> bool:
@@ -172,6 +198,7 @@ def verify(
     trust_recorded_keys: bool = False,
     accept_unverified: bool = False,
     auto_checkpoint: bool = True,
+    local_key_file: bool = False,
     progress: Progress | None = None,
 ) -> VerifyResult:
     """Verify journal files: chain, sequence, checkpoints, call grammar, invariants.
@@ -183,6 +210,8 @@ def verify(
     keys whose signatures count (a signing key stands for its public half; an HMAC key for
     HMAC-era checkpoints). ``trust_recorded_keys``: also trust the keys each journal names.
     ``accept_unverified``: count signatures no trusted key made as unchecked instead of failing.
+    ``local_key_file``: the trusted keys are this machine's key files, taken for want of a key
+    given (``key_file_replaced`` applies; see :mod:`replay._trust`).
     Raises ReplayInputError for a file that cannot be used.
     """
     if not paths:
@@ -191,7 +220,10 @@ def verify(
     held = [(str(p), load_checkpoint_file(Path(p))) for p in checkpoints]
     readers = [open_reader(p) for p in journal_files(paths)]
     try:
-        findings: list[Finding] = []
+        findings: list[Finding] = [
+            Finding(journal_id=f.journal_id, seq=f.seq, rule="fork", detail=f.detail)
+            for f in find_forks(readers)
+        ]
         chains = segment_chains(readers)
         assigned: dict[int, list[tuple[str, Checkpoint]]] = {i: [] for i in range(len(chains))}
         for label, cp in held:
@@ -235,6 +267,7 @@ def verify(
                 trust_recorded_keys=trust_recorded_keys,
                 accept_unverified=accept_unverified,
                 held_beside=i in beside,
+                local_keys=local_key_ids([key, *trusted]) if local_key_file else None,
             )
             report = check.run(tick if progress is not None else None)
             reports.append(report)
@@ -252,6 +285,7 @@ def verify(
             in_doubt=sorted(in_doubt.values(), key=lambda c: (c.journal_id, c.seq)),
             findings_omitted=omitted,
             trusted_keys=trust.describe(),
+            trusted_local_key_file=local_key_file,
         )
     finally:
         for reader in readers:
@@ -319,10 +353,13 @@ class _FileCheck:
         trust_recorded_keys: bool,
         accept_unverified: bool,
         held_beside: bool,
+        local_keys: set[str] | None = None,
     ):
         self.segments = segments
+        self.local_keys = local_keys
+        self._excuses: list[tuple[int, str]] = []  # (seq, kind) of events excusing missing data
+        self._prunes: list[tuple[int, list[tuple[int, str]]]] = []  # (seq, pruned ends)
         self.journal_id = segments[0].journal_id
-        self._pruned: set[tuple[int, str]] = set()  # (last seq, last hash) of pruned segments
         self.held = held
         self.trust = trust
         self.trust_recorded_keys = trust_recorded_keys
@@ -383,6 +420,7 @@ class _FileCheck:
             trust_recorded_keys=self.trust_recorded_keys,
             accept_unverified=self.accept_unverified,
             start_seq=start_seq,
+            start_hash=start_hash,
         )
         tree = None
         if merkle:  # a v2 journal: the Merkle log too, from the first file's border on
@@ -409,8 +447,8 @@ class _FileCheck:
                 if tree is not None:
                     tree.feed(row)
                 check_event(row)
-                if row[6] == "segments_pruned":
-                    self._note_prune(row)
+                if row[6] in _NOTED:
+                    self._note(row, checkpoints)
                 pending += 1
                 if tick is not None and pending == PROGRESS_EVERY:
                     tick(pending)
@@ -418,12 +456,25 @@ class _FileCheck:
             previous = reader
         if tick is not None and pending:
             tick(pending)
+        checkpoints.finish()
+        signed = checkpoints.signed_through
         pruned_through = 0
         if start_seq > 0:
-            if (start_seq, start_hash) in self._pruned:
+            # A prune excuses the missing start only under a trusted checkpoint.
+            pruned = {end for seq, ends in self._prunes if seq <= signed for end in ends}
+            if (start_seq, start_hash) in pruned:
                 pruned_through = start_seq  # the first segments were pruned, as journaled
             else:
                 self._check_start(segments[0], start_seq)
+        live = held_by_a_writer(segments[-1].path)
+        policy, unsigned = signed_history_findings(
+            first_seq=start_seq + 1, head_seq=chain.seq, signed_through=signed, live=live
+        )
+        policy += excuse_findings(self._excuses, signed)
+        if self.local_keys is not None:
+            policy += key_file_findings(keys, [cp for _, cp in self.held + stored], self.local_keys)
+        for seq, rule, detail in policy:
+            self.report(seq, rule, detail)
         last = segments[-1]
         if last.segment.next_file is not None:
             self.report(
@@ -432,7 +483,6 @@ class _FileCheck:
                 f"{last.path.name} was rolled over: the journal goes on in "
                 f"{last.segment.next_file}, which is not here",
             )
-        checkpoints.finish()
         self.events.end_of_stream()
         self.omitted += chain.findings_omitted
         integrity = [
@@ -462,6 +512,9 @@ class _FileCheck:
             first_seq=start_seq + 1,
             pruned_through=pruned_through,
             log_version=2 if merkle else 1,
+            signed_through=signed,
+            unsigned_tail=unsigned,
+            live=live,
         )
 
     # --- segments ---------------------------------------------------------------------
@@ -492,10 +545,18 @@ class _FileCheck:
         if seq > chain.seq:
             chain.seq, chain.hash = seq - 1, prev_hash
 
-    def _note_prune(self, row: Any) -> None:
-        payload, problem = decode_payload(row[6], row[7], row[14])
-        if not problem and isinstance(payload, journal.SegmentsPruned):
-            self._pruned.update((s.last_seq, s.last_hash) for s in payload.segments)
+    def _note(self, row: Any, checkpoints: journal.CheckpointCheck) -> None:
+        """An event verify takes note of: an excuse for missing data, or a key rotation."""
+        kind = row[6]
+        payload, problem = decode_payload(kind, row[7], row[14])
+        if problem:
+            return  # payload_invalid
+        if kind in EXCUSES:
+            self._excuses.append((row[0], kind))
+        if isinstance(payload, journal.SegmentsPruned):
+            self._prunes.append((row[0], [(s.last_seq, s.last_hash) for s in payload.segments]))
+        elif isinstance(payload, journal.KeyRotated):
+            checkpoints.note_rotation(row[0], payload.previous)
 
     def _check_start(self, first: Reader, start_seq: int) -> None:
         """A journal that starts after seq 1 lacks its earlier segments, and no

@@ -176,3 +176,43 @@ def test_a_failing_store_is_one_line(pg_url: str, tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "failed" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_forged_prune_of_segments_the_store_never_held_is_caught(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from .journal_helpers.segmented import files_of, write_segmented
+    from .test_replay_trust_policy import _append_forged
+
+    path = tmp_path / "journal-1.db"
+    write_segmented(path, 30)
+    assert replay.ship([path], pg_url).ok  # the store holds the journal as it was then
+    write_segmented(path, 40, start=100)
+    files = files_of(path)
+    with journal.open_reader(files[-1]) as reader:
+        jid = reader.journal_id
+    assert jid is not None
+    held = replay.contiguous_seq(pg_url, jid)
+    ends = []
+    for victim in files[:-2]:  # all but the last two: more than the store ever held
+        with journal.open_reader(victim) as reader:
+            ends.append((victim.name, reader.segment.first_seq, *reader.head()))
+        victim.unlink()
+    unheld = {name for name, _, last, _ in ends if last > held}
+    assert unheld and len(unheld) < len(ends)
+    pruned = journal.SegmentsPruned(
+        segments=[
+            journal.PrunedSegment(file=f, first_seq=a, last_seq=b, last_hash=h)
+            for f, a, b, h in ends
+        ],
+        store="postgresql://store/fleet",
+        held_seq=ends[-1][2],
+        witnessed_seq=ends[-1][2],
+        witnessed_hash=ends[-1][3],
+        older_than_days=30,
+    )
+    forged = _append_forged(files[-1], pruned)
+    found = [f for f in witness_findings(pg_url, [tmp_path]) if f.rule == "witness_prune_unheld"]
+    assert {f.seq for f in found} == {forged}
+    # Only the segments the store never held are named; those it holds were prunable.
+    assert {f.detail.split(" names ")[1].split(" ")[0] for f in found} == unheld

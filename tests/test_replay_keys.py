@@ -218,10 +218,14 @@ def test_an_old_checkpoint_exported_over_a_truncated_tail_is_caught_by_a_held_ch
     # Cut without removing the stored checkpoints, the table itself tells (it is append-only).
     tamper(copy, "DELETE FROM events WHERE seq > 3")
     code, out = _verify(copy, "--trusted-key", origin.vkey, "--no-auto-checkpoint", capsys=capsys)
-    assert code == 1 and _rules(out) == [(4, "truncated_before_checkpoint")]
+    # (and no checkpoint covers the 3 events left: the one at 5 names events that are gone)
+    assert code == 1 and _rules(out) == [
+        (1, "unsigned_history"),
+        (4, "truncated_before_checkpoint"),
+    ]
 
 
-def test_a_replaced_key_file_shows_as_a_rotation_and_its_signatures_fail(
+def test_a_replaced_key_file_shows_as_a_rotation_and_fails_the_default_check(
     origin: Origin,
     auditor: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -237,10 +241,16 @@ def test_a_replaced_key_file_shows_as_a_rotation_and_its_signatures_fail(
     code, out = _verify(_copy(origin, auditor), "--trusted-key", origin.vkey, capsys=capsys)
     assert code == 1 and _rules(out) == [(N + 4, "checkpoint_unverified")] * 2
     assert "agentteam-bridge/intruder" in out["findings"][0]["detail"]
-    # On the origin machine the local (replaced) key is trusted: the original signatures fail.
+    # On the origin machine the local (replaced) key is trusted, and the journal names the key
+    # it replaced: the default check fails there, saying which key it trusted.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(origin.config))
-    code, out = _verify(origin.path, capsys=capsys)
-    assert code == 1 and [seq for seq, _ in _rules(out)] == [5, 10, 12]
+    code = main(["verify", str(origin.path), "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert code == 1 and _rules(out) == [(N + 1, "key_file_replaced")]
+    assert out["trusted_local_key_file"] and f"trusted this machine's key file {key_file}" in (
+        captured.err
+    )
 
 
 def test_an_hmac_era_journal_verifies_with_its_old_key_file(

@@ -76,9 +76,10 @@ def test_a_truncated_tail_is_found_against_the_exported_checkpoint(copied: Built
         head, _ = reader.head()
     tamper(copied.path, f"DELETE FROM events WHERE seq > {head - 3}", "DELETE FROM checkpoints")
     held = replay.verify([copied.path], checkpoints=[copied.checkpoint_path], key=copied.key)
-    assert rules(held) == [(head - 2, "truncated_before_checkpoint")]
-    # The chain alone cannot tell: without the held checkpoint the shorter journal looks whole.
-    assert replay.verify([copied.path], auto_checkpoint=False, key=copied.key).ok
+    assert rules(held) == [(1, "unsigned_history"), (head - 2, "truncated_before_checkpoint")]
+    # The chain alone cannot tell it was cut; that no signature covers what is left, it can.
+    alone = replay.verify([copied.path], auto_checkpoint=False, key=copied.key)
+    assert rules(alone) == [(1, "unsigned_history")]
 
 
 def test_a_checkpoint_signed_by_another_key_is_unverified(copied: Built) -> None:
