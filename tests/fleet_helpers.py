@@ -217,6 +217,33 @@ def rewrite_payload(path: Path, seq: int, payload: str) -> None:
         conn.close()
 
 
+def reseal_merkle(path: Path, since_seq: int = 1) -> bytes | None:
+    """What a thorough insider does after editing a v2 journal's events from ``since_seq`` on:
+    the leaves before it kept, every later event's salt, payload digest and stored tree hashes
+    made anew, so the Merkle log agrees with the edited history and only a signature can tell.
+    Returns the new tree root (None for a v1 journal)."""
+    from agentteam_task_bridge.journal import _merkle, _tlog
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        meta = "SELECT value FROM journal_meta WHERE key = 'merkle_log'"
+        if conn.execute(meta).fetchone() is None:
+            return None
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+            conn.execute(f"DROP TRIGGER {name}")
+        # The tree before since_seq, as the writer reads it (this file's border copy included).
+        tree = _tlog.load_border(conn, since_seq - 1) if since_seq > 1 else _merkle.Frontier()
+        conn.execute("DELETE FROM event_leaves WHERE seq >= ?", (since_seq,))
+        cols = ", ".join(journal.COLUMNS)
+        rows = f"SELECT {cols} FROM events WHERE seq >= ? ORDER BY seq"
+        for row in conn.execute(rows, (since_seq,)).fetchall():
+            salt, digest, stored = _tlog.leaf_extras(row, tree)
+            conn.execute(_tlog.INSERT_LEAF, (row[0], salt, digest, b"".join(stored)))
+        return tree.root()
+    finally:
+        conn.close()
+
+
 def copy_file(path: Path, target: Path) -> Path:
     shutil.copy(path, target)
     return target

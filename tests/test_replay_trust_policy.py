@@ -22,7 +22,7 @@ import pytest
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.replay._cli import main
 
-from .fleet_helpers import rewrite_payload
+from .fleet_helpers import reseal_merkle, rewrite_payload
 from .journal_helpers import KEY, VKEY
 from .journal_helpers.segmented import files_of, write_segmented
 from .replay_helpers import consolidated_copy, tamper
@@ -57,6 +57,7 @@ def _rules(out: Any) -> list[tuple[int | None, str]]:
 def _strip(path: Path) -> None:
     """Edit a payload, re-chain every hash after it, drop every signature."""
     rewrite_payload(path, 3, '{"arguments":{"i":-1}}')
+    reseal_merkle(path, 3)
     tamper(path, "DELETE FROM checkpoints")
     Path(f"{path}.checkpoint.json").unlink(missing_ok=True)
 
@@ -75,6 +76,7 @@ def _append_forged(path: Path, payload: journal.Payload) -> int:
     columns = ", ".join(journal.COLUMNS)
     marks = ", ".join("?" * len(journal.COLUMNS))
     tamper(path, f"INSERT INTO events ({columns}) VALUES ({marks})", params=row)
+    reseal_merkle(path, head + 1)
     return head + 1
 
 
@@ -216,8 +218,9 @@ def test_a_forged_journal_gap_fails(tmp_path: Path, capsys: pytest.CaptureFixtur
 # --- forks ----------------------------------------------------------------------------------
 
 
-def _resign(path: Path) -> None:
+def _resign(path: Path, since_seq: int = 1) -> None:
     """Sign the (rewritten) head with the journal's own key: each file verifies on its own."""
+    root = reseal_merkle(path, since_seq)
     with journal.open_reader(path) as reader:
         seq, head = reader.head()
         journal_id = reader.journal_id
@@ -228,13 +231,22 @@ def _resign(path: Path) -> None:
         seq=seq,
         head_hash=head,
         ts_wall="2026-01-01T00:00:00Z",
+        root_hash=None if root is None else root.hex(),
     )
     tamper(
         path,
         "DELETE FROM checkpoints",
-        "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        params=(cp.journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+        "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature,"
+        " root_hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        params=(
+            cp.journal_id,
+            cp.seq,
+            cp.head_hash,
+            cp.ts_wall,
+            cp.key_id,
+            cp.signature,
+            cp.root_hash,
+        ),
     )
 
 
@@ -249,7 +261,7 @@ def test_two_histories_under_one_journal_id_are_a_fork_and_no_reader_picks_one(
     a = consolidated_copy(original, given / "a.db")
     b = consolidated_copy(original, given / "b.db")
     rewrite_payload(b, at, '{"arguments":{"i":-1}}')
-    _resign(b)
+    _resign(b, at)
     for alone in (a, b):  # each history verifies on its own
         assert _verify(capsys, alone, "--trusted-key", VKEY.to_text())[0] == 0
     code, out = _verify(capsys, given, "--trusted-key", VKEY.to_text())
@@ -263,7 +275,7 @@ def test_two_histories_under_one_journal_id_are_a_fork_and_no_reader_picks_one(
     consolidated_copy(original, given / "a.db")
     cut = consolidated_copy(original, given / "cut.db")
     tamper(cut, "DELETE FROM events WHERE seq > 4", "DELETE FROM checkpoints WHERE seq > 4")
-    _resign(cut)
+    _resign(cut, 5)
     code, out = _verify(capsys, given, "--trusted-key", VKEY.to_text())
     assert code == 0, out["findings"]
     assert main(["calls", str(given), "--json"]) == 0
@@ -283,6 +295,7 @@ def test_a_key_file_replaced_and_the_old_signatures_removed_fails_the_default_ch
     key_file = journal.default_key_path()
     key_file.write_text(intruder.to_text() + "\n")
     rewrite_payload(path, 3, '{"arguments":{"i":-1}}')
+    reseal_merkle(path, 3)
     tamper(path, "DELETE FROM checkpoints")
     _write(path, 3, key=journal.load_key(key_file, create=False), first=N)
     code = main(["verify", str(path), "--json"])
@@ -314,7 +327,9 @@ def test_a_key_rotation_verifies_under_the_key_that_took_over(
     tamper(path, f"UPDATE checkpoints SET seq = {N - 1}, head_hash = (SELECT hash FROM events"
            f" WHERE seq = {N - 1}) WHERE seq = {N}")  # fmt: skip
     code, out = _verify(capsys, path, "--trusted-key", new.verifier.to_text())
-    assert code == 1 and _rules(out) == [(N - 1, "checkpoint_signature_invalid")]
+    # (its signed tree root no longer matches either, in a v2 journal)
+    assert code == 1 and (N - 1, "checkpoint_signature_invalid") in _rules(out)
+    assert {seq for seq, _ in _rules(out)} == {N - 1}
 
 
 def test_the_policy_findings_are_in_the_published_schema_fields(tmp_path: Path) -> None:
