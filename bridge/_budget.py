@@ -4,7 +4,8 @@ A budget is UTF-8 bytes of the final compact JSON of `structuredContent`. A resu
 returned whole. One that does not is cut in this order, each step only as far as needed:
 
 1. a `task_list` page keeps the items that fit (at least one) and answers a bridge cursor that
-   resumes exactly after the last item kept (`meta.next_cursor`, `meta.continuation`);
+   resumes after the last item kept, by its identity (`meta.next_cursor`, `meta.continuation`;
+   see `_cursor`);
 2. long strings are cut to a common byte cap, longest first, on a character boundary, and end
    with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
 3. lists inside items (labels, checklist, urls, checkpoints...) keep their first entries; then
@@ -21,8 +22,6 @@ answer is never an error because of its size (a committed receipt shrinks to its
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import re
 from collections.abc import Collection
@@ -30,12 +29,11 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ._errors import ToolError
+from ._cursor import Cursors, PageState
 
 log = logging.getLogger("agentteam.bridge")
 _encode = msgspec.json.Encoder(order="sorted").encode
 _plain = msgspec.json.Encoder().encode
-CURSOR_PREFIX = "bt1."
 ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(ELLIPSIS.encode())
 # Budget for an error envelope (messages and candidates are bounded by the same rules).
@@ -61,51 +59,11 @@ _IDENTITY_KEYS = frozenset(
     }
 )
 _MAX_PATHS = 16
+# Signs the cursors of pages cut only to measure them (`keeps_identities`).
+_SIZING = Cursors.ephemeral()
 # Room kept for `truncated_fields` and `truncation_note` while cutting (widened when short).
 _MARKER_RESERVE = 2048
 _INDEX = re.compile(r"\[\d+\]")
-
-
-class PageState(NamedTuple):
-    """Where a list page came from, to continue it after a cut: the upstream cursor that fetched
-    it, how many of its items earlier answers already gave (skipped), and the digest of the list
-    arguments its cursors are bound to."""
-
-    upstream_cursor: str | None
-    skipped: int
-    digest: str
-
-
-def list_digest(arguments: dict[str, Any]) -> str:
-    """What a bridge cursor is bound to: every list argument but the cursor and the limit."""
-    scope = {k: v for k, v in arguments.items() if k not in ("cursor", "limit")}
-    return hashlib.sha256(_encode(scope)).hexdigest()[:16]
-
-
-def encode_cursor(upstream: str | None, skip: int, digest: str) -> str:
-    raw = _encode({"u": upstream, "s": skip, "d": digest})
-    return CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, digest: str) -> tuple[str | None, int]:
-    """(upstream cursor, items to skip) from a bridge cursor; a plain cursor passes through."""
-    if not cursor.startswith(CURSOR_PREFIX):
-        return cursor, 0
-    body = cursor[len(CURSOR_PREFIX) :]
-    try:
-        state = msgspec.json.decode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        upstream, skip, bound = state["u"], int(state["s"]), state["d"]
-    except (ValueError, KeyError, TypeError, msgspec.DecodeError):
-        raise ToolError(
-            "cursor_invalid",
-            field_errors={"$.cursor": "not a cursor from this tool"},
-            suggested_action=None,
-        ) from None
-    if bound != digest:
-        raise ToolError(
-            "cursor_mismatch", field_errors={"$.cursor": "issued for another query or filter set"}
-        )
-    return upstream, max(0, skip)
 
 
 def size(envelope: dict[str, Any]) -> int:
@@ -131,12 +89,13 @@ def fit(
     *,
     list_state: PageState | None = None,
     list_arguments: dict[str, Any] | None = None,
+    cursors: Cursors | None = None,
 ) -> bool:
     """Bound the envelope to `limit` bytes of compact JSON in place; True when truncated.
 
-    `list_state` is the PageState needed to continue a cut page (of a `paged` tool), and
-    `list_arguments` the call's arguments, repeated in `meta.continuation`. Never raises: at
-    worst it logs that the floor is over the budget.
+    `list_state` is the PageState needed to continue a cut page (of a `paged` tool), `cursors`
+    what signs its cursor, and `list_arguments` the call's arguments, repeated in
+    `meta.continuation`. Never raises: at worst it logs that the floor is over the budget.
     """
     if size(envelope) <= limit:
         return False
@@ -147,7 +106,7 @@ def fit(
         envelope.update({**original, "meta": dict(original["meta"])})
         if isinstance(original.get("data"), dict):  # a page cut replaces `items` in its copy
             envelope["data"] = dict(original["data"])
-        _cut(tool, limit - reserve, envelope, list_state, list_arguments or {})
+        _cut(tool, limit - reserve, envelope, list_state, list_arguments or {}, cursors)
         over = size(envelope) - limit
         if over <= 0:
             return True
@@ -162,6 +121,7 @@ def _cut(
     envelope: dict[str, Any],
     list_state: PageState | None,
     arguments: dict[str, Any],
+    cursors: Cursors | None,
 ) -> None:
     data = envelope.get("data")
     meta = envelope["meta"]
@@ -170,10 +130,10 @@ def _cut(
     page_cut = False
     if isinstance(data, dict):
         if list_state is not None and isinstance(data.get("items"), list):
-            page_cut = _cut_page(tool, envelope, limit, list_state, arguments)
+            page_cut = _cut_page(tool, envelope, limit, list_state, arguments, cursors)
             if page_cut:
                 paths.append("$.data.items")
-        # A cut page's cursor counts its items: they are never shortened after it.
+        # A cut page's items are the ones its cursor continues after: never dropped after it.
         protected = ("$.data.items",) if list_state is not None else ()
         paths += _Cutter(envelope, limit, protected).run()
     _mark(tool, meta, paths, page_cut)
@@ -191,7 +151,7 @@ def keeps_identities(
     trial: dict[str, Any] = msgspec.json.decode(_plain({**envelope, "meta": {}}))
     limit -= _MARKER_RESERVE
     if list_state is not None and isinstance(trial["data"].get("items"), list):
-        _cut_page(tool, trial, limit, list_state, {})
+        _cut_page(tool, trial, limit, list_state, {}, None)
     return _Cutter(trial, limit, ("$.data.items",))._fits(_Caps(text=0, inner=0))
 
 
@@ -201,14 +161,15 @@ def _cut_page(
     limit: int,
     list_state: PageState,
     arguments: dict[str, Any],
+    cursors: Cursors | None,
 ) -> bool:
     """Keep the page's first items that fit (at least one); True when items were dropped."""
     data, meta = envelope["data"], envelope["meta"]
     items: list[Any] = data["items"]
-    upstream, skipped, digest = list_state
+    signer = cursors or _SIZING
 
     def page(keep: int) -> dict[str, Any]:
-        cursor = encode_cursor(upstream, skipped + keep, digest)
+        cursor = signer.issue(list_state, items[:keep])
         continuation = {"tool": tool, "arguments": {**arguments, "cursor": cursor}}
         return {
             **envelope,

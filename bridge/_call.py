@@ -52,9 +52,17 @@ from agentteam_task_bridge.journal import (
 
 from . import _inputs as inp
 from ._answer import Answer
-from ._budget import PageState, decode_cursor, fit, list_digest
+from ._budget import fit
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import CredentialError, Credentials, LaunchContext
+from ._cursor import (
+    CURSOR_PREFIX,
+    Cursors,
+    PageState,
+    effective_sort,
+    list_digest,
+    undelivered,
+)
 from ._dto import from_upstream
 from ._errors import (
     CODES,
@@ -124,8 +132,12 @@ class Bridge:
         session: Session,
         compat: Policy = "hint",
         tracing: Tracing | None = None,
+        cursors: Cursors | None = None,
     ) -> None:
         self.compat = compat
+        # Signs the cursors of the pages it cuts: the installation's key (`serve`), or one of
+        # this process only.
+        self.cursors = cursors or Cursors.ephemeral()
         self.tracing = tracing
         self.launch = launch
         self.credentials = credentials
@@ -341,7 +353,7 @@ class Bridge:
         list_state = None
         upstream_args = args
         if spec.paged:
-            upstream_args, list_state = _list_upstream(args)
+            upstream_args, list_state = self._list_upstream(args)
         try:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
@@ -361,6 +373,8 @@ class Bridge:
                 )
             )
         try:
+            if list_state is not None:
+                body, list_state = self._resume_page(args, body, list_state)
             data, result_meta = self._normalize(spec, body, list_state)
         except _Unusable:
             raise malformed_answer(kind) from None
@@ -369,7 +383,12 @@ class Bridge:
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         # Never raises: after a 2xx the answer is the outcome, cut to fit if it must be.
         truncated = fit(
-            spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+            spec.name,
+            spec.budget_bytes,
+            envelope,
+            list_state=list_state,
+            list_arguments=args,
+            cursors=self.cursors,
         )
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
@@ -379,7 +398,14 @@ class Bridge:
         if note is not None:
             # The effect happened, so the answer is the result; but never a plain success.
             envelope.setdefault("meta", {})["journal"] = note
-            fit(spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
+            fit(
+                spec.name,
+                spec.budget_bytes,
+                envelope,
+                list_state=list_state,
+                list_arguments=args,
+                cursors=self.cursors,
+            )
             text = render(spec.name, envelope) + "\n" + _unrecorded_line(note)
         return Answer(text, envelope, False, _routing_meta(spec, envelope["data"]))
 
@@ -541,6 +567,46 @@ class Bridge:
             raise malformed_answer(kind)
         return None
 
+    def _list_upstream(self, args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
+        """The upstream list arguments of a page, where it continues (a bridge cursor opened,
+        an upstream one passed through) and how many items of that upstream page were given
+        already: fetched again with room for them, they are dropped by `_resume_page`."""
+        state = PageState(None, list_digest(args, self.launch.workspace_id), effective_sort(args))
+        upstream_args = dict(args)
+        cursor = upstream_args.pop("cursor", None)
+        delivered = 0
+        if isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX):
+            state, delivered = self.cursors.open(cursor, state.digest, state.sort)
+        elif isinstance(cursor, str):
+            state = state._replace(upstream_cursor=cursor)
+        if state.upstream_cursor is not None:
+            upstream_args["cursor"] = state.upstream_cursor
+        limit = args.get("limit", inp.DEFAULT_LIMIT)
+        upstream_args["limit"] = min(inp.MAX_LIMIT, limit + delivered)
+        return upstream_args, state
+
+    def _resume_page(
+        self, args: dict[str, Any], body: Any, state: PageState
+    ) -> tuple[Any, PageState]:
+        """An upstream page without the items given before, at most `limit` of them, and its
+        `nextCursor`: the upstream's own when the page is given whole, else a bridge cursor."""
+        if not isinstance(body, dict):
+            raise _Unusable
+        items = body.get("items")
+        if not isinstance(items, list):
+            raise _Unusable
+        fresh = undelivered(state, items)
+        state = state._replace(dropped=len(items) - len(fresh))
+        limit = args.get("limit", inp.DEFAULT_LIMIT)
+        body = {**body, "items": fresh[:limit]}
+        upstream_next = body.get("nextCursor")
+        if len(fresh) > limit:
+            body["nextCursor"] = self.cursors.issue(state, fresh[:limit])
+        elif not fresh and isinstance(upstream_next, str) and (state.after or state.seen):
+            # Every item of this fetch was given before: go on from the upstream's next page.
+            body["nextCursor"] = self.cursors.issue(state, [], upstream=upstream_next)
+        return body, state
+
     def _normalize(
         self,
         spec: ToolSpec,
@@ -552,11 +618,6 @@ class Bridge:
             raise _Unusable
         body = dict(body)
         next_cursor = body.pop("nextCursor", None)
-        if list_state is not None and list_state.skipped:
-            items = body.get("items", [])
-            if not isinstance(items, list):  # the bridge cursor slices a list, nothing else
-                raise _Unusable
-            body["items"] = items[list_state.skipped :]
         try:
             data = from_upstream(body, spec.data_type)  # camelCase in, snake_case out
         except msgspec.ValidationError:
@@ -706,22 +767,6 @@ class _Rejected(Exception):
     def __init__(self, error: ToolError) -> None:
         super().__init__(error.code)
         self.error = error
-
-
-def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
-    """Unwrap a bridge cursor (a truncated page's continuation) into the upstream cursor."""
-    digest = list_digest(args)
-    upstream_args = dict(args)
-    skip = 0
-    upstream_cursor = args.get("cursor")
-    if isinstance(upstream_cursor, str):
-        upstream_cursor, skip = decode_cursor(upstream_cursor, digest)
-        if upstream_cursor is None:
-            upstream_args.pop("cursor")
-        else:
-            upstream_args["cursor"] = upstream_cursor
-    upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
-    return upstream_args, PageState(upstream_cursor, skip, digest)
 
 
 def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:

@@ -9,15 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentteam_task_bridge.bridge._budget import (
-    cut_text,
-    decode_cursor,
-    encode_cursor,
-    fit,
-    list_digest,
-    size,
-)
+from agentteam_task_bridge.bridge._budget import cut_text, fit, size
+from agentteam_task_bridge.bridge._cursor import Cursors, PageState, list_digest
 from agentteam_task_bridge.bridge._errors import ToolError
+
+CURSORS = Cursors(b"k" * 32)
 
 EMOJI = "😀"  # 4 UTF-8 bytes
 
@@ -49,7 +45,7 @@ def _compact_bytes(envelope: dict[str, Any]) -> int:
 def test_a_result_within_budget_is_untouched() -> None:
     envelope = {"data": {"channel": "general", "items": _items(2)}, "meta": {}}
     before = json.dumps(envelope)
-    assert not fit("task_list", 10_000, envelope, list_state=(None, 0, "d"))
+    assert not fit("task_list", 10_000, envelope, list_state=PageState(None, "d"))
     assert json.dumps(envelope) == before
 
 
@@ -64,7 +60,8 @@ def test_a_cut_string_is_valid_utf8_within_its_bytes_and_marked(text: str) -> No
 def test_a_cut_list_is_marked_and_its_cursor_resumes_after_the_last_kept_item() -> None:
     envelope: dict[str, Any] = {"data": {"channel": "general", "items": _items(40)}, "meta": {}}
     args = {"channel": "general", "limit": 40}
-    assert fit("task_list", 8_000, envelope, list_state=("up1", 5, "d"), list_arguments=args)
+    state = PageState("up1", "d", dropped=5)
+    assert fit("task_list", 8_000, envelope, list_state=state, list_arguments=args, cursors=CURSORS)
     result = envelope
     assert result["meta"]["truncated"] is True
     assert result["meta"]["truncated_fields"] == ["$.data.items"]
@@ -76,30 +73,35 @@ def test_a_cut_list_is_marked_and_its_cursor_resumes_after_the_last_kept_item() 
     }
     kept = len(result["data"]["items"])
     assert 0 < kept < 40
-    assert decode_cursor(result["meta"]["next_cursor"], "d") == ("up1", 5 + kept)
+    last = result["data"]["items"][-1]["number"]
+    opened, delivered = CURSORS.open(result["meta"]["next_cursor"], "d", "number")
+    assert (opened.upstream_cursor, opened.after, delivered) == ("up1", (last,), 5 + kept)
 
 
 def test_a_page_always_keeps_one_item_cutting_its_strings() -> None:
     items = [_summary(1, EMOJI * 200, [EMOJI * 50] * 20), _summary(2, "b", [])]
     envelope: dict[str, Any] = {"data": {"channel": "general", "items": items}, "meta": {}}
-    assert fit("task_list", 2_000, envelope, list_state=(None, 0, "d"), list_arguments={})
+    state = PageState(None, "d")
+    assert fit("task_list", 2_000, envelope, list_state=state, list_arguments={}, cursors=CURSORS)
     assert [t["number"] for t in envelope["data"]["items"]] == [1]
-    assert decode_cursor(envelope["meta"]["next_cursor"], "d") == (None, 1)
+    opened, delivered = CURSORS.open(envelope["meta"]["next_cursor"], "d", "number")
+    assert (opened.upstream_cursor, opened.after, delivered) == (None, (1,), 1)
     assert _compact_bytes(envelope) <= 2_000
     assert set(envelope["data"]["items"][0]) == set(items[0])  # every property stays
 
 
-def test_bridge_cursors_are_bound_to_the_query() -> None:
+def test_bridge_cursors_are_bound_to_the_query_and_the_workspace() -> None:
     args = {"channel": "general", "query": "x"}
-    cursor = encode_cursor(None, 3, list_digest(args))
-    assert decode_cursor(cursor, list_digest({**args, "limit": 5})) == (None, 3)
-    with pytest.raises(ToolError) as mismatch:
-        decode_cursor(cursor, list_digest({**args, "status": "done"}))
-    assert mismatch.value.code == "cursor_mismatch"
+    cursor = CURSORS.issue(PageState(None, list_digest(args, "ws_1"), "relevance"), [{"number": 3}])
+    opened, _ = CURSORS.open(cursor, list_digest({**args, "limit": 5}, "ws_1"), "relevance")
+    assert opened.seen == (3,)
+    for other in (list_digest({**args, "status": "done"}, "ws_1"), list_digest(args, "ws_2")):
+        with pytest.raises(ToolError) as mismatch:
+            CURSORS.open(cursor, other, "relevance")
+        assert mismatch.value.code == "cursor_mismatch"
     with pytest.raises(ToolError) as invalid:
-        decode_cursor("bt1.!!!", "d")
+        CURSORS.open("bt1.!!!", "d", "number")
     assert invalid.value.code == "cursor_invalid"
-    assert decode_cursor("opaque-upstream", "d") == ("opaque-upstream", 0)
 
 
 def test_a_receipt_keeps_every_task_and_every_property() -> None:

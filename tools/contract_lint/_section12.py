@@ -244,7 +244,7 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             yield Violation("result_budgets", t.name, "budget_class", f"unknown class {budget}")
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
-        state = PageState(None, 0, "digest") if budget == "collection" else None
+        state = PageState(None, "digest") if budget == "collection" else None
         # Only a collection has a continuation for the items it leaves out.
         if "items" in data and budget != "collection":
             yield Violation("result_budgets", t.name, "", "a page needs the collection budget")
