@@ -321,9 +321,18 @@ class Bridge:
                 )
             )
         if migration is not None:
-            translated = migration.map_arguments(translated)
+            try:
+                translated = migration.map_arguments(translated)
+            except ToolError as exc:
+                raise _Rejected(exc) from None
             if self.compat != "forward":
-                raise _Rejected(tool_refusal(self.compat, migration, translated))
+                invalid = None
+                if self.compat == "hint":  # a suggestion is a valid call, or there is none
+                    try:
+                        validate(spec.input_type, translated)
+                    except ToolError as exc:
+                        invalid = exc
+                raise _Rejected(tool_refusal(self.compat, migration, translated, invalid))
             call.rename(spec.name)
         if argument_uses and self.compat == "strict":
             raise _Rejected(strict_refusal(argument_uses))
