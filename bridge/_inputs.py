@@ -392,7 +392,7 @@ class TaskUpdateInput(_Input, frozen=True):
             Meta(
                 max_length=64,
                 pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$",
-                description="The task's `updated_at` you last read (RFC3339 UTC); a newer task refuses the update as stale. Default: no check.",
+                description="The task's `updated_at` you last read (RFC3339 UTC, compared as an instant); a newer task refuses the update as stale. Default: no check.",
             ),
         ]
         | UnsetType
