@@ -6,6 +6,11 @@ adapter, of the upstream DTO. Every optional field states its default in its des
 every enum what an unknown value does (contract 4.4). `SPELLED_DEFAULTS` names the defaults a
 model can write out; validation folds them away, so a default written out and a default left out
 are one request (one idempotency digest, one list cursor).
+
+`""` has one meaning per field, the same in create, update and idempotency folding: for a
+description it is "no description" (omitted at creation, cleared as by null in a patch:
+`EMPTY_MEANS_NULL`); every other text field refuses it (a minimum length), and a title of only
+whitespace is refused as well.
 """
 
 from __future__ import annotations
@@ -298,7 +303,8 @@ class TaskCreateInput(_Input, frozen=True):
 class Patch(_Input, frozen=True):
     title: Annotated[Title, Meta(description="New title.")] | UnsetType = UNSET
     description: (
-        Annotated[Description | None, Meta(description="New description; null clears.")] | UnsetType
+        Annotated[Description | None, Meta(description='New description; null or "" clears.')]
+        | UnsetType
     ) = UNSET
     status: (
         Annotated[
@@ -458,3 +464,5 @@ SPELLED_DEFAULTS: dict[type[Struct], dict[str, Any]] = {
         "filters": ListFilters(),
     },
 }
+# Text fields of a patch where `""` means null (clear), as it means "none" at creation.
+EMPTY_MEANS_NULL: dict[type[Struct], tuple[str, ...]] = {Patch: ("description",)}

@@ -159,11 +159,14 @@ def fold_defaults(value: _T) -> _T:
     if not isinstance(value, msgspec.Struct):
         return value
     defaults = inp.SPELLED_DEFAULTS.get(type(value), {})
+    empty_is_null = inp.EMPTY_MEANS_NULL.get(type(value), ())
     changes: dict[str, Any] = {}
     for name in value.__struct_fields__:
         current = getattr(value, name)
         if name in defaults and current == defaults[name]:
             changes[name] = msgspec.UNSET
+        elif name in empty_is_null and current == "":
+            changes[name] = None
         elif isinstance(current, msgspec.Struct) or (
             isinstance(current, list) and current and isinstance(current[0], msgspec.Struct)
         ):
@@ -209,6 +212,9 @@ def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
         errors["$.channel"] = "required unless `parent_task_scope` is given"
     if has_scope and v.parent is not msgspec.UNSET:
         errors["$.parent"] = "cannot be combined with `parent_task_scope`"
+    for i, task in enumerate(v.tasks):
+        if not task.title.strip():
+            errors[f"$.tasks[{i}].title"] = "must not be blank"
     if len(v.tasks) > 1:
         for i, task in enumerate(v.tasks):
             extra = [
@@ -232,6 +238,8 @@ def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
 def _update_rules(v: inp.TaskUpdateInput) -> dict[str, str]:
     if all(getattr(v.patch, f) is msgspec.UNSET for f in v.patch.__struct_fields__):
         return {"$.patch": "empty; set at least one field"}
+    if isinstance(v.patch.title, str) and not v.patch.title.strip():
+        return {"$.patch.title": "must not be blank"}
     if isinstance(v.expected_updated_at, str) and not real_instant(v.expected_updated_at):
         return {
             "$.expected_updated_at": "not a real instant (no such date or time); pass the "
