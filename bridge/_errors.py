@@ -578,7 +578,11 @@ def _candidates(items: Any) -> list[dict[str, Any]] | None:
 
 
 def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
-    """An advisory next call for a product failure (section 8.2); it grants no authority."""
+    """An advisory next call for a product failure (section 8.2); it grants no authority.
+
+    Each is a valid call (`args` are the call's validated arguments) that succeeds when sent back
+    unchanged as things stand after the failure; where no call would, none is suggested
+    (tests/test_bridge_suggestions.py sends every one)."""
     channel = args.get("channel")
     locator = {"channel": channel, "number": args.get("number")}
     if error.code == "stale_update" and channel:
@@ -606,6 +610,7 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
             if titles
             else None
         )
-    if error.code == "outcome_unknown" and "number" in args and channel:
+    if error.code == "outcome_unknown" and "number" in args and channel and tool != "task_delete":
+        # A delete in doubt gets none: a task_get that fails (task_deleted) is how it would tell.
         return {"tool": "task_get", "arguments": locator}
     return None
