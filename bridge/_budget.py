@@ -6,8 +6,9 @@ returned whole. One that does not is cut in this order, each step only as far as
 1. a `task_list` page keeps the items that fit (at least one) and answers a bridge cursor that
    resumes after the last item kept, by its identity (`meta.next_cursor`, `meta.continuation`;
    see `_cursor`);
-2. long strings are cut to a common byte cap, longest first, on a character boundary, and end
-   with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
+2. long strings are cut to a common byte cap, longest first, on an extended grapheme cluster
+   boundary (UAX #29: a ZWJ family, a flag, a letter with its combining marks stay whole or go
+   whole), and end with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
 3. lists inside items (labels, checklist, urls, checkpoints...) keep their first entries; then
    the lists of results themselves (tasks, numbers, failures), only for answers no valid upstream
    can produce;
@@ -22,12 +23,16 @@ answer is never an error because of its size (a committed receipt shrinks to its
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import re
+from bisect import bisect_right
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import msgspec
+import regex
 
 from ._cursor import Cursors, PageState
 
@@ -64,6 +69,8 @@ _SIZING = Cursors.ephemeral()
 # Room kept for `truncated_fields` and `truncation_note` while cutting (widened when short).
 _MARKER_RESERVE = 2048
 _INDEX = re.compile(r"\[\d+\]")
+# An extended grapheme cluster (UAX #29), by the `regex` module's Unicode tables.
+_GRAPHEME = regex.compile(r"\X")
 
 
 def size(envelope: dict[str, Any]) -> int:
@@ -72,14 +79,29 @@ def size(envelope: dict[str, Any]) -> int:
 
 
 def cut_text(text: str, max_bytes: int) -> str:
-    """`text` in at most `max_bytes` UTF-8 bytes, on a character boundary, ending with "…"."""
+    """`text` in at most `max_bytes` UTF-8 bytes, on an extended grapheme cluster boundary,
+    ending with "…"."""
     raw = text.encode()
     if len(raw) <= max_bytes:
         return text
-    keep = max(0, max_bytes - _ELLIPSIS_BYTES)
-    # A prefix of valid UTF-8 can only end in a partial sequence, which "ignore" drops.
-    head = raw[:keep].decode(errors="ignore")
-    return head + ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
+    if max_bytes < _ELLIPSIS_BYTES:
+        return ""
+    keep = max_bytes - _ELLIPSIS_BYTES
+    if text.isascii():  # one byte a character, and every cluster one character but CR LF
+        return text[: keep - (text[keep - 1 : keep + 1] == "\r\n")] + ELLIPSIS
+    byte_ends, char_ends = _clusters(text)
+    whole = bisect_right(byte_ends, keep)  # the clusters that fit whole
+    return text[: char_ends[whole - 1] if whole else 0] + ELLIPSIS
+
+
+# The cut search tries many caps on the same strings: their clusters are found once.
+@functools.lru_cache(maxsize=256)
+def _clusters(text: str) -> tuple[list[int], list[int]]:
+    """The UTF-8 byte offset and the character offset where each grapheme cluster of `text`
+    ends."""
+    clusters = _GRAPHEME.findall(text)
+    byte_ends = list(itertools.accumulate(len(c.encode()) for c in clusters))
+    return byte_ends, list(itertools.accumulate(len(c) for c in clusters))
 
 
 def fit(

@@ -215,3 +215,45 @@ def test_fit_never_raises_and_keeps_every_property(data: dict[str, Any], limit: 
         assert set(kept) == set(was)
         title = kept["title"]
         assert title == was["title"] or was["title"].startswith(title.removesuffix("…"))
+
+
+# Extended grapheme clusters (UAX #29) a cut must keep whole or drop whole (issue 28, B4).
+CLUSTERS = [
+    "a",
+    "\r\n",  # CR LF: one cluster
+    "e\u0308",  # e + combining diaeresis
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466",  # ZWJ family
+    "\U0001f1eb\U0001f1f7",  # a flag: two regional indicators
+    "\U0001f44d\U0001f3fd",  # thumbs up + skin tone
+    "\u1100\u1161\u11a8",  # Hangul L V T jamo: one syllable
+    "\u0915\u094d\u0937",  # Devanagari conjunct (virama): one cluster (Unicode 15.1)
+    "\U0001f3f3\ufe0f\u200d\U0001f308",  # rainbow flag: ZWJ sequence with VS16
+    "漢",
+    "😀",
+]
+
+
+@given(st.lists(st.sampled_from(CLUSTERS), min_size=1, max_size=30))
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_a_cut_never_splits_a_grapheme_cluster(parts: list[str]) -> None:
+    text = "".join(parts)
+    size_of = len(text.encode())
+    for limit in range(size_of + 1):
+        cut = cut_text(text, limit)
+        assert len(cut.encode()) <= limit
+        if cut == text or cut == "":
+            continue
+        head = cut.removesuffix("…")
+        # The head is exactly the first k clusters, for the largest k that fits.
+        prefixes = ["".join(parts[:k]) for k in range(len(parts) + 1)]
+        assert head in prefixes, (parts, limit, head)
+        k = prefixes.index(head)
+        assert len(prefixes[k + 1].encode()) + len("…".encode()) > limit
+
+
+def test_the_audits_clusters_survive_a_cut_whole_or_not_at_all() -> None:
+    family = CLUSTERS[3]
+    assert cut_text("ab" + family + "cdefgh", 2 + 3 + len(family.encode()) - 1) == "ab…"
+    assert cut_text("x" + "e\u0308" * 3, 1 + 3 + 1 + 3) == "xe\u0308…"  # never a bare "e"
+    assert cut_text("\U0001f1eb\U0001f1f7" * 3, 8 + 3 + 4) == "\U0001f1eb\U0001f1f7…"
+    assert cut_text("ab\r\ncdef", 2 + 1 + 3) == "ab…"  # CR LF stays whole
