@@ -40,7 +40,6 @@ Channel = Annotated[
         max_length=64,
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
         description="Board slug, e.g. `general`.",
-        examples=["general"],
     ),
 ]
 Number = Annotated[int, Meta(ge=1, le=2**53, description="Board-local task number (positive).")]
@@ -55,7 +54,6 @@ MemberRef = Annotated[
     Meta(
         pattern=r"^@[a-z0-9][a-z0-9_.-]{0,63}$",
         description="Canonical member handle, e.g. `@alice`.",
-        examples=["@alice"],
     ),
 ]
 Label = Annotated[str, Meta(min_length=1, max_length=50)]
