@@ -9,7 +9,8 @@ deprecated usage. The `--compat` policy decides the answer:
                                                      replacement
     hint      translated; notice in `meta`           not executed: `suggested_action` holds the
                                                      replacement and fully mapped arguments
-                                                     (only when they are a valid call)
+                                                     (only when they are a valid call; else
+                                                     `field_errors` say what is missing)
     forward   translated; notice in `meta`           executed through the mapping; notice in `meta`
 
 Names in no table fail closed in every policy. An old name whose mapping fixes an argument
@@ -217,10 +218,11 @@ def tool_refusal(
 ) -> ToolError:
     """The answer to an old tool name under `strict` or `hint`; `invalid` is why the mapped
     arguments are no valid call of the replacement (then nothing is suggested)."""
-    if invalid is not None:
+    if invalid is not None:  # still the old name's answer, without a call that would fail
         return ToolError(
-            invalid.code,
-            f"`{migration.old_name}` is deprecated; call `{migration.tool}`. {invalid.message}",
+            "deprecated_tool",
+            f"`{migration.old_name}` is deprecated; call `{migration.tool}`, whose arguments "
+            f"these are not: {invalid.message}",
             field_errors=invalid.field_errors,
         )
     if policy == "strict":

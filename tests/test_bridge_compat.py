@@ -216,7 +216,7 @@ async def test_hint_suggests_no_replacement_call_that_would_be_invalid(
 ) -> None:
     # The audit's A10: `get_task` without `number` was answered with `task_get {channel}`.
     async with _bridge(file_runtime, tmp_path, "hint") as bridge:
-        error = await bridge.fails("get_task", {"channel": "general"}, code="invalid_arguments")
+        error = await bridge.fails("get_task", {"channel": "general"}, code="deprecated_tool")
         assert "suggested_action" not in error
         assert error["field_errors"] == {"$.number": "required"}
         assert "task_get" in error["message"]
