@@ -50,19 +50,11 @@ from agentteam_task_bridge.journal import (
     tasks_route,
 )
 
-from . import _inputs as inp
 from ._answer import Answer
 from ._budget import fit
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import CredentialError, Credentials, LaunchContext
-from ._cursor import (
-    CURSOR_PREFIX,
-    Cursors,
-    PageState,
-    effective_sort,
-    list_digest,
-    undelivered,
-)
+from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request
 from ._dto import from_upstream
 from ._errors import (
     CODES,
@@ -362,7 +354,7 @@ class Bridge:
         list_state = None
         upstream_args = args
         if spec.paged:
-            upstream_args, list_state = self._list_upstream(args)
+            upstream_args, list_state = page_request(args, self.launch.workspace_id, self.cursors)
         try:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
@@ -383,9 +375,9 @@ class Bridge:
             )
         try:
             if list_state is not None:
-                body, list_state = self._resume_page(args, body, list_state)
+                body, list_state = page_answer(args, body, list_state, self.cursors)
             data, result_meta = self._normalize(spec, body, list_state)
-        except _Unusable:
+        except (_Unusable, NotAPage):
             raise malformed_answer(kind) from None
         if notices:
             result_meta["deprecation"] = {"uses": notices}
@@ -575,46 +567,6 @@ class Bridge:
         if 200 <= reply.status < 300:
             raise malformed_answer(kind)
         return None
-
-    def _list_upstream(self, args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
-        """The upstream list arguments of a page, where it continues (a bridge cursor opened,
-        an upstream one passed through) and how many items of that upstream page were given
-        already: fetched again with room for them, they are dropped by `_resume_page`."""
-        state = PageState(None, list_digest(args, self.launch.workspace_id), effective_sort(args))
-        upstream_args = dict(args)
-        cursor = upstream_args.pop("cursor", None)
-        delivered = 0
-        if isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX):
-            state, delivered = self.cursors.open(cursor, state.digest, state.sort)
-        elif isinstance(cursor, str):
-            state = state._replace(upstream_cursor=cursor)
-        if state.upstream_cursor is not None:
-            upstream_args["cursor"] = state.upstream_cursor
-        limit = args.get("limit", inp.DEFAULT_LIMIT)
-        upstream_args["limit"] = min(inp.MAX_LIMIT, limit + delivered)
-        return upstream_args, state
-
-    def _resume_page(
-        self, args: dict[str, Any], body: Any, state: PageState
-    ) -> tuple[Any, PageState]:
-        """An upstream page without the items given before, at most `limit` of them, and its
-        `nextCursor`: the upstream's own when the page is given whole, else a bridge cursor."""
-        if not isinstance(body, dict):
-            raise _Unusable
-        items = body.get("items")
-        if not isinstance(items, list):
-            raise _Unusable
-        fresh = undelivered(state, items)
-        state = state._replace(dropped=len(items) - len(fresh))
-        limit = args.get("limit", inp.DEFAULT_LIMIT)
-        body = {**body, "items": fresh[:limit]}
-        upstream_next = body.get("nextCursor")
-        if len(fresh) > limit:
-            body["nextCursor"] = self.cursors.issue(state, fresh[:limit])
-        elif not fresh and isinstance(upstream_next, str) and (state.after or state.seen):
-            # Every item of this fetch was given before: go on from the upstream's next page.
-            body["nextCursor"] = self.cursors.issue(state, [], upstream=upstream_next)
-        return body, state
 
     def _normalize(
         self,

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from . import _inputs as inp
 from ._errors import ToolError
 from ._paths import loose_mode, make_private_dir
 
@@ -191,6 +192,53 @@ class Cursors:
     def _mac(self, body: bytes) -> str:
         mac = hmac.new(self._secret, CURSOR_PREFIX.encode() + body, hashlib.sha256)
         return mac.hexdigest()[:_MAC_HEX]
+
+
+class NotAPage(ValueError):
+    """An upstream list answer without a list of items: nothing a cursor can continue."""
+
+
+def page_request(
+    args: dict[str, Any], workspace: str, cursors: Cursors
+) -> tuple[dict[str, Any], PageState]:
+    """The upstream arguments of a list call and where its page continues: a bridge cursor
+    opened (its upstream page fetched again, with room for the items given from it already),
+    an upstream cursor passed through."""
+    state = PageState(None, list_digest(args, workspace), effective_sort(args))
+    upstream_args = dict(args)
+    cursor = upstream_args.pop("cursor", None)
+    delivered = 0
+    if isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX):
+        state, delivered = cursors.open(cursor, state.digest, state.sort)
+    elif isinstance(cursor, str):
+        state = state._replace(upstream_cursor=cursor)
+    if state.upstream_cursor is not None:
+        upstream_args["cursor"] = state.upstream_cursor
+    limit = args.get("limit", inp.DEFAULT_LIMIT)
+    upstream_args["limit"] = min(inp.MAX_LIMIT, limit + delivered)
+    return upstream_args, state
+
+
+def page_answer(
+    args: dict[str, Any], body: Any, state: PageState, cursors: Cursors
+) -> tuple[dict[str, Any], PageState]:
+    """The upstream page without the items given before, at most `limit` of them, and its
+    `nextCursor`: the upstream's own when the rest of its page is given whole, else a bridge
+    cursor; raises NotAPage for a body without a list of items."""
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+        raise NotAPage
+    items: list[Any] = body["items"]
+    fresh = undelivered(state, items)
+    state = state._replace(dropped=len(items) - len(fresh))
+    limit = args.get("limit", inp.DEFAULT_LIMIT)
+    page = {**body, "items": fresh[:limit]}
+    upstream_next = body.get("nextCursor")
+    if len(fresh) > limit:
+        page["nextCursor"] = cursors.issue(state, fresh[:limit])
+    elif not fresh and isinstance(upstream_next, str) and (state.after or state.seen):
+        # Every item of this fetch was given before: go on from the upstream's next page.
+        page["nextCursor"] = cursors.issue(state, [], upstream=upstream_next)
+    return page, state
 
 
 def load_cursor_key(directory: Path) -> bytes:
