@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._budget import PageState, keeps_identities
+    from ._budget import keeps_identities
     from ._call import Bridge, JournalFailed, Session
     from ._cli import (
         CommandParser,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         TokenSource,
         load_launch_context,
     )
+    from ._cursor import PageState
     from ._doctor import doctor
     from ._errors import (
         BRIDGE_CODES,
@@ -80,7 +81,8 @@ if TYPE_CHECKING:
 
 # public name -> the private module defining it (".name" when it is named otherwise there)
 _WHERE: dict[str, str] = {
-    **dict.fromkeys(["PageState", "keeps_identities"], "_budget"),
+    "PageState": "_cursor",
+    "keeps_identities": "_budget",
     **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
     **dict.fromkeys(
         [

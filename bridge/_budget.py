@@ -4,9 +4,11 @@ A budget is UTF-8 bytes of the final compact JSON of `structuredContent`. A resu
 returned whole. One that does not is cut in this order, each step only as far as needed:
 
 1. a `task_list` page keeps the items that fit (at least one) and answers a bridge cursor that
-   resumes exactly after the last item kept (`meta.next_cursor`, `meta.continuation`);
-2. long strings are cut to a common byte cap, longest first, on a character boundary, and end
-   with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
+   resumes after the last item kept, by its identity (`meta.next_cursor`, `meta.continuation`;
+   see `_cursor`);
+2. long strings are cut to a common byte cap, longest first, on an extended grapheme cluster
+   boundary (UAX #29: a ZWJ family, a flag, a letter with its combining marks stay whole or go
+   whole), and end with "…" (titles, descriptions, labels, checkpoint summaries, messages...);
 3. lists inside items (labels, checklist, urls, checkpoints...) keep their first entries; then
    the lists of results themselves (tasks, numbers, failures), only for answers no valid upstream
    can produce;
@@ -21,23 +23,24 @@ answer is never an error because of its size (a committed receipt shrinks to its
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import functools
+import itertools
 import logging
 import re
+from bisect import bisect_right
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import msgspec
+import regex
 
 from agentteam_task_bridge.journal import cut_point
 
-from ._errors import ToolError
+from ._cursor import Cursors, PageState
 
 log = logging.getLogger("agentteam.bridge")
 _encode = msgspec.json.Encoder(order="sorted").encode
 _plain = msgspec.json.Encoder().encode
-CURSOR_PREFIX = "bt1."
 ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(ELLIPSIS.encode())
 # Budget for an error envelope (messages and candidates are bounded by the same rules).
@@ -63,51 +66,13 @@ _IDENTITY_KEYS = frozenset(
     }
 )
 _MAX_PATHS = 16
+# Signs the cursors of pages cut only to measure them (`keeps_identities`).
+_SIZING = Cursors.ephemeral()
 # Room kept for `truncated_fields` and `truncation_note` while cutting (widened when short).
 _MARKER_RESERVE = 2048
 _INDEX = re.compile(r"\[\d+\]")
-
-
-class PageState(NamedTuple):
-    """Where a list page came from, to continue it after a cut: the upstream cursor that fetched
-    it, how many of its items earlier answers already gave (skipped), and the digest of the list
-    arguments its cursors are bound to."""
-
-    upstream_cursor: str | None
-    skipped: int
-    digest: str
-
-
-def list_digest(arguments: dict[str, Any]) -> str:
-    """What a bridge cursor is bound to: every list argument but the cursor and the limit."""
-    scope = {k: v for k, v in arguments.items() if k not in ("cursor", "limit")}
-    return hashlib.sha256(_encode(scope)).hexdigest()[:16]
-
-
-def encode_cursor(upstream: str | None, skip: int, digest: str) -> str:
-    raw = _encode({"u": upstream, "s": skip, "d": digest})
-    return CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, digest: str) -> tuple[str | None, int]:
-    """(upstream cursor, items to skip) from a bridge cursor; a plain cursor passes through."""
-    if not cursor.startswith(CURSOR_PREFIX):
-        return cursor, 0
-    body = cursor[len(CURSOR_PREFIX) :]
-    try:
-        state = msgspec.json.decode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        upstream, skip, bound = state["u"], int(state["s"]), state["d"]
-    except (ValueError, KeyError, TypeError, msgspec.DecodeError):
-        raise ToolError(
-            "cursor_invalid",
-            field_errors={"$.cursor": "not a cursor from this tool"},
-            suggested_action=None,
-        ) from None
-    if bound != digest:
-        raise ToolError(
-            "cursor_mismatch", field_errors={"$.cursor": "issued for another query or filter set"}
-        )
-    return upstream, max(0, skip)
+# An extended grapheme cluster (UAX #29), by the `regex` module's Unicode tables.
+_GRAPHEME = regex.compile(r"\X")
 
 
 def size(envelope: dict[str, Any]) -> int:
@@ -116,17 +81,33 @@ def size(envelope: dict[str, Any]) -> int:
 
 
 def cut_text(text: str, max_bytes: int) -> str:
-    """`text` in at most `max_bytes` UTF-8 bytes, on a character boundary, ending with "…"."""
+    """`text` in at most `max_bytes` UTF-8 bytes, on an extended grapheme cluster boundary,
+    ending with "…"."""
     raw = text.encode()
     if len(raw) <= max_bytes:
         return text
-    keep = max(0, max_bytes - _ELLIPSIS_BYTES)
-    # A prefix of valid UTF-8 can only end in a partial sequence, which "ignore" drops.
-    head = raw[:keep].decode(errors="ignore")
+    if max_bytes < _ELLIPSIS_BYTES:
+        return ""
+    keep = max_bytes - _ELLIPSIS_BYTES
+    if text.isascii():  # one byte a character, and every cluster one character but CR LF
+        end = keep - (text[keep - 1 : keep + 1] == "\r\n")
+    else:
+        byte_ends, char_ends = _clusters(text)
+        whole = bisect_right(byte_ends, keep)  # the clusters that fit whole
+        end = char_ends[whole - 1] if whole else 0
     # Never half a credential the rule set finds (the journal's redactor would not see the
     # half): a cut across one cuts before it.
-    head = head[: cut_point(text, len(head))]
-    return head + ELLIPSIS if max_bytes >= _ELLIPSIS_BYTES else ""
+    return text[: cut_point(text, end)] + ELLIPSIS
+
+
+# The cut search tries many caps on the same strings: their clusters are found once.
+@functools.lru_cache(maxsize=256)
+def _clusters(text: str) -> tuple[list[int], list[int]]:
+    """The UTF-8 byte offset and the character offset where each grapheme cluster of `text`
+    ends."""
+    clusters = _GRAPHEME.findall(text)
+    byte_ends = list(itertools.accumulate(len(c.encode()) for c in clusters))
+    return byte_ends, list(itertools.accumulate(len(c) for c in clusters))
 
 
 def fit(
@@ -136,12 +117,13 @@ def fit(
     *,
     list_state: PageState | None = None,
     list_arguments: dict[str, Any] | None = None,
+    cursors: Cursors | None = None,
 ) -> bool:
     """Bound the envelope to `limit` bytes of compact JSON in place; True when truncated.
 
-    `list_state` is the PageState needed to continue a cut page (of a `paged` tool), and
-    `list_arguments` the call's arguments, repeated in `meta.continuation`. Never raises: at
-    worst it logs that the floor is over the budget.
+    `list_state` is the PageState needed to continue a cut page (of a `paged` tool), `cursors`
+    what signs its cursor, and `list_arguments` the call's arguments, repeated in
+    `meta.continuation`. Never raises: at worst it logs that the floor is over the budget.
     """
     if size(envelope) <= limit:
         return False
@@ -152,7 +134,7 @@ def fit(
         envelope.update({**original, "meta": dict(original["meta"])})
         if isinstance(original.get("data"), dict):  # a page cut replaces `items` in its copy
             envelope["data"] = dict(original["data"])
-        _cut(tool, limit - reserve, envelope, list_state, list_arguments or {})
+        _cut(tool, limit - reserve, envelope, list_state, list_arguments or {}, cursors)
         over = size(envelope) - limit
         if over <= 0:
             return True
@@ -167,6 +149,7 @@ def _cut(
     envelope: dict[str, Any],
     list_state: PageState | None,
     arguments: dict[str, Any],
+    cursors: Cursors | None,
 ) -> None:
     data = envelope.get("data")
     meta = envelope["meta"]
@@ -175,10 +158,10 @@ def _cut(
     page_cut = False
     if isinstance(data, dict):
         if list_state is not None and isinstance(data.get("items"), list):
-            page_cut = _cut_page(tool, envelope, limit, list_state, arguments)
+            page_cut = _cut_page(tool, envelope, limit, list_state, arguments, cursors)
             if page_cut:
                 paths.append("$.data.items")
-        # A cut page's cursor counts its items: they are never shortened after it.
+        # A cut page's items are the ones its cursor continues after: never dropped after it.
         protected = ("$.data.items",) if list_state is not None else ()
         paths += _Cutter(envelope, limit, protected).run()
     _mark(tool, meta, paths, page_cut)
@@ -196,7 +179,7 @@ def keeps_identities(
     trial: dict[str, Any] = msgspec.json.decode(_plain({**envelope, "meta": {}}))
     limit -= _MARKER_RESERVE
     if list_state is not None and isinstance(trial["data"].get("items"), list):
-        _cut_page(tool, trial, limit, list_state, {})
+        _cut_page(tool, trial, limit, list_state, {}, None)
     return _Cutter(trial, limit, ("$.data.items",))._fits(_Caps(text=0, inner=0))
 
 
@@ -206,14 +189,15 @@ def _cut_page(
     limit: int,
     list_state: PageState,
     arguments: dict[str, Any],
+    cursors: Cursors | None,
 ) -> bool:
     """Keep the page's first items that fit (at least one); True when items were dropped."""
     data, meta = envelope["data"], envelope["meta"]
     items: list[Any] = data["items"]
-    upstream, skipped, digest = list_state
+    signer = cursors or _SIZING
 
     def page(keep: int) -> dict[str, Any]:
-        cursor = encode_cursor(upstream, skipped + keep, digest)
+        cursor = signer.issue(list_state, items[:keep])
         continuation = {"tool": tool, "arguments": {**arguments, "cursor": cursor}}
         return {
             **envelope,

@@ -49,11 +49,11 @@ from agentteam_task_bridge.journal import (
     tasks_route,
 )
 
-from . import _inputs as inp
 from ._answer import Answer
-from ._budget import PageState, decode_cursor, fit, list_digest
+from ._budget import fit
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import CredentialError, Credentials, LaunchContext
+from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request
 from ._dto import from_upstream
 from ._errors import (
     CODES,
@@ -124,8 +124,12 @@ class Bridge:
         session: Session,
         compat: Policy = "hint",
         tracing: Tracing | None = None,
+        cursors: Cursors | None = None,
     ) -> None:
         self.compat = compat
+        # Signs the cursors of the pages it cuts: the installation's key (`serve`), or one of
+        # this process only.
+        self.cursors = cursors or Cursors.ephemeral()
         self.tracing = tracing
         self.launch = launch
         self.credentials = credentials
@@ -313,9 +317,18 @@ class Bridge:
                 )
             )
         if migration is not None:
-            translated = migration.map_arguments(translated)
+            try:
+                translated = migration.map_arguments(translated)
+            except ToolError as exc:
+                raise _Rejected(exc) from None
             if self.compat != "forward":
-                raise _Rejected(tool_refusal(self.compat, migration, translated))
+                invalid = None
+                if self.compat == "hint":  # a suggestion is a valid call, or there is none
+                    try:
+                        validate(spec.input_type, translated)
+                    except ToolError as exc:
+                        invalid = exc
+                raise _Rejected(tool_refusal(self.compat, migration, translated, invalid))
             call.rename(spec.name)
         if argument_uses and self.compat == "strict":
             raise _Rejected(strict_refusal(argument_uses))
@@ -345,7 +358,7 @@ class Bridge:
         list_state = None
         upstream_args = args
         if spec.paged:
-            upstream_args, list_state = _list_upstream(args)
+            upstream_args, list_state = page_request(args, self.launch.workspace_id, self.cursors)
         try:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
@@ -365,15 +378,22 @@ class Bridge:
                 )
             )
         try:
+            if list_state is not None:
+                body, list_state = page_answer(args, body, list_state, self.cursors)
             data, result_meta = self._normalize(spec, body, list_state)
-        except _Unusable:
+        except (_Unusable, NotAPage):
             raise malformed_answer(kind) from None
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         # Never raises: after a 2xx the answer is the outcome, cut to fit if it must be.
         truncated = fit(
-            spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args
+            spec.name,
+            spec.budget_bytes,
+            envelope,
+            list_state=list_state,
+            list_arguments=args,
+            cursors=self.cursors,
         )
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
@@ -383,7 +403,14 @@ class Bridge:
         if note is not None:
             # The effect happened, so the answer is the result; but never a plain success.
             envelope.setdefault("meta", {})["journal"] = note
-            fit(spec.name, spec.budget_bytes, envelope, list_state=list_state, list_arguments=args)
+            fit(
+                spec.name,
+                spec.budget_bytes,
+                envelope,
+                list_state=list_state,
+                list_arguments=args,
+                cursors=self.cursors,
+            )
             text = render(spec.name, envelope) + "\n" + _unrecorded_line(note)
         return Answer(text, envelope, False, _routing_meta(spec, envelope["data"]))
 
@@ -579,11 +606,6 @@ class Bridge:
             raise _Unusable
         body = dict(body)
         next_cursor = body.pop("nextCursor", None)
-        if list_state is not None and list_state.skipped:
-            items = body.get("items", [])
-            if not isinstance(items, list):  # the bridge cursor slices a list, nothing else
-                raise _Unusable
-            body["items"] = items[list_state.skipped :]
         try:
             data = from_upstream(body, spec.data_type)  # camelCase in, snake_case out
         except msgspec.ValidationError:
@@ -733,22 +755,6 @@ class _Rejected(Exception):
     def __init__(self, error: ToolError) -> None:
         super().__init__(error.code)
         self.error = error
-
-
-def _list_upstream(args: dict[str, Any]) -> tuple[dict[str, Any], PageState]:
-    """Unwrap a bridge cursor (a truncated page's continuation) into the upstream cursor."""
-    digest = list_digest(args)
-    upstream_args = dict(args)
-    skip = 0
-    upstream_cursor = args.get("cursor")
-    if isinstance(upstream_cursor, str):
-        upstream_cursor, skip = decode_cursor(upstream_cursor, digest)
-        if upstream_cursor is None:
-            upstream_args.pop("cursor")
-        else:
-            upstream_args["cursor"] = upstream_cursor
-    upstream_args.setdefault("limit", inp.DEFAULT_LIMIT)
-    return upstream_args, PageState(upstream_cursor, skip, digest)
 
 
 def _routing_meta(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any] | None:

@@ -9,9 +9,13 @@ deprecated usage. The `--compat` policy decides the answer:
                                                      replacement
     hint      translated; notice in `meta`           not executed: `suggested_action` holds the
                                                      replacement and fully mapped arguments
+                                                     (only when they are a valid call; else
+                                                     `field_errors` say what is missing)
     forward   translated; notice in `meta`           executed through the mapping; notice in `meta`
 
-Names in no table fail closed in every policy.
+Names in no table fail closed in every policy. An old name whose mapping fixes an argument
+(`task_claim` fixes `claimed: true`) refuses, in every policy, a call stating the opposite, as
+`invalid_arguments` naming the field: a mapping or a suggestion never changes what was asked.
 """
 
 from __future__ import annotations
@@ -39,9 +43,33 @@ class ToolMigration:
     removal_gate: str = REMOVAL_GATE
 
     def map_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The canonical tool's arguments; raises `invalid_arguments` when the call states the
+        opposite of what the old name fixes (`task_claim` with `claimed: false`): a mapping
+        never changes what the caller asked for."""
         mapped = self.reshape(dict(arguments)) if self.reshape else dict(arguments)
+        opposed = {
+            f"$.{name}": f"`{self.old_name}` always sets `{name}` to {_json(value)}; call "
+            f"`{self.tool}` with the `{name}` you mean"
+            for name, value in self.fixed.items()
+            if name in mapped and not _same(mapped[name], value)
+        }
+        if opposed:
+            raise ToolError(
+                "invalid_arguments",
+                f"`{self.old_name}` contradicts its own arguments; nothing was done.",
+                field_errors=opposed,
+            )
         mapped.update(self.fixed)
         return mapped
+
+
+def _same(given: Any, fixed: Any) -> bool:
+    """The same JSON value (`1` is not `true`)."""
+    return type(given) is type(fixed) and bool(given == fixed)
+
+
+def _json(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else repr(value)
 
 
 @dataclass(frozen=True)
@@ -182,7 +210,21 @@ def strict_refusal(uses: list[Use]) -> ToolError:
     )
 
 
-def tool_refusal(policy: Policy, migration: ToolMigration, mapped: dict[str, Any]) -> ToolError:
+def tool_refusal(
+    policy: Policy,
+    migration: ToolMigration,
+    mapped: dict[str, Any],
+    invalid: ToolError | None = None,
+) -> ToolError:
+    """The answer to an old tool name under `strict` or `hint`; `invalid` is why the mapped
+    arguments are no valid call of the replacement (then nothing is suggested)."""
+    if invalid is not None:  # still the old name's answer, without a call that would fail
+        return ToolError(
+            "deprecated_tool",
+            f"`{migration.old_name}` is deprecated; call `{migration.tool}`, whose arguments "
+            f"these are not: {invalid.message}",
+            field_errors=invalid.field_errors,
+        )
     if policy == "strict":
         return ToolError(
             "unknown_tool",

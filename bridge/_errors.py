@@ -183,6 +183,11 @@ _PASSED_THROUGH: Final[dict[str, ErrorCode]] = dict(_UPSTREAM_ALIASES)
 _PASSED_THROUGH.update((code, code) for code in PRODUCT_CODES)
 # The runtime's documented 503 code: refused before any processing (docs/runtime.md).
 _NOT_PROCESSED_503 = "service_unavailable"
+_NOT_PROCESSED_429 = "rate_limited"
+# Answers whose Retry-After (or `details.retryAfterSeconds`) is passed on when retrying is safe.
+_WAIT_SAID: Final = frozenset(
+    {"http_429", "http_429_unattributed", "http_503_not_processed", "http_503"}
+)
 _MAX_RETRY_AFTER_SECONDS = 86_400
 
 _PLAIN_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -219,6 +224,7 @@ Failure = Literal[
     "http_4xx_other",
     "http_408",
     "http_429",
+    "http_429_unattributed",
     "http_500",
     "http_502",
     "http_503_not_processed",
@@ -249,11 +255,15 @@ FAILURES: Final[dict[Failure, str]] = {
     "http_4xx_other": "The Task service refused the request; nothing was done.",
     "http_408": "The Task service timed out waiting for the request and did not process it.",
     "http_429": "The Task service is rate limiting and did not process the request.",
+    "http_429_unattributed": "Something between the bridge and the Task service answered 429 "
+    "(too many requests) without the service's own error body, which cannot prove the request "
+    "was not processed.",
     "http_500": "The Task service failed while handling the request.",
     "http_502": "A gateway in front of the Task service got no valid answer from it.",
     "http_503_not_processed": "The Task service is temporarily unavailable and did not process "
     "the request.",
-    "http_503": "The Task service answered 503 without saying whether it processed the request.",
+    "http_503": "The Task service answered 503 without its own error body saying it did not "
+    "process the request (a Retry-After alone, which any proxy may add, proves nothing).",
     "http_504": "A gateway in front of the Task service timed out waiting for it.",
 }
 
@@ -273,12 +283,14 @@ FAILURE_CASES: Final[dict[Failure, str]] = {
     "http_4xx_other": "any 4xx with another code (`upstream_failure`, `internal_error`, "
     "`route_not_found`...), no code, or a body that is not JSON",
     "http_408": "408",
-    "http_429": "429 (Retry-After, in seconds or as a date, becomes `retry_after_seconds`)",
+    "http_429": "429 with the runtime's `rate_limited` code (Retry-After, in seconds or as a "
+    "date, becomes `retry_after_seconds`)",
+    "http_429_unattributed": "429 without it (a proxy's or gateway's, perhaps after the service "
+    "committed), with or without Retry-After",
     "http_500": "500, 501, 505 and any other 5xx not below, whatever the body",
     "http_502": "502",
-    "http_503_not_processed": "503 with `Retry-After`, or with the runtime's "
-    "`service_unavailable` code",
-    "http_503": "503 with neither",
+    "http_503_not_processed": "503 with the runtime's `service_unavailable` code",
+    "http_503": "503 without it, with or without `Retry-After`",
     "http_504": "504",
 }
 
@@ -331,6 +343,7 @@ RETRY_TABLE: Final[dict[Failure, dict[OperationKind, Answer]]] = {
     "http_4xx_other": _same_for_all("upstream_rejected", False),
     "http_408": _same_for_all("upstream_timeout", True),
     "http_429": _same_for_all("rate_limited", True),
+    "http_429_unattributed": _maybe_applied("rate_limited"),
     "http_500": _maybe_applied("upstream_failure"),
     "http_502": _maybe_applied("upstream_unavailable"),
     "http_503_not_processed": _same_for_all("upstream_unavailable", True),
@@ -460,8 +473,12 @@ def internal_error(*, sent: bool) -> ToolError:
     return ToolError("internal_error")
 
 
-def http_failure(status: int, code: str | None, *, retry_after: bool, refreshable: bool) -> Failure:
-    """Which failure an upstream answer with a non-2xx status is (see FAILURE_CASES)."""
+def http_failure(status: int, code: str | None, *, refreshable: bool) -> Failure:
+    """Which failure an upstream answer with a non-2xx status is (see FAILURE_CASES).
+
+    Only the runtime's own error envelope proves a 429 or 503 was not processed: a proxy or
+    gateway may answer either (with a Retry-After) after the service committed the request, so
+    without it a mutation is in doubt, never a plain retryable failure that would repeat it."""
     if 300 <= status < 400:
         return "http_3xx"
     if status == 401:
@@ -469,14 +486,13 @@ def http_failure(status: int, code: str | None, *, retry_after: bool, refreshabl
     if status == 408:
         return "http_408"
     if status == 429:
-        return "http_429"
+        return "http_429" if code == _NOT_PROCESSED_429 else "http_429_unattributed"
     if 400 <= status < 500:
         return "http_4xx_product" if _product_code(code) else "http_4xx_other"
     if status == 502:
         return "http_502"
     if status == 503:
-        not_processed = retry_after or code == _NOT_PROCESSED_503
-        return "http_503_not_processed" if not_processed else "http_503"
+        return "http_503_not_processed" if code == _NOT_PROCESSED_503 else "http_503"
     if status == 504:
         return "http_504"
     if 500 <= status < 600:
@@ -502,9 +518,7 @@ def classify_upstream_error(
     upstream = upstream if isinstance(upstream, dict) else {}
     raw_code = upstream.get("code")
     raw_code = raw_code if isinstance(raw_code, str) else None
-    failure = http_failure(
-        status, raw_code, retry_after=retry_after is not None, refreshable=refreshable
-    )
+    failure = http_failure(status, raw_code, refreshable=refreshable)
     if failure == "http_4xx_product":
         code = _product_code(raw_code)
         assert code is not None
@@ -517,7 +531,7 @@ def classify_upstream_error(
             candidates=_candidates(upstream.get("candidates")),
         )
     seconds = None
-    if failure in ("http_429", "http_503_not_processed"):
+    if failure in _WAIT_SAID and answer(failure, kind).retryable:
         seconds = parse_retry_after(retry_after)
         if seconds is None:
             details = upstream.get("details")
@@ -581,7 +595,11 @@ def _candidates(items: Any) -> list[dict[str, Any]] | None:
 
 
 def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
-    """An advisory next call for a product failure (section 8.2); it grants no authority."""
+    """An advisory next call for a product failure (section 8.2); it grants no authority.
+
+    Each is a valid call (`args` are the call's validated arguments) that succeeds when sent back
+    unchanged as things stand after the failure; where no call would, none is suggested
+    (tests/test_bridge_suggestions.py sends every one)."""
     channel = args.get("channel")
     locator = {"channel": channel, "number": args.get("number")}
     if error.code == "stale_update" and channel:
@@ -609,6 +627,7 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
             if titles
             else None
         )
-    if error.code == "outcome_unknown" and "number" in args and channel:
+    if error.code == "outcome_unknown" and "number" in args and channel and tool != "task_delete":
+        # A delete in doubt gets none: a task_get that fails (task_deleted) is how it would tell.
         return {"tool": "task_get", "arguments": locator}
     return None

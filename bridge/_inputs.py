@@ -6,6 +6,11 @@ adapter, of the upstream DTO. Every optional field states its default in its des
 every enum what an unknown value does (contract 4.4). `SPELLED_DEFAULTS` names the defaults a
 model can write out; validation folds them away, so a default written out and a default left out
 are one request (one idempotency digest, one list cursor).
+
+`""` has one meaning per field, the same in create, update and idempotency folding: for a
+description it is "no description" (omitted at creation, cleared as by null in a patch:
+`EMPTY_MEANS_NULL`); every other text field refuses it (a minimum length), and a title of only
+whitespace is refused as well.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ Channel = Annotated[
         max_length=64,
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
         description="Board slug, e.g. `general`.",
-        examples=["general"],
     ),
 ]
 Number = Annotated[int, Meta(ge=1, le=2**53, description="Board-local task number (positive).")]
@@ -50,7 +54,6 @@ MemberRef = Annotated[
     Meta(
         pattern=r"^@[a-z0-9][a-z0-9_.-]{0,63}$",
         description="Canonical member handle, e.g. `@alice`.",
-        examples=["@alice"],
     ),
 ]
 Label = Annotated[str, Meta(min_length=1, max_length=50)]
@@ -298,7 +301,8 @@ class TaskCreateInput(_Input, frozen=True):
 class Patch(_Input, frozen=True):
     title: Annotated[Title, Meta(description="New title.")] | UnsetType = UNSET
     description: (
-        Annotated[Description | None, Meta(description="New description; null clears.")] | UnsetType
+        Annotated[Description | None, Meta(description='New description; null or "" clears.')]
+        | UnsetType
     ) = UNSET
     status: (
         Annotated[
@@ -392,7 +396,7 @@ class TaskUpdateInput(_Input, frozen=True):
             Meta(
                 max_length=64,
                 pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$",
-                description="The task's `updated_at` you last read (RFC3339 UTC); a newer task refuses the update as stale. Default: no check.",
+                description="The task's `updated_at` you last read (RFC3339 UTC, compared as an instant); a newer task refuses the update as stale. Default: no check.",
             ),
         ]
         | UnsetType
@@ -458,3 +462,5 @@ SPELLED_DEFAULTS: dict[type[Struct], dict[str, Any]] = {
         "filters": ListFilters(),
     },
 }
+# Text fields of a patch where `""` means null (clear), as it means "none" at creation.
+EMPTY_MEANS_NULL: dict[type[Struct], tuple[str, ...]] = {Patch: ("description",)}

@@ -28,6 +28,7 @@ from agentteam_task_bridge.journal import (
     SessionEnded,
     SessionStarted,
     announce_key,
+    default_key_path,
     warm_up_redaction,
 )
 
@@ -35,6 +36,7 @@ from . import __version__, _telemetry
 from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
+from ._cursor import Cursors, load_cursor_key
 from ._direct import DirectCalls
 from ._journaling import open_journal
 from ._network import NetworkConfigError
@@ -240,6 +242,18 @@ async def probe_api(api_url: str, env: Mapping[str, str]) -> None:
     await upstream.aclose()
 
 
+def _cursors(signing_key: Path) -> Cursors:
+    """The installation's cursor signer, its key kept beside the journal signing key."""
+    try:
+        return Cursors(load_cursor_key(signing_key.parent))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read or create the cursor key in {signing_key.parent} ({exc.strerror or exc})"
+        ) from None
+
+
 async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> None:
     """Run one stdio MCP session until stdin closes or SIGTERM arrives."""
     env = os.environ if env is None else env
@@ -257,6 +271,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
             )
         )
         launch, credentials = await stack.enter_async_context(_launch(config, env))
+        cursors = await trio.to_thread.run_sync(_cursors, journal.key_path or default_key_path())
         if journal.created_key and journal.key_path:  # once started: a failed start is one line
             announce_key(journal.key_path, journal.created_key)
         # Where this session's events go: clients keep a server's stderr in their MCP log.
@@ -272,7 +287,9 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         tracing = _telemetry.start(env, launch.api_url, __version__)
         if tracing is not None:
             stack.push_async_callback(_shutdown_tracing, tracing)
-        bridge = Bridge(launch, credentials, upstream, journal, session, config.compat, tracing)
+        bridge = Bridge(
+            launch, credentials, upstream, journal, session, config.compat, tracing, cursors
+        )
         if upstream.proxy is not None:  # a proxy password is a known secret too
             for secret in upstream.proxy.secrets:
                 journal.add_secret(secret)

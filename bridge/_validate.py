@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -23,6 +24,7 @@ _MAX_DEPTH = 16
 _MISSING = re.compile(r"^Object missing required field `(?P<f>[^`]+)`")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<f>[^`]+)`")
 _BAD_ENUM = re.compile(r"^Invalid enum value (?P<v>.*)$", re.DOTALL)
+_INSTANT = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 _ECHO_CHARS = 40
 _T = TypeVar("_T")
@@ -157,11 +159,14 @@ def fold_defaults(value: _T) -> _T:
     if not isinstance(value, msgspec.Struct):
         return value
     defaults = inp.SPELLED_DEFAULTS.get(type(value), {})
+    empty_is_null = inp.EMPTY_MEANS_NULL.get(type(value), ())
     changes: dict[str, Any] = {}
     for name in value.__struct_fields__:
         current = getattr(value, name)
         if name in defaults and current == defaults[name]:
             changes[name] = msgspec.UNSET
+        elif name in empty_is_null and current == "":
+            changes[name] = None
         elif isinstance(current, msgspec.Struct) or (
             isinstance(current, list) and current and isinstance(current[0], msgspec.Struct)
         ):
@@ -207,6 +212,9 @@ def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
         errors["$.channel"] = "required unless `parent_task_scope` is given"
     if has_scope and v.parent is not msgspec.UNSET:
         errors["$.parent"] = "cannot be combined with `parent_task_scope`"
+    for i, task in enumerate(v.tasks):
+        if not task.title.strip():
+            errors[f"$.tasks[{i}].title"] = "must not be blank"
     if len(v.tasks) > 1:
         for i, task in enumerate(v.tasks):
             extra = [
@@ -230,7 +238,28 @@ def _create_rules(v: inp.TaskCreateInput) -> dict[str, str]:
 def _update_rules(v: inp.TaskUpdateInput) -> dict[str, str]:
     if all(getattr(v.patch, f) is msgspec.UNSET for f in v.patch.__struct_fields__):
         return {"$.patch": "empty; set at least one field"}
+    if isinstance(v.patch.title, str) and not v.patch.title.strip():
+        return {"$.patch.title": "must not be blank"}
+    if isinstance(v.expected_updated_at, str) and not real_instant(v.expected_updated_at):
+        return {
+            "$.expected_updated_at": "not a real instant (no such date or time); pass the "
+            "task's `updated_at` as read"
+        }
     return {}
+
+
+def real_instant(text: str) -> bool:
+    """Whether an RFC 3339 UTC timestamp (the schema's pattern) names a real date and time:
+    `2026-02-30T00:00:00Z` and `2026-13-45T99:99:99Z` match the pattern but do not."""
+    found = _INSTANT.match(text)
+    if found is None:
+        return False
+    try:
+        year, month, day, hour, minute, second = (int(part) for part in found.groups())
+        datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return False
+    return True
 
 
 def _claim_rules(v: inp.TaskSetClaimInput) -> dict[str, str]:

@@ -53,6 +53,7 @@ from agentteam_task_bridge.journal import Event, SessionEnded
 from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import Credentials, LaunchContext, TokenSource
+from ._cursor import Cursors
 from ._upstream import UpstreamClient
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ def bridge_over(
     session: Session | None = None,
     compat: Policy = "hint",
     timeout_seconds: float = 10.0,
+    cursors: Cursors | None = None,
 ) -> Bridge:
     """The real call flow over a fake or real upstream (close it with ``bridge.upstream.aclose``
     when ``upstream`` is a URL: the bridge's pool holds connections)."""
@@ -180,6 +182,7 @@ def bridge_over(
         journal or MemoryJournal(),
         session or Session("s_test"),
         compat,
+        cursors=cursors,
     )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
+
+_RFC3339_UTC = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z")
 
 
 class Clock:
@@ -38,3 +41,19 @@ def format_us(us: int) -> str:
     seconds, micros = divmod(us, 1_000_000)
     base = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{micros:06d}Z"
+
+
+def instant_ns(text: str) -> int | None:
+    """The nanoseconds since the epoch of an RFC3339 UTC instant (`Z`, 0-9 fraction digits), or
+    None when it is malformed or impossible (Feb 30, hour 99): revisions compare as instants,
+    so `...:00.5Z` and `...:00.500000Z` are one revision."""
+    found = _RFC3339_UTC.fullmatch(text)
+    if found is None:
+        return None
+    try:
+        year, month, day, hour, minute, second = (int(part) for part in found.groups()[:6])
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+    fraction = (found[7] or "").ljust(9, "0")
+    return int(moment.timestamp()) * 1_000_000_000 + int(fraction)

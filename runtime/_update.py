@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from . import _dto as dto
 from . import _resolve as resolve
+from ._clock import instant_ns
 from ._errors import Conflict, ValidationFailed
 from ._rows import Board, TaskRow, json_list, scalar
 from ._shapes import camel, compact
@@ -32,6 +33,10 @@ _LIST_FIELDS = ("labels", "checklist", "urls", "attachments", "messages", "works
 
 def update_task(store: Store, p: Principal, req: dto.UpdateRequest) -> dict[str, Any]:
     patch = req.patch
+    if req.expected_updated_at is not UNSET and instant_ns(req.expected_updated_at) is None:
+        raise ValidationFailed(
+            {"$.expectedUpdatedAt": "not a real RFC3339 UTC instant; pass `updatedAt` as read"}
+        )
     present = [f for f in dto.PATCH_FIELDS if getattr(patch, f) is not UNSET]
     if not present:
         raise ValidationFailed(
@@ -42,7 +47,9 @@ def update_task(store: Store, p: Principal, req: dto.UpdateRequest) -> dict[str,
     with store.transaction() as c:
         board = resolve.member_board(c, p, req.channel, "$.channel")
         task = resolve.task(c, board, req.number, "$.number")
-        if req.expected_updated_at is not UNSET and req.expected_updated_at != task.updated_at:
+        if req.expected_updated_at is not UNSET and not _same_revision(
+            req.expected_updated_at, task.updated_at
+        ):
             raise Conflict(
                 "stale_update",
                 "The task changed since `expectedUpdatedAt`; read it again and retry.",
@@ -64,6 +71,11 @@ def update_task(store: Store, p: Principal, req: dto.UpdateRequest) -> dict[str,
             )
         shape = compact(c, board, resolve.task_by_id(c, task.id))
         return {"task": shape, "changed": [camel(f) for f in changed]}
+
+
+def _same_revision(expected: str, current: str) -> bool:
+    """Whether two instants are one revision: compared as instants, not as spellings."""
+    return expected == current or instant_ns(expected) == instant_ns(current)
 
 
 def _patch_changes(

@@ -35,6 +35,7 @@ from agentteam_task_bridge.bridge._call import Bridge, Session
 from agentteam_task_bridge.bridge._cli import main as bridge_main
 from agentteam_task_bridge.bridge._compat import Policy
 from agentteam_task_bridge.bridge._context import TokenSource, load_launch_context
+from agentteam_task_bridge.bridge._cursor import Cursors, load_cursor_key
 from agentteam_task_bridge.bridge._journaling import JournalAdapter, open_journal
 from agentteam_task_bridge.bridge.testing import (
     ScriptedTokens,
@@ -155,6 +156,7 @@ async def inprocess_session(
                 session=Session("s" + secrets.token_hex(6)),
                 compat=compat,
                 timeout_seconds=upstream_timeout,
+                cursors=Cursors(load_cursor_key(key_path_for(journal_path).parent)),
             )
             bridge.credentials.on_token = port.add_secret
             try:

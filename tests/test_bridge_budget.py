@@ -9,15 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentteam_task_bridge.bridge._budget import (
-    cut_text,
-    decode_cursor,
-    encode_cursor,
-    fit,
-    list_digest,
-    size,
-)
+from agentteam_task_bridge.bridge._budget import cut_text, fit, size
+from agentteam_task_bridge.bridge._cursor import Cursors, PageState, list_digest
 from agentteam_task_bridge.bridge._errors import ToolError
+
+CURSORS = Cursors(b"k" * 32)
 
 EMOJI = "😀"  # 4 UTF-8 bytes
 
@@ -49,7 +45,7 @@ def _compact_bytes(envelope: dict[str, Any]) -> int:
 def test_a_result_within_budget_is_untouched() -> None:
     envelope = {"data": {"channel": "general", "items": _items(2)}, "meta": {}}
     before = json.dumps(envelope)
-    assert not fit("task_list", 10_000, envelope, list_state=(None, 0, "d"))
+    assert not fit("task_list", 10_000, envelope, list_state=PageState(None, "d"))
     assert json.dumps(envelope) == before
 
 
@@ -64,7 +60,8 @@ def test_a_cut_string_is_valid_utf8_within_its_bytes_and_marked(text: str) -> No
 def test_a_cut_list_is_marked_and_its_cursor_resumes_after_the_last_kept_item() -> None:
     envelope: dict[str, Any] = {"data": {"channel": "general", "items": _items(40)}, "meta": {}}
     args = {"channel": "general", "limit": 40}
-    assert fit("task_list", 8_000, envelope, list_state=("up1", 5, "d"), list_arguments=args)
+    state = PageState("up1", "d", dropped=5)
+    assert fit("task_list", 8_000, envelope, list_state=state, list_arguments=args, cursors=CURSORS)
     result = envelope
     assert result["meta"]["truncated"] is True
     assert result["meta"]["truncated_fields"] == ["$.data.items"]
@@ -76,30 +73,35 @@ def test_a_cut_list_is_marked_and_its_cursor_resumes_after_the_last_kept_item() 
     }
     kept = len(result["data"]["items"])
     assert 0 < kept < 40
-    assert decode_cursor(result["meta"]["next_cursor"], "d") == ("up1", 5 + kept)
+    last = result["data"]["items"][-1]["number"]
+    opened, delivered = CURSORS.open(result["meta"]["next_cursor"], "d", "number")
+    assert (opened.upstream_cursor, opened.after, delivered) == ("up1", (last,), 5 + kept)
 
 
 def test_a_page_always_keeps_one_item_cutting_its_strings() -> None:
     items = [_summary(1, EMOJI * 200, [EMOJI * 50] * 20), _summary(2, "b", [])]
     envelope: dict[str, Any] = {"data": {"channel": "general", "items": items}, "meta": {}}
-    assert fit("task_list", 2_000, envelope, list_state=(None, 0, "d"), list_arguments={})
+    state = PageState(None, "d")
+    assert fit("task_list", 2_000, envelope, list_state=state, list_arguments={}, cursors=CURSORS)
     assert [t["number"] for t in envelope["data"]["items"]] == [1]
-    assert decode_cursor(envelope["meta"]["next_cursor"], "d") == (None, 1)
+    opened, delivered = CURSORS.open(envelope["meta"]["next_cursor"], "d", "number")
+    assert (opened.upstream_cursor, opened.after, delivered) == (None, (1,), 1)
     assert _compact_bytes(envelope) <= 2_000
     assert set(envelope["data"]["items"][0]) == set(items[0])  # every property stays
 
 
-def test_bridge_cursors_are_bound_to_the_query() -> None:
+def test_bridge_cursors_are_bound_to_the_query_and_the_workspace() -> None:
     args = {"channel": "general", "query": "x"}
-    cursor = encode_cursor(None, 3, list_digest(args))
-    assert decode_cursor(cursor, list_digest({**args, "limit": 5})) == (None, 3)
-    with pytest.raises(ToolError) as mismatch:
-        decode_cursor(cursor, list_digest({**args, "status": "done"}))
-    assert mismatch.value.code == "cursor_mismatch"
+    cursor = CURSORS.issue(PageState(None, list_digest(args, "ws_1"), "relevance"), [{"number": 3}])
+    opened, _ = CURSORS.open(cursor, list_digest({**args, "limit": 5}, "ws_1"), "relevance")
+    assert opened.seen == (3,)
+    for other in (list_digest({**args, "status": "done"}, "ws_1"), list_digest(args, "ws_2")):
+        with pytest.raises(ToolError) as mismatch:
+            CURSORS.open(cursor, other, "relevance")
+        assert mismatch.value.code == "cursor_mismatch"
     with pytest.raises(ToolError) as invalid:
-        decode_cursor("bt1.!!!", "d")
+        CURSORS.open("bt1.!!!", "d", "number")
     assert invalid.value.code == "cursor_invalid"
-    assert decode_cursor("opaque-upstream", "d") == ("opaque-upstream", 0)
 
 
 def test_a_receipt_keeps_every_task_and_every_property() -> None:
@@ -213,3 +215,45 @@ def test_fit_never_raises_and_keeps_every_property(data: dict[str, Any], limit: 
         assert set(kept) == set(was)
         title = kept["title"]
         assert title == was["title"] or was["title"].startswith(title.removesuffix("…"))
+
+
+# Extended grapheme clusters (UAX #29) a cut must keep whole or drop whole (issue 28, B4).
+CLUSTERS = [
+    "a",
+    "\r\n",  # CR LF: one cluster
+    "e\u0308",  # e + combining diaeresis
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466",  # ZWJ family
+    "\U0001f1eb\U0001f1f7",  # a flag: two regional indicators
+    "\U0001f44d\U0001f3fd",  # thumbs up + skin tone
+    "\u1100\u1161\u11a8",  # Hangul L V T jamo: one syllable
+    "\u0915\u094d\u0937",  # Devanagari conjunct (virama): one cluster (Unicode 15.1)
+    "\U0001f3f3\ufe0f\u200d\U0001f308",  # rainbow flag: ZWJ sequence with VS16
+    "漢",
+    "😀",
+]
+
+
+@given(st.lists(st.sampled_from(CLUSTERS), min_size=1, max_size=30))
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+def test_a_cut_never_splits_a_grapheme_cluster(parts: list[str]) -> None:
+    text = "".join(parts)
+    size_of = len(text.encode())
+    for limit in range(size_of + 1):
+        cut = cut_text(text, limit)
+        assert len(cut.encode()) <= limit
+        if cut == text or cut == "":
+            continue
+        head = cut.removesuffix("…")
+        # The head is exactly the first k clusters, for the largest k that fits.
+        prefixes = ["".join(parts[:k]) for k in range(len(parts) + 1)]
+        assert head in prefixes, (parts, limit, head)
+        k = prefixes.index(head)
+        assert len(prefixes[k + 1].encode()) + len("…".encode()) > limit
+
+
+def test_the_audits_clusters_survive_a_cut_whole_or_not_at_all() -> None:
+    family = CLUSTERS[3]
+    assert cut_text("ab" + family + "cdefgh", 2 + 3 + len(family.encode()) - 1) == "ab…"
+    assert cut_text("x" + "e\u0308" * 3, 1 + 3 + 1 + 3) == "xe\u0308…"  # never a bare "e"
+    assert cut_text("\U0001f1eb\U0001f1f7" * 3, 8 + 3 + 4) == "\U0001f1eb\U0001f1f7…"
+    assert cut_text("ab\r\ncdef", 2 + 1 + 3) == "ab…"  # CR LF stays whole

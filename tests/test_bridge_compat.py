@@ -176,3 +176,47 @@ async def test_upstream_deprecation_headers_are_journaled(
     assert use.use_kind == "upstream_route"
     assert use.old_name.startswith("GET /api/v1/workspaces/")
     assert use.replacement is not None and "successor-version" in use.replacement
+
+
+# An old name whose mapping fixes an argument, called stating the opposite (issue 28, A8).
+OPPOSED: list[tuple[str, dict[str, Any], str]] = [
+    ("task_claim", {"channel": "general", "numbers": [1], "claimed": False}, "$.claimed"),
+    ("task_claim", {"channel": "general", "number": 1, "claimed": "false"}, "$.claimed"),
+    ("task_release", {"channel": "general", "numbers": [1], "claimed": True}, "$.claimed"),
+    ("task_release", {"channel": "general", "number": 1, "claimed": 0}, "$.claimed"),
+]
+
+
+@pytest.mark.parametrize("policy", ["strict", "hint", "forward"])
+async def test_an_old_name_never_runs_or_suggests_the_opposite_of_the_call(
+    file_runtime: Runtime, tmp_path: Path, policy: str
+) -> None:
+    async with _bridge(file_runtime, tmp_path, policy) as bridge:
+        before = await bridge.ok("task_get", {"channel": "general", "number": 1})
+        for old, args, field in OPPOSED:
+            error = await bridge.fails(old, args, code="invalid_arguments")
+            assert list(error["field_errors"]) == [field], error
+            assert "suggested_action" not in error
+        after = await bridge.ok("task_get", {"channel": "general", "number": 1})
+        assert after["data"]["task"] == before["data"]["task"]  # nothing was claimed or released
+        # Stating what the old name means anyway is no contradiction.
+        same = await bridge.call(
+            "task_claim", {"channel": "general", "numbers": [1], "claimed": True}
+        )
+        content = same.structured_content
+        assert content is not None
+        if policy == "forward":
+            assert not same.is_error and content["data"]["tasks"][0]["number"] == 1
+        else:
+            assert content["error"]["code"] in ("unknown_tool", "deprecated_tool")
+
+
+async def test_hint_suggests_no_replacement_call_that_would_be_invalid(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    # The audit's A10: `get_task` without `number` was answered with `task_get {channel}`.
+    async with _bridge(file_runtime, tmp_path, "hint") as bridge:
+        error = await bridge.fails("get_task", {"channel": "general"}, code="deprecated_tool")
+        assert "suggested_action" not in error
+        assert error["field_errors"] == {"$.number": "required"}
+        assert "task_get" in error["message"]

@@ -377,3 +377,46 @@ async def test_a_full_journal_fails_mutations_closed_and_lets_reads_say_so(
                 assert any(True for _ in reader.events(kind="journal_gap"))
         else:
             assert note == {"recorded": False, "reason": "disk_full"}
+
+
+IMPOSSIBLE_INSTANTS = [
+    "2026-02-30T00:00:00Z",
+    "2026-13-45T99:99:99Z",
+    "2025-02-29T12:00:00.5Z",
+    "2026-04-31T00:00:00Z",
+    "2026-01-01T24:00:00Z",
+    "2026-01-01T00:60:00Z",
+]
+
+
+async def test_an_impossible_expected_updated_at_is_invalid_not_stale(
+    bridge: BridgeSession,
+) -> None:
+    # The audit's C4: answered `stale_update`, it sent the model to read the task again.
+    await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "t"}]})
+    for instant in IMPOSSIBLE_INSTANTS:
+        args = {"channel": "general", "number": 1, "patch": {"title": "x"}}
+        error = await bridge.fails(
+            "task_update", {**args, "expected_updated_at": instant}, code="invalid_arguments"
+        )
+        assert list(error["field_errors"]) == ["$.expected_updated_at"], error
+        assert "suggested_action" not in error
+
+
+@pytest.mark.parametrize("extra", ["000", "0", "00"])
+async def test_a_revision_is_compared_as_an_instant_not_a_spelling(
+    bridge: BridgeSession, extra: str
+) -> None:
+    # The audit's C5: the same instant with more fraction digits was `stale_update`.
+    created = await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": "t"}]})
+    seen: str = created["data"]["tasks"][0]["updated_at"]
+    assert seen.endswith("Z") and "." in seen
+    longer = seen[:-1] + extra + "Z"
+    args = {"channel": "general", "number": 1, "patch": {"title": "t2"}}
+    await bridge.ok("task_update", {**args, "expected_updated_at": longer})
+    # A later instant is still stale, however it is spelled.
+    await bridge.fails(
+        "task_update",
+        {**args, "patch": {"title": "t3"}, "expected_updated_at": longer},
+        code="stale_update",
+    )

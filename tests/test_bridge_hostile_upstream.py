@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import trio
 
-from agentteam_task_bridge.bridge._budget import encode_cursor, list_digest
+from agentteam_task_bridge.bridge._cursor import PageState, list_digest
 
 from .bridge_inprocess import TASK, error_of, inprocess_bridge, kinds_of, verified
 
@@ -90,10 +90,11 @@ async def test_items_that_are_not_a_list_under_a_bridge_cursor_are_malformed(
     tmp_path: Path,
 ) -> None:
     args: dict[str, Any] = {"channel": "general"}
-    cursor = encode_cursor(None, 2, list_digest(args))
     body = msgspec.json.encode({"channel": "general", "items": {"not": "a list"}})
     path = tmp_path / "j.db"
     async with inprocess_bridge(path, httpx.MockTransport(_raw(body))) as (bridge, _):
+        page = PageState(None, list_digest(args, bridge.launch.workspace_id))
+        cursor = bridge.cursors.issue(page, [{"number": 2}])
         result = await bridge.call("task_list", {**args, "cursor": cursor}, {}, 1)
         ok = await bridge.call(
             "task_get", {"channel": "general", "number": 1}, {}, 2
@@ -186,13 +187,11 @@ async def test_a_hostile_http_server_never_crashes_the_bridge_subprocess(tmp_pat
             "AGENTTEAM_AGENT_ID": "agt_1",
             "AGENTTEAM_TOKEN": "tok-hostile",
         }
-        cursor = encode_cursor(None, 2, list_digest({"channel": "general"}))
         cases = [
             ("deep", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("deep", *WRITE, "outcome_unknown"),
             ("invalid utf-8", "task_list", {"channel": "general"}, "upstream_malformed"),
-            ("items not a list", "task_list", {"channel": "general", "cursor": cursor},
-             "upstream_malformed"),
+            ("items not a list", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("huge", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("chunked forever", "task_list", {"channel": "general"}, "upstream_malformed"),
             ("chunked forever", *WRITE, "outcome_unknown"),

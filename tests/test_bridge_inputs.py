@@ -237,3 +237,54 @@ def test_the_new_patch_fields_have_no_old_flat_spelling(name: str) -> None:
     with pytest.raises(ToolError) as refused:
         validate(TOOLS["task_update"].input_type, translated)
     assert refused.value.field_errors == {f"$.{name}": "unknown field"}
+
+
+# --- one meaning for "" per field (issue 28, X4) -------------------------------------------
+
+
+async def test_an_empty_description_means_none_in_create_and_update_alike(
+    bridge: BridgeSession,
+) -> None:
+    made = await bridge.ok(
+        "task_create", {"channel": "general", "tasks": [{"title": "a", "description": ""}]}
+    )
+    number = made["data"]["tasks"][0]["number"]
+    locator = {"channel": "general", "number": number}
+    created = await bridge.ok("task_get", locator)
+    assert created["data"]["task"]["description"] is None
+    await bridge.ok("task_update", {**locator, "patch": {"description": "words"}})
+    await bridge.ok("task_update", {**locator, "patch": {"description": ""}})
+    updated = await bridge.ok("task_get", locator)
+    assert updated["data"]["task"]["description"] is None  # as null would: cleared
+
+
+def test_an_empty_description_is_one_request_with_null_and_with_none() -> None:
+    def canonical(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return canonical_arguments(validate(TOOLS[tool].input_type, args))
+
+    update = {**LOCATOR, "patch": {"description": ""}}
+    assert canonical("task_update", update) == canonical(
+        "task_update", {**LOCATOR, "patch": {"description": None}}
+    )
+    create = {"channel": "general", "tasks": [{"title": "t", "description": ""}]}
+    assert canonical("task_create", create) == canonical(
+        "task_create", {"channel": "general", "tasks": [{"title": "t"}]}
+    )
+
+
+@pytest.mark.parametrize("title", [" ", "   ", "\t\n", "\u3000", "\u00a0 "])
+def test_a_title_of_only_whitespace_is_refused_in_create_and_update(title: str) -> None:
+    cases = [
+        ("task_create", {"channel": "general", "tasks": [{"title": title}]}, "$.tasks[0].title"),
+        (
+            "task_create",
+            {"channel": "general", "tasks": [{"title": "ok"}, {"title": title}]},
+            "$.tasks[1].title",
+        ),
+        ("task_update", {**LOCATOR, "patch": {"title": title}}, "$.patch.title"),
+    ]
+    for tool, args, path in cases:
+        with pytest.raises(ToolError) as refused:
+            validate(TOOLS[tool].input_type, args)
+        assert refused.value.code == "invalid_arguments"
+        assert refused.value.field_errors == {path: "must not be blank"}

@@ -7,13 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import msgspec
+import pytest
 
 from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.bridge.testing import bridge_over
 from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
+from .bridge_inprocess import minted_tokens
 
 META = {"agentteam/workflow_run_id": "run_1", "agentteam/callback_effect_id": "cb_1"}
 
@@ -123,3 +127,46 @@ async def test_a_static_token_echoed_back_by_the_upstream_never_reaches_the_mode
     with journal.open_reader(path) as reader:
         for record in reader.events():
             assert token not in msgspec.json.encode(record.payload).decode()
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        (503, {"retry-after": "5"}, b"<html>busy</html>"),
+        (429, {"retry-after": "5"}, b"<html>slow down</html>"),
+        (429, {}, b""),
+    ],
+)
+async def test_a_proxys_429_or_503_after_a_commit_leaves_the_create_in_doubt(
+    runtime: Runtime, status: int, headers: dict[str, str], body: bytes
+) -> None:
+    # The audit's F16: an intermediary that passes the create on, then answers 503 +
+    # Retry-After or 429 itself. `retryable: true` there made a retry duplicate the task.
+    async with httpx.AsyncClient(base_url=runtime.url) as upstream:
+
+        async def proxy(request: httpx.Request) -> httpx.Response:
+            passed = await upstream.request(
+                request.method,
+                request.url.raw_path.decode(),
+                headers={"authorization": request.headers["authorization"]},
+                content=request.content,
+            )
+            if request.method == "POST" and request.url.path.endswith("/tasks"):
+                return httpx.Response(status, headers=headers, content=body)  # after the commit
+            return httpx.Response(passed.status_code, content=passed.content)
+
+        bridge = bridge_over(
+            httpx.MockTransport(proxy),
+            tokens=minted_tokens(runtime),
+            workspace_id=runtime.workspace_id,
+            agent_id=runtime.agent_id,
+        )
+        args = {"channel": "general", "tasks": [{"title": "once"}]}
+        result = await bridge.call("task_create", args, {}, 1)
+        error = result.structured_content["error"]  # type: ignore[index]
+        assert (error["code"], error["retryable"]) == ("outcome_unknown", False), error
+        assert "may have taken effect" in error["message"]
+        assert error["suggested_action"]["tool"] == "task_list"  # look, do not repeat
+        found = await bridge.call("task_list", error["suggested_action"]["arguments"], {}, 2)
+        titles = [t["title"] for t in found.structured_content["data"]["items"]]  # type: ignore[index]
+        assert titles == ["once"]  # it was committed, exactly once

@@ -155,7 +155,18 @@ EXAMPLES: list[tuple[Failure, str, Handler, bool]] = [
         _answer(429, _err("rate_limited"), {"retry-after": "2"}),
         False,
     ),
-    ("http_429", "429 html, no header", _answer(429, b"<html>slow down</html>"), False),
+    (
+        "http_429_unattributed",
+        "429 html, no header",
+        _answer(429, b"<html>slow down</html>"),
+        False,
+    ),
+    (
+        "http_429_unattributed",
+        "429 Retry-After, a proxy's body",
+        _answer(429, b"<html>slow down</html>", {"retry-after": "3"}),
+        False,
+    ),
     ("http_500", "500 upstream_failure", _answer(500, _err("upstream_failure")), False),
     ("http_500", "500 html", _answer(500, b"<html>oops</html>"), False),
     ("http_500", "500 product code", _answer(500, _err("task_not_found")), False),
@@ -163,8 +174,8 @@ EXAMPLES: list[tuple[Failure, str, Handler, bool]] = [
     ("http_500", "505", _answer(505, b"x"), False),
     ("http_502", "502", _answer(502, b"<html>bad gateway</html>"), False),
     (
-        "http_503_not_processed",
-        "503 Retry-After",
+        "http_503",
+        "503 Retry-After, a proxy's body",
         _answer(503, b"busy", {"retry-after": "7"}),
         False,
     ),
@@ -255,8 +266,9 @@ def test_the_table_honours_the_rules() -> None:
     # A desired-state setter may be repeated after a dropped connection or any 5xx.
     for failure in ("dropped_after_send", "http_500", "http_502", "http_503", "http_504"):
         assert t[failure]["setter"].retryable, failure
-    # Gateway errors and a bare 503 may follow a commit: in doubt, never "not processed".
-    for failure in ("http_502", "http_503", "http_504"):
+    # Gateway errors, and a 429 or 503 without the runtime's own body (Retry-After or not), may
+    # follow a commit: in doubt, never "not processed".
+    for failure in ("http_502", "http_503", "http_504", "http_429_unattributed"):
         assert t[failure]["mutation"].in_doubt and not t[failure]["mutation"].retryable
     assert not t["http_503_not_processed"]["mutation"].in_doubt
     # An answer the bridge cannot use after a 2xx on a mutation: in doubt, never a failure code.
@@ -318,6 +330,7 @@ def test_retry_after_is_whole_seconds_rounded_up(value: object, seconds: int | N
         ({"retry-after": "1.2"}, _err("rate_limited"), 2),
         ({}, _err("rate_limited", details={"retryAfterSeconds": 4}), 4),
         ({}, b"<html>slow down</html>", None),
+        ({"retry-after": "3"}, b"<html>slow down</html>", 3),  # a read: retrying is safe
     ],
 )
 async def test_rate_limited_answers_carry_an_integer_delay(

@@ -65,6 +65,26 @@ def _hints(tool: str, **changes: Any) -> Surface:
     return REAL.with_tool(tool, annotations={**REAL.tool(tool).annotations, **changes})
 
 
+def _reclassed(tool: str, permission: str) -> Surface:
+    """`tool` declared `permission`, its annotations and metadata agreeing (rule 5 holds)."""
+    read_only, destructive = permission == "read_only", permission == "destructive_mutation"
+    return REAL.with_tool(
+        tool,
+        annotations={
+            **REAL.tool(tool).annotations,
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+            "idempotentHint": True,
+        },
+        metadata={
+            **REAL.tool(tool).metadata,
+            "permission_class": permission,
+            "read_only": read_only,
+            "destructive": destructive,
+        },
+    )
+
+
 def _meta(tool: str, **changes: Any) -> Surface:
     return REAL.with_tool(tool, metadata={**REAL.tool(tool).metadata, **changes})
 
@@ -126,6 +146,19 @@ BROKEN: list[tuple[str, Surface]] = [
             "task_list", annotations={**REAL.tool("task_list").annotations, "readOnlyHint": False}
         ),
     ),
+    # The audit's seeded breakage: a delete re-classed as a plain agent_mutation, annotations and
+    # metadata agreeing with that class; and a read classed as a mutation.
+    ("class_fits_operation", _reclassed("task_delete", "agent_mutation")),
+    ("class_fits_operation", _reclassed("task_get", "agent_mutation")),
+    ("class_fits_operation", _reclassed("task_update", "read_only")),
+    # google-genai refuses `examples`; an optional field strict mode forces with no null to send;
+    # a root that is not one object (Anthropic).
+    (
+        "portability",
+        _schema("task_get", lambda s: s["properties"]["channel"].__setitem__("examples", ["g"])),
+    ),
+    ("portability", _schema("task_get", _prop("verbose", {"type": "boolean"}))),
+    ("portability", _schema("task_set_claim", lambda s: s.__setitem__("anyOf", [{}]))),
     # idempotentHint on the append-only checkpoint, and on a create idempotent only with a key.
     ("annotations", _hints("task_checkpoint", idempotentHint=True)),
     ("annotations", _hints("task_create", idempotentHint=True)),

@@ -241,3 +241,18 @@ def test_a_database_from_before_the_link_fields_gains_them_empty(tmp_path: Path)
     )
     assert migrate(conn) == 1
     assert conn.execute("SELECT messages, workspaces FROM tasks").fetchall() == [("[]", "[]")]
+
+
+async def test_expected_updated_at_is_compared_as_an_instant_and_must_be_real(api: Api) -> None:
+    created = await api.create("general", "t")
+    seen: str = created[0]["updatedAt"]
+    body = {"channel": "general", "number": 1, "patch": {"title": "t2"}}
+    await api.ok("update", {**body, "expectedUpdatedAt": seen[:-1] + "000Z"})
+    for impossible in ("2026-02-30T00:00:00Z", "2026-13-45T99:99:99Z", "yesterday"):
+        error = await api.fails(
+            "update",
+            {**body, "expectedUpdatedAt": impossible},
+            expect=422,
+            code="validation_failed",
+        )
+        assert list(error["fieldErrors"]) == ["$.expectedUpdatedAt"]

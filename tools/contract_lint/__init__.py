@@ -5,7 +5,8 @@ violation. Each rule is a function of a `Surface` (the surfaces built from the r
 test can feed it a deliberately broken surface and see that rule fail.
 
 The surfaces are built in ``_surface``; the rules of section 12 are in ``_section12``, the further
-ones in ``_forms``; the worst-case results the budget rule measures in ``_worst_case``.
+ones in ``_forms`` and ``_portability`` (OpenAI strict mode, Gemini, Anthropic); the worst-case
+results the budget rule measures in ``_worst_case``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from collections.abc import Callable, Iterator
 from agentteam_task_bridge.bridge import REGISTRY
 
 from ._forms import rule_documented_defaults, rule_field_forms, rule_flat_roots, rule_profile_fields
+from ._portability import STRICT_MODE_LIMITS, openai_strict, rule_portability, strict_blockers
 from ._section12 import (
     definition_bytes,
     rule_annotations,
+    rule_class_fits_operation,
     rule_definition_budgets,
     rule_migrations,
     rule_mutation_semantics,
@@ -38,12 +41,15 @@ from ._worst_case import worst_case
 
 __all__ = [
     "RULES",
+    "STRICT_MODE_LIMITS",
     "Surface",
     "ToolSurface",
     "Violation",
     "definition_bytes",
     "lint",
     "main",
+    "openai_strict",
+    "strict_blockers",
     "surface_from_registry",
     "walk_properties",
     "worst_case",
@@ -55,6 +61,7 @@ RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
     rule_no_deprecated_alias,
     rule_parameters_agree,
     rule_annotations,
+    rule_class_fits_operation,
     rule_no_hidden_context,
     rule_pagination,
     rule_mutation_semantics,
@@ -67,6 +74,7 @@ RULES: tuple[Callable[[Surface], Iterator[Violation]], ...] = (
     rule_field_forms,
     rule_documented_defaults,
     rule_profile_fields,
+    rule_portability,
 )
 
 

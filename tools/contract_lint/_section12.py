@@ -21,6 +21,7 @@ from ._worst_case import worst_case
 __all__ = [
     "definition_bytes",
     "rule_annotations",
+    "rule_class_fits_operation",
     "rule_definition_budgets",
     "rule_migrations",
     "rule_mutation_semantics",
@@ -182,6 +183,44 @@ def rule_annotations(s: Surface) -> Iterator[Violation]:
             )
 
 
+# The last route segment of an upstream operation that deletes or irreversibly changes data, and
+# of one that only reads (a GET is a read whatever its route).
+DESTRUCTIVE_VERBS = frozenset({"delete", "remove", "purge", "destroy", "erase", "archive"})
+READ_VERBS = frozenset({"get", "list", "search", "read", "lookup"})
+
+
+def expected_class(upstream: dict[str, Any]) -> str:
+    """The permission class an upstream operation calls for, judged from the operation alone."""
+    verb = str(upstream.get("route", "")).rstrip("/").rsplit("/", 1)[-1].lower()
+    if verb in DESTRUCTIVE_VERBS or upstream.get("method") == "DELETE":
+        return "destructive_mutation"
+    if upstream.get("method") in ("GET", "HEAD") or verb in READ_VERBS:
+        return "read_only"
+    return "agent_mutation"
+
+
+def rule_class_fits_operation(s: Surface) -> Iterator[Violation]:
+    """5b. the declared permission class fits the upstream operation, not only the annotations:
+    a delete is destructive, a read read-only, any other change at least an agent mutation."""
+    for t in s.tools:
+        declared = t.metadata["permission_class"]
+        expected = expected_class(t.metadata["upstream"])
+        fits = (
+            declared == expected
+            if expected != "agent_mutation"
+            else declared in ("agent_mutation", "destructive_mutation")
+        )
+        if not fits:
+            upstream = t.metadata["upstream"]
+            yield Violation(
+                "class_fits_operation",
+                t.name,
+                "permission_class",
+                f"`{declared}` for {upstream['method']} {upstream['route']}, which calls for "
+                f"`{expected}`",
+            )
+
+
 def rule_no_hidden_context(s: Surface) -> Iterator[Violation]:
     """6. no hidden-context field appears in any model input schema."""
     for t in s.tools:
@@ -244,7 +283,7 @@ def rule_result_budgets(s: Surface) -> Iterator[Violation]:
             yield Violation("result_budgets", t.name, "budget_class", f"unknown class {budget}")
             continue
         data = msgspec.to_builtins(worst_case(t.data_type))
-        state = PageState(None, 0, "digest") if budget == "collection" else None
+        state = PageState(None, "digest") if budget == "collection" else None
         # Only a collection has a continuation for the items it leaves out.
         if "items" in data and budget != "collection":
             yield Violation("result_budgets", t.name, "", "a page needs the collection budget")
