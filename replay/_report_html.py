@@ -93,12 +93,12 @@ overflow-wrap:anywhere;max-height:none}
 .pair{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
 figure.chart{margin:0;flex:1 1 480px;min-width:320px}figure.chart svg{width:100%;height:auto}
 svg text{font:10px system-ui,sans-serif;fill:#333}svg .grid{stroke:#e5e5e5}svg .unit{fill:#777}
-.scroll{overflow:auto;max-height:420px;flex:1 1 300px}
+.scroll{overflow:auto;max-height:420px;flex:1 1 300px}.wide{overflow-x:auto}
 ul.legend{list-style:none;padding:0;margin:4px 0;display:flex;flex-wrap:wrap;gap:10px}
 ul.legend span{display:inline-block;width:10px;height:10px;margin-right:4px}
 .more{color:#555;font-style:italic}section.story{border-top:1px solid #ddd;margin-top:14px}
 dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 14px}dt{color:#555}dd{margin:0}
-@media print{.scroll{max-height:none;overflow:visible}figure.chart,table,section.story
+@media print{.scroll,.wide{max-height:none;overflow:visible}figure.chart,table,section.story
 {break-inside:avoid}a{color:inherit;text-decoration:none}body{max-width:none}}
 """
 
@@ -186,6 +186,11 @@ def _json(value: Any) -> str:
     return f"<pre>{escape(text)}</pre>"
 
 
+def _user(u: Any) -> str:
+    who = " ".join(str(x) for x in (u.client_name, u.client_version, u.agent_id) if x)
+    return f"{who or 'unknown'} ×{u.count}"
+
+
 def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -269,10 +274,8 @@ class _Page:
             return "<p>none</p>"
         rows = [msgspec.structs.asdict(i) for i in items]
         names: list[str] = list(dict.fromkeys(k for row in rows for k in row))
-        cells = []
-        for row in rows:
-            cells.append([self.cell(k, row.get(k)) for k in names])
-        return _table(names, cells)
+        cells = [[self.cell(k, row.get(k)) for k in names] for row in rows]
+        return f'<div class="wide">{_table(names, cells)}</div>'
 
     def cell(self, name: str, value: Any) -> str:
         if name == "call_id" or name.endswith("_call"):
@@ -446,13 +449,7 @@ class _Page:
                         _e(n.replacement),
                         str(n.count),
                         _e(n.last_seen),
-                        _e(
-                            "; ".join(
-                                f"{u.client_name} {u.client_version or ''} "
-                                f"{u.agent_id or ''} ×{u.count}"
-                                for u in n.users[:5]
-                            )
-                        ),
+                        _e("; ".join(_user(u) for u in n.users[:5])),
                         _e(n.gate.text),
                     ]
                     for n in shown

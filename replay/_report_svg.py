@@ -107,17 +107,18 @@ def lines(
     step = (_W - _LEFT) / max(n, 1)
     paths = []
     for k, (name, values) in enumerate(series):
-        d, pen_down = [], False
+        d = []
         for i, value in enumerate(values):
             if value is None:
-                pen_down = False
                 continue
             x = _LEFT + i * step + step / 2
             y = _TOP + plot_h - plot_h * value / top
-            d.append(f"{'L' if pen_down else 'M'}{x:.2f} {y:.2f}")
-            if not pen_down:  # a lone point still shows: a short tick
-                d.append("h0.01")
-            pen_down = True
+            joined = i > 0 and values[i - 1] is not None
+            alone = not joined and (i + 1 >= n or values[i + 1] is None)
+            if alone:  # a point with no neighbour shows as a dash the width of half its bucket
+                d.append(f"M{x - step / 4:.2f} {y:.2f}h{step / 2:.2f}")
+            else:
+                d.append(f"{'L' if joined else 'M'}{x:.2f} {y:.2f}")
         paths.append(
             f'<path d="{"".join(d)}" fill="none" stroke="{colour(k)}" stroke-width="2" '
             f'stroke-linecap="round"><title>{escape(name)}</title></path>'
