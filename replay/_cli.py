@@ -161,10 +161,9 @@ def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=progress,
         )
     size = write_html(result, args.html)
-    if args.json:
-        print(
-            render.to_json({"html": str(args.html), "bytes": size, "ok": result.ok}), file=out.file
-        )
+    if args.json:  # what the page shows, as data
+        print(render.to_json(result), file=out.file)
+        err.print(f"wrote {args.html} ({size} bytes)")
     else:
         verdict = "verified" if result.verify.ok else "FAILED verification"
         out.print(f"wrote {args.html} ({size} bytes): {result.audit.calls} calls, {verdict}")

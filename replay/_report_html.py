@@ -94,6 +94,7 @@ overflow-wrap:anywhere;max-height:none}
 figure.chart{margin:0;flex:1 1 480px;min-width:320px}figure.chart svg{width:100%;height:auto}
 svg text{font:10px system-ui,sans-serif;fill:#333}svg .grid{stroke:#e5e5e5}svg .unit{fill:#777}
 .scroll{overflow:auto;max-height:420px;flex:1 1 300px}.wide{overflow-x:auto}
+.scroll td:first-child{white-space:nowrap}
 ul.legend{list-style:none;padding:0;margin:4px 0;display:flex;flex-wrap:wrap;gap:10px}
 ul.legend span{display:inline-block;width:10px;height:10px;margin-right:4px}
 .more{color:#555;font-style:italic}section.story{border-top:1px solid #ddd;margin-top:14px}
@@ -165,7 +166,7 @@ def _table(
 
 def _legend(names: Sequence[str]) -> str:
     items = "".join(
-        f'<li><span style="background:{svg.colour(k)}"></span>{_e(n)}</li>'
+        f'<li><span style="background:{svg.colour(k, n)}"></span>{_e(n)}</li>'
         for k, n in enumerate(names)
     )
     return f'<ul class="legend">{items}</ul>'
@@ -288,7 +289,8 @@ class _Page:
         r = self.r
         labels = [b.start[:19].replace("T", " ") for b in r.buckets]
         tools = sorted({t for b in r.buckets for t in b.by_tool})
-        statuses = sorted({s for b in r.buckets for s in b.by_status})
+        seen = {s for b in r.buckets for s in b.by_status}
+        statuses = [s for s in svg.OUTCOMES if s in seen] + sorted(seen - set(svg.OUTCOMES))
         out = [
             f'<h2 id="activity">Calls over time</h2><p>buckets of {r.bucket_seconds} s (UTC)</p>'
         ]

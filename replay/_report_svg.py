@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
-__all__ = ["PALETTE", "bars", "colour", "lines", "spans", "stacked"]
+__all__ = ["OUTCOMES", "PALETTE", "bars", "colour", "lines", "spans", "stacked"]
 
 PALETTE: Final = (
     "#4269d0",
@@ -32,8 +32,20 @@ _BOTTOM: Final = 22
 _TOP: Final = 8
 
 
-def colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+# How a call ended reads the same on every chart: success green, failure red, unknown amber.
+OUTCOMES: Final = {
+    "result": "#3ca951",
+    "error": "#e0442f",
+    "rejected": "#ff8ab7",
+    "cancelled": "#9498a0",
+    "in_doubt": "#efb118",
+    "incomplete": "#c9c9c9",
+}
+
+
+def colour(index: int, name: str = "") -> str:
+    """The colour of the series ``name``, the ``index``-th: an outcome's own, else the palette's."""
+    return OUTCOMES.get(name) or PALETTE[index % len(PALETTE)]
 
 
 def _frame(title: str, height: int, body: str, top_value: float, unit: str) -> str:
@@ -89,7 +101,7 @@ def stacked(
             d.append(f"M{x:.2f} {y:.2f}h{width:.2f}v{h:.2f}h{-width:.2f}Z")
             base[i] += h
         paths.append(
-            f'<path d="{"".join(d)}" fill="{colour(k)}"><title>{escape(name)}</title></path>'
+            f'<path d="{"".join(d)}" fill="{colour(k, name)}"><title>{escape(name)}</title></path>'
         )
     return _frame(title, _H, "".join(paths) + _axis(labels, _H), top, unit)
 
