@@ -182,6 +182,30 @@ def test_the_page_escapes_model_text_links_every_call_and_is_owner_only(
     assert "VERIFIED" in page
 
 
+def test_findings_and_in_doubt_calls_show_first_with_their_seqs_and_stories(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "broken.db"
+    done = journal.CallResult(result={"data": {}, "meta": {}})
+    events = [session_started("s1", agent_id="agt_2")]  # its calls inject agt_1: a mismatch
+    events += _call("s1", "m1", "task_create", done, {"channel": "general", "tasks": []})
+    sent = _call("s1", "lost", "task_create", done, {"channel": "general", "tasks": []})
+    events += sent[:3]  # sent upstream, and the journal ends: in doubt
+    write_events(path, events)
+    html = tmp_path / "broken.html"
+    done_cli = replay_main("report", path, "--html", html, "--trusted-key", SEED_VKEY)
+    assert done_cli.returncode == 1, done_cli.stderr
+    page = html.read_text(encoding="utf-8")
+    verdict = page.index("FAILED")
+    assert verdict < page.index('id="activity"')  # the verdict comes first
+    assert "context_mismatch" in page and "no_outcome" in page
+    for call in ("m1", "lost"):
+        assert f'href="#call-{call}"' in page and f'id="call-{call}"' in page
+    found = replay.report([path], trusted=[replay._verify.load_trusted_key(SEED_VKEY)])
+    for f in found.verify.findings:  # each finding with its seq, as verify reports it
+        assert f"<td>{f.seq}</td><td>{f.rule}</td>" in page
+
+
 def test_filters_select_the_calls_and_the_stories_are_bounded(multi: Path, tmp_path: Path) -> None:
     where = replay.ReportFilter(session="s3")
     trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
