@@ -151,15 +151,19 @@ def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
     where = replay.ReportFilter(
         journal=args.journal, session=args.session, since=args.since, until=args.until
     )
+    trusted, local = _trusted(args.trusted_key, [])
     with _progress(err) as progress:
         result = replay.report(
             paths,
             where,
-            trusted=_trusted(args.trusted_key, []),
+            trusted=trusted,
             accept_unverified=args.accept_unverified,
+            local_key_file=local,
             stories=args.stories,
             progress=progress,
         )
+    if local:
+        _say_local_trust()
     size = write_html(result, args.html)
     if args.json:  # what the page shows, as data
         print(render.to_json(result), file=out.file)

@@ -121,11 +121,13 @@ def report(
     checkpoints: Sequence[str | Path] = (),
     trusted: Sequence[Key] = (),
     accept_unverified: bool = False,
+    local_key_file: bool = False,
     stories: int = DEFAULT_STORIES,
     gate_days: int = DEFAULT_GATE_DAYS,
     progress: Progress | None = None,
 ) -> Report:
-    """Verify the journals (``checkpoints``, ``trusted`` and ``accept_unverified`` as for
+    """Verify the journals (``checkpoints``, ``trusted``, ``accept_unverified`` and
+    ``local_key_file`` as for
     :func:`replay.verify`), then gather the audit of the calls ``where`` selects; the first
     ``stories`` calls' stories are kept whole."""
     if stories < 0:
@@ -136,6 +138,7 @@ def report(
         checkpoints=checkpoints,
         trusted=trusted,
         accept_unverified=accept_unverified,
+        local_key_file=local_key_file,
         progress=progress,
     )
     calls = where.calls

@@ -187,6 +187,12 @@ def _json(value: Any) -> str:
     return f"<pre>{escape(text)}</pre>"
 
 
+def _trust(v: Any) -> str:
+    if getattr(v, "trusted_local_key_file", False):
+        return "this machine's key file (no key held elsewhere was given)"
+    return "the keys given" if v.trusted_keys else "none"
+
+
 def _user(u: Any) -> str:
     who = " ".join(str(x) for x in (u.client_name, u.client_version, u.agent_id) if x)
     return f"{who or 'unknown'} ×{u.count}"
@@ -244,6 +250,7 @@ class _Page:
             ("signatures checked", sum(x.signatures_checked for x in j)),
             ("signatures unchecked (no trusted key)", sum(x.signatures_unchecked for x in j)),
             ("trusted keys", ", ".join(v.trusted_keys) or "none"),
+            ("trust", _trust(v)),
             ("findings", len(v.findings) + v.findings_omitted),
             ("in-doubt calls", len(v.in_doubt)),
         ]
