@@ -13,6 +13,7 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
     replay.check_idempotency(paths)                    -> IdempotencyResult (.ok, .findings)
     replay.deprecations(paths, gate_days=30)           -> DeprecationReport (.ok: every gate met)
     replay.audit(paths)                                -> AuditReport
+    replay.report(paths, ReportFilter(since=...))      -> Report (all of the above, for a page)
     replay.rerun(paths, against=None)                  -> RerunResult (.ok: nothing differs)
     replay.export_otlp(paths, file) / export_jsonl(paths, file) -> ExportResult
     replay.ship(paths, "postgresql://...")             -> ShipReport (.ok: nothing refused)
@@ -66,6 +67,7 @@ from ._prove import (
     prove_seq,
 )
 from ._prune import JournalPruned, PruneReport, prune
+from ._report import Bucket, ErrorExample, Report, ReportFilter, report
 from ._rerun import RerunCall, RerunResult, rerun, rerun_async
 from ._source import Journals, ReplayInputError, journal_files, open_journals
 from ._story import CallStory, CallSummary, SessionInfo, iter_stories
@@ -74,6 +76,7 @@ from ._verify import JournalReport, Key, VerifyResult, verify
 __all__ = [
     "AuditReport",
     "BoardMutations",
+    "Bucket",
     "CallDetail",
     "CallFilter",
     "CallList",
@@ -87,6 +90,7 @@ __all__ = [
     "DeprecationReport",
     "Difference",
     "ErrorCount",
+    "ErrorExample",
     "EventProof",
     "Exchange",
     "ExportResult",
@@ -108,6 +112,8 @@ __all__ = [
     "PruneReport",
     "PushError",
     "ReplayInputError",
+    "Report",
+    "ReportFilter",
     "RerunCall",
     "RerunResult",
     "SessionInfo",
@@ -135,6 +141,7 @@ __all__ = [
     "prove_seq",
     "prune",
     "push_otlp",
+    "report",
     "rerun",
     "rerun_async",
     "ship",

@@ -35,6 +35,7 @@ __all__ = [
     "StoryEvent",
     "list_calls",
     "show_call",
+    "story_detail",
     "stream_calls",
     "wall",
 ]
@@ -213,10 +214,11 @@ def show_call(paths: Sequence[str | Path], call_id: str) -> CallDetail:
     story = CallStory(records[0].journal_id, call_id, records[0].session_id, session)
     for record in records:
         story.add(record)
-    return _detail(story)
+    return story_detail(story)
 
 
-def _detail(story: CallStory) -> CallDetail:
+def story_detail(story: CallStory) -> CallDetail:
+    """The whole of one call's story, as ``show`` prints it."""
     records = story.records
     t0 = records[0].ts_mono_ns
 

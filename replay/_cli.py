@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _ship(args, out, err)
     if args.command == "prune":
         return _prune(args, out)
+    if args.command == "report":
+        return _report(args, out, err)
     if args.command == "calls" and not getattr(args, "store", None):
         return _calls(args, out, err)
     if args.command == "rerun" and args.allow_mutations and not args.against:
@@ -138,6 +140,40 @@ def _ship(args: argparse.Namespace, out: Console, err: Console) -> int:
     elif not args.follow:
         _fleet_cli.render_ship(out, report)
     return code
+
+
+def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from agentteam_task_bridge import replay
+
+    from ._report_html import write_html
+
+    paths = journal_files(args.journals or default_journals())
+    where = replay.ReportFilter(
+        journal=args.journal, session=args.session, since=args.since, until=args.until
+    )
+    trusted, local = _trusted(args.trusted_key, [])
+    with _progress(err) as progress:
+        result = replay.report(
+            paths,
+            where,
+            trusted=trusted,
+            accept_unverified=args.accept_unverified,
+            local_key_file=local,
+            stories=args.stories,
+            progress=progress,
+        )
+    if local:
+        _say_local_trust()
+    size = write_html(result, args.html)
+    if args.json:  # what the page shows, as data
+        print(render.to_json(result), file=out.file)
+        err.print(f"wrote {args.html} ({size} bytes)")
+    else:
+        verdict = "verified" if result.verify.ok else "FAILED verification"
+        out.print(f"wrote {args.html} ({size} bytes): {result.audit.calls} calls, {verdict}")
+    if not result.ok:
+        return EXIT_FAILED
+    return EXIT_IN_DOUBT if result.verify.in_doubt else EXIT_OK
 
 
 def _prune(args: argparse.Namespace, out: Console) -> int:

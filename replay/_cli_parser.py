@@ -118,6 +118,18 @@ examples:
 With --against, the credential comes from AGENTTEAM_TOKEN_COMMAND, AGENTTEAM_TOKEN_FILE or
 AGENTTEAM_TOKEN; ids, timestamps and cursors are normalized before comparing.
 """,
+    "report": """\
+examples:
+  agentteam-replay report journal.db --html report.html
+  agentteam-replay report fleet/*.db --html day.html --since 2026-12-01 --until 2026-12-02
+  agentteam-replay report journals/ --html s.html --session s1a2405dba5b1 --stories 200
+
+One HTML file that loads nothing (inline SVG charts, each beside its table), written 0600:
+the verification verdict first, then calls over time per tool and per outcome, latency,
+error codes, sessions, deprecated usage, idempotency, truncation, mutations per board, and
+the stories of the calls it names. The filters select the calls; the verdict is the whole
+journals'. Exits 1 when verify or idempotency finds a broken rule, 3 when calls are in doubt.
+""",
     "export": """\
 examples:
   agentteam-replay export journal.db --output spans.json            # OTLP JSON
@@ -319,6 +331,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="list identical calls too")
 
     p = command(
+        "report",
+        "one self-contained HTML page of the audit",
+        "Verify the journals and write one HTML page an auditor can open offline: the verdict, "
+        "calls over time, latency, errors, sessions, deprecated names, idempotency, truncation, "
+        "mutations per board, and call stories.",
+    )
+    p.add_argument("--html", required=True, type=Path, metavar="FILE", help="the page to write")
+    p.add_argument("--journal", metavar="JOURNAL_ID", help="only this journal (an id or its start)")
+    p.add_argument("--session", help="only calls of this session")
+    p.add_argument("--since", type=parse_time, help="calls started at or after (ISO or 2h)")
+    p.add_argument("--until", type=parse_time, help="calls started at or before (ISO or 2h)")
+    p.add_argument(
+        "--stories", type=_count, default=50, metavar="N", help="keep the first N calls' stories"
+    )
+    p.add_argument(
+        "--trusted-key",
+        action="append",
+        default=[],
+        metavar="VKEY_OR_FILE",
+        help="a public key whose signatures count (repeatable), as for verify",
+    )
+    p.add_argument(
+        "--accept-unverified",
+        action="store_true",
+        help="pass checkpoints no trusted key signed (counted as unchecked), as for verify",
+    )
+
+    p = command(
         "export",
         "OpenTelemetry spans or JSONL events",
         "Write one span per call (child spans for upstream requests) as an OTLP JSON trace "
@@ -373,6 +413,16 @@ def build_parser() -> argparse.ArgumentParser:
     _fleet_cli.add_store_options(sub)
     bridge.add_completion_command(sub, PROG, build_parser)
     return parser
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError("between 0 and 100000")
+    return value
 
 
 def _days(text: str) -> float:

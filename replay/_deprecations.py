@@ -17,13 +17,20 @@ from typing import Final
 
 import msgspec
 
-from agentteam_task_bridge.journal import DeprecatedUsage
+from agentteam_task_bridge.journal import DeprecatedUsage, Record
 
 from ._calls import wall
 from ._source import Progress, open_journals
 from ._story import parse_wall
 
-__all__ = ["DeprecatedName", "DeprecatedUser", "DeprecationReport", "Gate", "deprecations"]
+__all__ = [
+    "DeprecatedName",
+    "DeprecatedUser",
+    "DeprecationReport",
+    "Gate",
+    "Tally",
+    "deprecations",
+]
 
 DEFAULT_GATE_DAYS: Final = 30
 _INDEX: Final = re.compile(r"\[\d+\]")
@@ -111,61 +118,83 @@ def deprecations(
 
     ``names``: restrict the report to these names, and report them even when never used.
     """
-    moment = as_of or datetime.now(UTC)
-    found: dict[tuple[str, str], _Acc] = {}
-    window_start: str | None = None
-    window_end: str | None = None
-    uses = 0
+    tally = Tally()
     with open_journals(paths) as journals:
         for record in journals.records(progress):
-            if window_start is None or record.ts_wall < window_start:
-                window_start = record.ts_wall
-            if window_end is None or record.ts_wall > window_end:
-                window_end = record.ts_wall
-            p = record.payload
-            if not isinstance(p, DeprecatedUsage):
-                continue
-            uses += 1
-            key = (p.use_kind, fold_name(p.use_kind, p.old_name))
-            acc = found.get(key)
-            if acc is None:
-                acc = found[key] = _Acc()
-            at = record.ts_wall
-            acc.count += 1
-            acc.first = min(acc.first, at) if acc.first else at
-            acc.last = max(acc.last, at)
-            acc.replacement = acc.replacement or p.replacement
-            if record.gen_ai_tool_name:
-                acc.tools.add(record.gen_ai_tool_name)
-            who = (p.client_name, p.client_version, p.agent_id)
-            user = acc.users.get(who)
-            if user is None:
-                user = acc.users[who] = DeprecatedUser(
-                    client_name=p.client_name, client_version=p.client_version, agent_id=p.agent_id
-                )
-            user.count += 1
-            user.first_seen = min(user.first_seen, at) if user.first_seen else at
-            user.last_seen = max(user.last_seen, at)
-    wanted = set(names)
-    report: list[DeprecatedName] = []
-    for (use_kind, old_name), acc in found.items():
-        if wanted and old_name not in wanted:
-            continue
-        wanted.discard(old_name)
-        report.append(
-            DeprecatedName(
-                use_kind=use_kind,
-                old_name=old_name,
-                replacement=acc.replacement,
-                tools=sorted(acc.tools),
-                count=acc.count,
-                first_seen=acc.first,
-                last_seen=acc.last,
-                users=sorted(acc.users.values(), key=lambda u: (-u.count, str(u.client_name))),
-                gate=_gate(acc.last, gate_days, moment),
+            tally.add(record)
+    return tally.report(gate_days=gate_days, as_of=as_of, names=names)
+
+
+class Tally:
+    """Deprecated usage as records are fed (any subset, in any order): what ``deprecations``
+    reports, so that one pass can feed it alongside other checks (``report`` does)."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], _Acc] = {}
+        self.window_start: str | None = None
+        self.window_end: str | None = None
+        self.uses = 0
+
+    def add(self, record: Record) -> None:
+        if self.window_start is None or record.ts_wall < self.window_start:
+            self.window_start = record.ts_wall
+        if self.window_end is None or record.ts_wall > self.window_end:
+            self.window_end = record.ts_wall
+        p = record.payload
+        if not isinstance(p, DeprecatedUsage):
+            return
+        self.uses += 1
+        key = (p.use_kind, fold_name(p.use_kind, p.old_name))
+        acc = self.found.get(key)
+        if acc is None:
+            acc = self.found[key] = _Acc()
+        at = record.ts_wall
+        acc.count += 1
+        acc.first = min(acc.first, at) if acc.first else at
+        acc.last = max(acc.last, at)
+        acc.replacement = acc.replacement or p.replacement
+        if record.gen_ai_tool_name:
+            acc.tools.add(record.gen_ai_tool_name)
+        who = (p.client_name, p.client_version, p.agent_id)
+        user = acc.users.get(who)
+        if user is None:
+            user = acc.users[who] = DeprecatedUser(
+                client_name=p.client_name, client_version=p.client_version, agent_id=p.agent_id
             )
+        user.count += 1
+        user.first_seen = min(user.first_seen, at) if user.first_seen else at
+        user.last_seen = max(user.last_seen, at)
+
+    def report(
+        self,
+        *,
+        gate_days: int = DEFAULT_GATE_DAYS,
+        as_of: datetime | None = None,
+        names: Sequence[str] = (),
+    ) -> DeprecationReport:
+        moment = as_of or datetime.now(UTC)
+        wanted = set(names)
+        report: list[DeprecatedName] = []
+        for (use_kind, old_name), acc in self.found.items():
+            if wanted and old_name not in wanted:
+                continue
+            wanted.discard(old_name)
+            report.append(
+                DeprecatedName(
+                    use_kind=use_kind,
+                    old_name=old_name,
+                    replacement=acc.replacement,
+                    tools=sorted(acc.tools),
+                    count=acc.count,
+                    first_seen=acc.first,
+                    last_seen=acc.last,
+                    users=sorted(acc.users.values(), key=lambda u: (-u.count, str(u.client_name))),
+                    gate=_gate(acc.last, gate_days, moment),
+                )
+            )
+        return _report(
+            report, wanted, gate_days, moment, self.window_start, self.window_end, self.uses
         )
-    return _report(report, wanted, gate_days, moment, window_start, window_end, uses)
 
 
 def _report(

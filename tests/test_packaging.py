@@ -152,6 +152,9 @@ def test_every_readme_link_works_on_the_package_index() -> None:
         assert link.startswith(("https://", "http://", "#")), link
         if link.startswith(f"{HOME_PAGE}/blob/main/"):
             assert (ROOT / link.removeprefix(f"{HOME_PAGE}/blob/main/")).exists(), link
+        raw = HOME_PAGE.replace("://github.com/", "://raw.githubusercontent.com/") + "/main/"
+        if link.startswith(raw):  # an image, served as it is
+            assert (ROOT / link.removeprefix(raw)).exists(), link
 
 
 def test_no_page_shows_a_path_of_the_machine_it_was_written_on() -> None:

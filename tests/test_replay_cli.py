@@ -284,6 +284,7 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
         assert path.read_text() == text, f"{path} is stale: run python -m tools.replay_schemas"
     call_id = cli_json("calls", everyday_journal.path, wire=False)[1]["calls"][0]["call_id"]
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
+    extra["report"] = ["--html", str(tmp_path / "report.html")]
     extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
     for command in RESULTS:
         if command in ("ship", "prune"):

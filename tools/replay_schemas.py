@@ -28,6 +28,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "idempotency": replay.IdempotencyResult,
     "deprecations": replay.DeprecationReport,
     "audit": replay.AuditReport,
+    "report": replay.Report,
     "rerun": replay.RerunResult,
     "export": replay.ExportResult,
     "key": replay.KeyInfo,

@@ -8,7 +8,8 @@ replays, claims, lists). Printed: events per second of ``replay.verify`` (hash c
 checkpoints, call grammar and invariants, one pass) beside a plain ``sqlite3`` scan recomputing
 the same hashes with the documented recipe (PRODUCT's target: at least 0.7x), of
 ``journal.verify`` (chain only) for reference, and of ``replay.check_idempotency`` and
-``replay.audit``.
+``replay.audit``, and of ``replay.report`` writing its HTML page (issue 30's target: at most
+1.5x the time of ``audit``, the page under 2 MB).
 """
 
 from __future__ import annotations
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         assert chain.ok
         idem_s, idem = _timed(lambda: replay.check_idempotency([path]))
         audit_s, audited = _timed(lambda: replay.audit([path]))
+        report_s, html_bytes = _timed(lambda: _report(path, Path(tmp) / "report.html"))
     plain = events / scan_s
     rows = [
         ("plain sqlite3 scan, hashes recomputed", plain),
@@ -288,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         ("journal.verify (chain only)", events / chain_s),
         ("replay idempotency", events / idem_s),
         ("replay audit", events / audit_s),
+        ("replay report --html (verify+audit+...)", events / report_s),
     ]
     print(f"{'case':<42} {'events/s':>10} {'vs scan':>8}")
     for name, rate in rows:
@@ -295,10 +298,25 @@ def main(argv: list[str] | None = None) -> None:
     ratio = (events / verify_s) / plain
     verdict = "PASS" if ratio >= 0.7 else "MISS"
     print(f"target: replay verify >= 0.7x the plain scan: {ratio:.2f}x {verdict}")
+    slower = report_s / audit_s
+    within = "PASS" if slower <= 1.5 and html_bytes < 2_000_000 else "MISS"
+    print(
+        f"target: report <= 1.5x audit's time, HTML < 2 MB: {slower:.2f}x, "
+        f"{html_bytes / 1e6:.2f} MB {within}"
+    )
     print(
         f"calls: {verified.journals[0].calls:,}; keyed scopes: {len(idem.groups):,};"
         f" audit calls: {audited.calls:,}; peak RSS {_rss_mb():.0f} MB (whole run)"
     )
+
+
+def _report(path: Path, html: Path) -> int:
+    """``agentteam-replay report --html``: gather and write the page; its size in bytes."""
+    from agentteam_task_bridge.replay._report_html import write_html
+
+    # the same trust as verify(key=KEY): the writer's seed stands for its public key
+    trusted = list(journal.trust_of(KEY).verifiers.values())
+    return write_html(replay.report([path], trusted=trusted), html)
 
 
 def _rss_mb() -> float:

@@ -1,0 +1,295 @@
+"""``report``: everything an auditor looks at, gathered for one self-contained HTML page.
+
+The verdict is :func:`replay.verify`'s over the whole journals (integrity does not depend on a
+filter); everything else comes from one more pass over the calls that match the filter, fed to
+the same accumulators ``audit``, ``idempotency`` and ``deprecations`` use, so the page shows the
+figures those commands print. Memory stays bounded however long the journals are:
+
+* calls over time are counted in at most :data:`MAX_BUCKETS` buckets whose width doubles
+  (1 s, 2 s, 4 s, ...) whenever more would be needed, each with a latency histogram;
+* the stories kept are the first ``stories`` calls in journal order, plus the calls the page
+  names elsewhere (findings, in-doubt calls, one example per error code), at most
+  :data:`MAX_NAMED_STORIES` of those, read back from the journal by call id.
+
+The page itself is :mod:`replay._report_html`'s; it shows only what the journal holds, which
+the bridge redacted before writing, and what the journal erased stays erased.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from agentteam_task_bridge.journal import Record
+
+from ._audit import AuditReport, Histogram, Latency, _Audit
+from ._calls import CallDetail, CallFilter, story_detail, wall
+from ._deprecations import DEFAULT_GATE_DAYS, DeprecationReport, Tally
+from ._idempotency import IdempotencyResult, _Checker, declared_hints
+from ._source import Journals, Progress, ReplayInputError, open_journals
+from ._story import CallStory, SessionInfo, iter_stories, parse_wall
+from ._verify import Key, VerifyResult, verify
+
+__all__ = ["Bucket", "ErrorExample", "Report", "ReportFilter", "report"]
+
+MAX_BUCKETS: Final = 96
+DEFAULT_STORIES: Final = 50
+MAX_NAMED_STORIES: Final = 200
+
+
+class ReportFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which calls the page covers: ``journal`` is a journal id or its first characters."""
+
+    journal: str | None = None
+    session: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def calls(self) -> CallFilter:
+        return CallFilter(session=self.session, since=self.since, until=self.until)
+
+    def keeps(self, record: Record) -> bool:
+        if self.journal is not None and not record.journal_id.startswith(self.journal):
+            return False
+        return self.session is None or record.session_id == self.session
+
+    def keeps_session(self, info: SessionInfo) -> bool:
+        if self.since is not None and (info.ended_at or info.started_at) < wall(self.since):
+            return False
+        return not (self.until is not None and info.started_at > wall(self.until))
+
+    @property
+    def text(self) -> str:
+        """The filter as the command line spells it ('' for none)."""
+        parts = [f"--journal {self.journal}"] if self.journal else []
+        parts += [f"--session {self.session}"] if self.session else []
+        parts += [f"--since {wall(self.since)}"] if self.since else []
+        parts += [f"--until {wall(self.until)}"] if self.until else []
+        return " ".join(parts)
+
+
+class Bucket(msgspec.Struct, frozen=True, kw_only=True):
+    """The calls that began in ``[start, start + width)``: by tool, by outcome, and latency."""
+
+    start: str
+    by_tool: dict[str, int]
+    by_status: dict[str, int]
+    latency: Latency
+
+
+class ErrorExample(msgspec.Struct, frozen=True, kw_only=True):
+    """One error code: how many calls ended with it, of which tools, and the first of them."""
+
+    error_code: str
+    calls: int
+    tools: list[str]
+    example_call: str
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """What the page shows; ``stories`` hold the whole story of every call it links to."""
+
+    generated_at: str
+    sources: list[str]
+    filter: str
+    verify: VerifyResult
+    audit: AuditReport
+    deprecations: DeprecationReport
+    idempotency: IdempotencyResult
+    bucket_seconds: int
+    buckets: list[Bucket]
+    errors: list[ErrorExample]
+    stories: list[CallDetail]
+    stories_first: int
+    stories_more: int
+
+    @property
+    def ok(self) -> bool:
+        return self.verify.ok and self.idempotency.ok
+
+
+def report(
+    paths: Sequence[str | Path],
+    where: ReportFilter | None = None,
+    *,
+    checkpoints: Sequence[str | Path] = (),
+    trusted: Sequence[Key] = (),
+    accept_unverified: bool = False,
+    local_key_file: bool = False,
+    stories: int = DEFAULT_STORIES,
+    gate_days: int = DEFAULT_GATE_DAYS,
+    progress: Progress | None = None,
+) -> Report:
+    """Verify the journals (``checkpoints``, ``trusted``, ``accept_unverified`` and
+    ``local_key_file`` as for
+    :func:`replay.verify`), then gather the audit of the calls ``where`` selects; the first
+    ``stories`` calls' stories are kept whole."""
+    if stories < 0:
+        raise ReplayInputError("the number of stories cannot be negative")
+    where = where or ReportFilter()
+    verified = verify(
+        paths,
+        checkpoints=checkpoints,
+        trusted=trusted,
+        accept_unverified=accept_unverified,
+        local_key_file=local_key_file,
+        progress=progress,
+    )
+    calls = where.calls
+    acc, checker, tally = _Audit(), _Checker(declared_hints()), Tally()
+    timeline = _Timeline()
+    errors: dict[str, tuple[int, set[str], str]] = {}
+    kept: dict[str, CallDetail] = {}
+    matched = 0
+    with open_journals(paths) as journals:
+        ended: list[SessionInfo] = []
+        records = _kept(journals.records(progress), where, tally)
+        for story in iter_stories(records, sessions_out=ended, in_order=True):
+            acc.sessions_ended([s for s in ended if where.keeps_session(s)])
+            ended.clear()
+            s = story.summary()
+            if not calls.matches(s):
+                continue
+            matched += 1
+            acc.call(story)
+            checker.feed(story)
+            timeline.add(s.started_at, s.tool or "?", s.status, s.bridge_ms)
+            if s.error_code is not None:
+                n, tools, example = errors.get(s.error_code, (0, set(), s.call_id))
+                tools.add(s.tool or "?")
+                errors[s.error_code] = (n + 1, tools, example)
+            if len(kept) < stories:
+                kept[story.call_id] = story_detail(story)
+        acc.sessions_ended([s for s in ended if where.keeps_session(s)])
+        checked = checker.result()
+        named = _named_calls(verified, checked, errors)
+        for call_id in [c for c in named if c not in kept][:MAX_NAMED_STORIES]:
+            detail = _read_story(journals, call_id)
+            if detail is not None:
+                kept[call_id] = detail
+    ordered = sorted(kept.values(), key=lambda d: (d.summary.journal_id, d.summary.first_seq))
+    first = min(stories, matched)
+    return Report(
+        generated_at=wall(datetime.now(UTC)),
+        sources=[str(p) for p in paths],
+        filter=where.text,
+        verify=verified,
+        audit=acc.report(),
+        deprecations=tally.report(gate_days=gate_days),
+        idempotency=checked,
+        bucket_seconds=timeline.width,
+        buckets=timeline.buckets(),
+        errors=[
+            ErrorExample(error_code=code, calls=n, tools=sorted(tools), example_call=call)
+            for code, (n, tools, call) in sorted(errors.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        ],
+        stories=ordered,
+        stories_first=first,
+        stories_more=matched - first,
+    )
+
+
+def _kept(records: Iterator[Record], where: ReportFilter, tally: Tally) -> Iterator[Record]:
+    """The records of the journals and sessions asked for; deprecated usage counted as read."""
+    since = wall(where.since) if where.since else None
+    until = wall(where.until) if where.until else None
+    for record in records:
+        if not where.keeps(record):
+            continue
+        if (since is None or record.ts_wall >= since) and (
+            until is None or record.ts_wall <= until
+        ):
+            tally.add(record)
+        yield record
+
+
+def _named_calls(
+    verified: VerifyResult, checked: IdempotencyResult, errors: dict[str, tuple[int, set[str], str]]
+) -> list[str]:
+    """Every call id the page names outside the stories' list, in the order it names them."""
+    ids = [f.call_id for f in verified.findings if f.call_id]
+    ids += [c.call_id for c in verified.in_doubt]
+    ids += [call for _, _, call in errors.values()]
+    ids += [f.call_id for f in checked.findings if f.call_id]
+    return list(dict.fromkeys(ids))
+
+
+def _read_story(journals: Journals, call_id: str) -> CallDetail | None:
+    records = journals.events_of_call(call_id)
+    if not records:
+        return None
+    started = journals.session_started(records[0].journal_id, records[0].session_id)
+    session = SessionInfo.from_record(started) if started is not None else None
+    story = CallStory(records[0].journal_id, call_id, records[0].session_id, session)
+    for record in records:
+        if record.journal_id == story.journal_id:
+            story.add(record)
+    return story_detail(story)
+
+
+class _Timeline:
+    """Calls per time bucket; the width doubles while the calls span more than MAX_BUCKETS."""
+
+    def __init__(self) -> None:
+        self.width = 1
+        self.tools: dict[int, Counter[str]] = {}
+        self.statuses: dict[int, Counter[str]] = {}
+        self.latency: dict[int, Histogram] = {}
+
+    def add(self, started_at: str, tool: str, status: str, ms: float | None) -> None:
+        second = int(parse_wall(started_at).timestamp())
+        index = second // self.width
+        if index not in self.tools:
+            self.tools[index], self.statuses[index] = Counter(), Counter()
+            self.latency[index] = Histogram()
+            if max(self.tools) - min(self.tools) >= MAX_BUCKETS:
+                self._widen()
+                index = second // self.width
+        self.tools[index][tool] += 1
+        self.statuses[index][status] += 1
+        if ms is not None:
+            self.latency[index].add(ms)
+
+    def _widen(self) -> None:
+        while max(self.tools) - min(self.tools) >= MAX_BUCKETS:
+            self.width *= 2
+            tools: dict[int, Counter[str]] = {}
+            statuses: dict[int, Counter[str]] = {}
+            latency: dict[int, Histogram] = {}
+            for index in self.tools:
+                wide = index // 2
+                tools.setdefault(wide, Counter()).update(self.tools[index])
+                statuses.setdefault(wide, Counter()).update(self.statuses[index])
+                _merge(latency.setdefault(wide, Histogram()), self.latency[index])
+            self.tools, self.statuses, self.latency = tools, statuses, latency
+
+    def buckets(self) -> list[Bucket]:
+        if not self.tools:
+            return []
+        low, high = min(self.tools), max(self.tools)
+        out = []
+        for index in range(low, high + 1):  # empty buckets too: time runs evenly on the chart
+            moment = datetime.fromtimestamp(index * self.width, UTC)
+            out.append(
+                Bucket(
+                    start=wall(moment),
+                    by_tool=dict(sorted(self.tools.get(index, Counter()).items())),
+                    by_status=dict(sorted(self.statuses.get(index, Counter()).items())),
+                    latency=self.latency.get(index, Histogram()).summary("bridge"),
+                )
+            )
+        return out
+
+
+def _merge(into: Histogram, other: Histogram) -> None:
+    into.buckets.update(other.buckets)
+    into.count += other.count
+    into.total_us += other.total_us
+    into.max = max(into.max, other.max)
+    into.min = min(into.min, other.min)

@@ -1,0 +1,334 @@
+"""`agentteam-replay report --html`: one self-contained page, escaped, owner-only, in a browser.
+
+The page is rendered by headless Chromium (Debian's `chromium`; .ci/run installs it): its own
+check script reports on the root element whether every chart drew, how many resources were
+fetched and how many Content-Security-Policy violations happened; a local HTTP server counts
+what would have been fetched.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from agentteam_task_bridge import journal, replay
+
+from .replay_helpers import (
+    SEED_VKEY,
+    call_event,
+    injected,
+    replay_main,
+    route,
+    session_started,
+    write_events,
+)
+
+HOSTILE = "<script>document.documentElement.setAttribute('data-pwned','1')</script>"
+WIDE = "crab 🦀 clef 𝄞"  # 4-byte UTF-8 characters
+LEAK = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub token a model pasted
+
+
+def _call(
+    session: str, call: str, tool: str, outcome: journal.Payload, arguments: dict[str, Any]
+) -> list[journal.Event]:
+    method = "POST" if tool != "task_get" else "GET"
+    suffix = "" if method == "POST" else "/get"
+    agent = "agt_2" if session == "s2" else "agt_1"
+    return [
+        call_event(call, journal.CallReceived(arguments=arguments), tool=tool, session=session),
+        call_event(call, injected(agent=agent), tool=tool, session=session),
+        call_event(
+            call,
+            journal.UpstreamRequest(
+                method=method, route=route(suffix, agent=agent), body=arguments
+            ),
+            tool=tool,
+            session=session,
+        ),
+        call_event(
+            call,
+            journal.UpstreamResponse(status=200, body={}, duration_ms=12.5),
+            tool=tool,
+            session=session,
+        ),
+        call_event(call, outcome, tool=tool, session=session),
+    ]
+
+
+def _multi_session_journal(path: Path) -> None:
+    """Three sessions of two clients: results, errors, a deprecated name, a hostile title."""
+    events = [
+        session_started("s1", client_name="cursor"),
+        session_started("s2", client_name="claude-code", agent_id="agt_2"),
+    ]
+    done = journal.CallResult(result={"data": {"task": {"title": HOSTILE}}, "meta": {}})
+    failed = journal.CallError(error_code="task_not_found", retryable=False, message=WIDE)
+    for i in range(6):
+        session = "s1" if i % 2 else "s2"
+        title = HOSTILE if i == 0 else f"{WIDE} {i}"
+        args = {"channel": "general", "tasks": [{"title": title, "description": f"use {LEAK}"}]}
+        events += _call(session, f"c{i}", "task_create", done, args)
+        events += _call(session, f"g{i}", "task_get", failed, {"channel": "general", "number": i})
+    events.append(
+        call_event(
+            "d1",
+            journal.CallReceived(arguments={"channel": "eng"}),
+            tool="list_tasks",
+            session="s1",
+        )
+    )
+    events.append(
+        call_event(
+            "d1",
+            journal.DeprecatedUsage(use_kind="tool_name", old_name="list_tasks"),
+            tool="list_tasks",
+            session="s1",
+        )
+    )
+    events.append(
+        call_event(
+            "d1",
+            journal.CallRejected(error_code="deprecated_tool", message="renamed to task_list"),
+            tool="list_tasks",
+            session="s1",
+        )
+    )
+    events.append(journal.Event(session_id="s1", payload=journal.SessionEnded(reason="eof")))
+    events.append(session_started("s3", client_name="zed"))
+    events += _call("s3", "z1", "task_create", done, {"channel": "ops", "tasks": [{"title": "x"}]})
+    write_events(path, events)
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("multi") / "journal.db"
+    _multi_session_journal(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The journal `agentteam-bridge demo --journal` writes (the bridge as a subprocess)."""
+    path = tmp_path_factory.mktemp("demo") / "journal.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentteam_task_bridge.cli", "demo", "--journal", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def _report(journal_path: Path, html: Path, *extra: str) -> str:
+    """`report --html`, trusting the hand-written journals' key (the demo's is this machine's,
+    trusted with no flag)."""
+    trust = ("--trusted-key", SEED_VKEY) if journal_path.parent.name.startswith("multi") else ()
+    done = replay_main("report", journal_path, "--html", html, *trust, *extra)
+    assert done.returncode in (0, 3), done.stderr
+    return html.read_text(encoding="utf-8")
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        if tag == "a" and found.get("href"):
+            self.hrefs.append(str(found["href"]))
+        for name in ("src", "href"):  # nothing outside the page
+            value = found.get(name) or ""
+            assert not value or value.startswith("#"), (tag, name, value)
+        self.scripts += tag == "script"
+
+
+def test_the_page_escapes_model_text_links_every_call_and_is_owner_only(
+    multi: Path, tmp_path: Path
+) -> None:
+    os.umask(0o022)
+    html = tmp_path / "new" / "report.html"
+    page = _report(multi, html)
+    assert stat.S_IMODE(html.stat().st_mode) == 0o600
+    assert stat.S_IMODE(html.parent.stat().st_mode) == 0o700
+    assert HOSTILE not in page and "&lt;script&gt;document.documentElement" in page
+    assert WIDE in page
+    links = _Links()
+    links.feed(page)
+    assert links.scripts == 1  # the page's own check, nothing the model wrote
+    assert links.hrefs and all(h[1:] in links.ids for h in links.hrefs)
+    # every error example and the session of every client is on the page
+    for text in ("task_not_found", "deprecated_tool", "list_tasks", "cursor", "claude-code"):
+        assert text in page
+    # redaction holds: the journal holds no credential, so neither does the page
+    assert LEAK not in page and "[REDACTED:sha256:" in page
+    assert "VERIFIED" in page
+
+
+def test_findings_and_in_doubt_calls_show_first_with_their_seqs_and_stories(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "broken.db"
+    done = journal.CallResult(result={"data": {}, "meta": {}})
+    events = [session_started("s1", agent_id="agt_2")]  # its calls inject agt_1: a mismatch
+    events += _call("s1", "m1", "task_create", done, {"channel": "general", "tasks": []})
+    sent = _call("s1", "lost", "task_create", done, {"channel": "general", "tasks": []})
+    events += sent[:3]  # sent upstream, and the journal ends: in doubt
+    write_events(path, events)
+    html = tmp_path / "broken.html"
+    done_cli = replay_main("report", path, "--html", html, "--trusted-key", SEED_VKEY)
+    assert done_cli.returncode == 1, done_cli.stderr
+    page = html.read_text(encoding="utf-8")
+    verdict = page.index("FAILED")
+    assert verdict < page.index('id="activity"')  # the verdict comes first
+    assert "context_mismatch" in page and "no_outcome" in page
+    for call in ("m1", "lost"):
+        assert f'href="#call-{call}"' in page and f'id="call-{call}"' in page
+    found = replay.report([path], trusted=[replay._verify.load_trusted_key(SEED_VKEY)])
+    for f in found.verify.findings:  # each finding with its seq, as verify reports it
+        assert f"<td>{f.seq}</td><td>{f.rule}</td>" in page
+
+
+def test_filters_select_the_calls_and_the_stories_are_bounded(multi: Path, tmp_path: Path) -> None:
+    where = replay.ReportFilter(session="s3")
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    only = replay.report([multi], where, trusted=trusted, stories=0)
+    assert only.audit.calls == 1 and [s.session_id for s in only.audit.sessions] == ["s3"]
+    whole = replay.report([multi], trusted=trusted, stories=3)
+    assert whole.audit.calls == 14 and whole.stories_first == 3 and whole.stories_more == 11
+    named = {e.example_call for e in whole.errors}
+    held = {d.summary.call_id for d in whole.stories}
+    assert named <= held and {"c0", "g0", "c1"} <= held
+    page = _report(multi, tmp_path / "r.html", "--stories", "3", "--journal", "nope")
+    assert "calls in this report</dt><dd>0" in page
+    counted = sum(sum(b.by_tool.values()) for b in whole.buckets)
+    assert counted == whole.audit.calls
+
+
+def test_calls_over_a_long_span_fold_into_bounded_buckets() -> None:
+    from agentteam_task_bridge.replay._report import MAX_BUCKETS, _Timeline
+
+    line = _Timeline()
+    for day in range(1, 29):
+        for hour in (0, 13, 23):
+            line.add(f"2026-02-{day:02d}T{hour:02d}:00:00.000000Z", "task_get", "result", 5.0)
+    buckets = line.buckets()
+    assert len(buckets) <= MAX_BUCKETS and sum(sum(b.by_tool.values()) for b in buckets) == 84
+    assert sum(b.latency.count for b in buckets) == 84
+
+
+# --- in a browser ----------------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    return found
+
+
+class _Counter(http.server.BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).hits.append(self.path)
+        self.send_response(200)
+        self.send_header("content-type", "image/png")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def counter() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on 127.0.0.1 that records every request it gets."""
+    hits: ClassVar[list[str]] = []
+    handler = type("Handler", (_Counter,), {"hits": hits})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _browse(page: Path, tmp_path: Path, *flags: str) -> str:
+    done = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            *flags,
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _root(dom: str) -> dict[str, str]:
+    tag = re.search(r"<html[^>]*>", dom)
+    assert tag is not None
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', tag.group(0)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["demo", "multi"])
+def test_the_page_draws_in_chromium_and_fetches_nothing(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path, counter: tuple[str, list[str]]
+) -> None:
+    source: Path = request.getfixturevalue(which)
+    html = tmp_path / "report.html"
+    _report(source, html)
+    dom = _browse(html, tmp_path, "--dump-dom")
+    root = _root(dom)
+    assert root.get("data-check") == "done", dom[:500]
+    assert int(root["data-charts"]) >= 5 and root["data-charts-drawn"] == root["data-charts"]
+    assert root["data-resources"] == "0" and root["data-csp-violations"] == "0"
+    assert "data-pwned" not in root  # the title's script was shown, not run
+    if which == "multi":
+        assert "&lt;script&gt;document.documentElement" in dom and WIDE in dom
+    shot = tmp_path / "shot.png"
+    _browse(html, tmp_path, f"--screenshot={shot}", "--window-size=1200,1600")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    # The same page with an image, a style sheet and a script from the network added: the
+    # policy refuses them, the check counts the refusals, and the server sees no request.
+    url, hits = counter
+    added = (
+        f'<img src="{url}/pixel.png" alt=""><link rel="stylesheet" href="{url}/s.css">'
+        f"<script>document.documentElement.setAttribute('data-pwned','1')</script>"
+    )
+    hostile = tmp_path / "hostile.html"
+    hostile.write_text(html.read_text(encoding="utf-8").replace("<body>", "<body>" + added, 1))
+    dom = _browse(hostile, tmp_path, "--dump-dom")
+    root = _root(dom)
+    assert root.get("data-check") == "done" and int(root["data-csp-violations"]) >= 2
+    assert "data-pwned" not in root and hits == []
