@@ -46,7 +46,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -259,6 +259,7 @@ def migrations() -> Migrations:
     registry(name="0003_key_rotated")(_key_rotated)
     registry(name="0004_segments")(_segments)
     registry(name="0005_segments_pruned")(_segments_pruned)
+    registry(name="0006_answer_undelivered")(_answer_undelivered)
     return registry
 
 
@@ -385,6 +386,12 @@ def _segments_pruned(db: Database) -> None:
     """Kind set 5: ``segments_pruned`` (the only removal of journal data, journaled first)."""
     _add_kind(db, "segments_pruned", 5)
     db.execute("PRAGMA user_version = 5")
+
+
+def _answer_undelivered(db: Database) -> None:
+    """Kind set 6: ``answer_undelivered`` (a journaled outcome the client never received)."""
+    _add_kind(db, "answer_undelivered", 6)
+    db.execute("PRAGMA user_version = 6")
 
 
 def create_private_file(path: Path) -> int:
