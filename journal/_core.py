@@ -37,6 +37,7 @@ from ._redact import Redactor
 from ._rollover import _LiveSegment, _Successor
 from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
 from ._segments import base_path
+from ._shm import ShmGuard
 
 __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_INTERVAL_S", "SignerLike", "open_core", "resolve_key"]
 
@@ -102,6 +103,7 @@ class _Core(_LiveSegment):
         self._successor: _Successor | None = None
         self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
         self._size_known, self._size_grown = None, 0
+        self._shm = ShmGuard()
         self._open_live(journal_id)
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
@@ -269,6 +271,7 @@ class _Core(_LiveSegment):
             )
         if not rows and signed is None:
             return None
+        self._shm.check(self.path)  # a -shm the mapping cannot write would crash the commit
         conn = self._conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
@@ -320,8 +323,9 @@ class _Core(_LiveSegment):
 
     def reconnect(self) -> None:
         """Reopen the connection and reload the committed head (recovery after a failure)."""
+        self._shm.may_reopen(self.path)
         try:
-            self._conn.close()
+            self._shm.release(self._conn, self.path)
         except sqlite3.Error:
             pass
         self._conn = connect_writer(
@@ -336,7 +340,7 @@ class _Core(_LiveSegment):
     def close(self) -> None:
         try:
             self.discard_successor()
-            self._conn.close()
+            self._shm.release(self._conn, self.path)
         finally:
             os.close(self._lock_fd)
 
