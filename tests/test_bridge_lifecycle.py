@@ -75,6 +75,12 @@ class Served:
                 assert await self._read(), f"stdout ended before the answer to {rid!r}"
         return self.answers[rid][0]
 
+    async def answers_from(self, count: int) -> None:
+        """Read stdout until `count` requests are answered."""
+        with trio.fail_after(30):  # bounds a hang only
+            while len(self.answers) < count:
+                assert await self._read(), "stdout ended"
+
     async def signal(self, *signals: signal.Signals) -> None:
         """Each signal 100 ms after the last, as Claude Code sends SIGINT then SIGTERM."""
         for i, signum in enumerate(signals):
@@ -274,6 +280,7 @@ async def test_200_calls_in_flight_at_the_end_are_answered_as_journaled(
     async with served(file_runtime.bridge_env(), tmp_path) as bridge:
         await handshake(bridge)
         await bridge.send(*(create(i, f"t{i}") for i in range(1, 201)))
+        await bridge.answers_from(10)  # under way: the rest at every stage of the call flow
         if end == "SIGTERM":
             await bridge.signal(signal.SIGTERM)
         else:
