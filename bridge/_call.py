@@ -65,6 +65,7 @@ from ._errors import (
     suggest,
     transport_error,
 )
+from ._lifecycle import Unanswered
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._screen import Screen, cut
@@ -110,6 +111,9 @@ class Session:
     client_name: str | None = None
     client_version: str | None = None
     calls: int = 0
+    # With a door that writes the answers (`serve`'s stdio): the calls whose outcome is
+    # journaled and whose answer is not on the wire yet.
+    unanswered: Unanswered | None = None
 
 
 class Bridge:
@@ -694,19 +698,31 @@ class _Call:
             return False
         kind = payload.kind
         if kind in _OUTCOMES:
-            if self.outcome_appended:
-                return False
-            self.outcome_appended = True  # before the await: a cancellation must not add one
-            if not self.received_recorded and self.received is not None:
-                # Refused before its first event landed (cancelled in the queue's wait): the
-                # call still opens with the request as received.
-                if not await self._append(self.received, durable=False):
-                    return False
+            return await self._record_outcome(payload, durable)
         ok = await self._append(payload, durable=durable)
         if ok and kind == "call_received":
             self.received_recorded = True
         elif ok and kind == "upstream_request" and self.mutation:
             self.sent = True
+        return ok
+
+    async def _record_outcome(self, payload: Payload, durable: bool) -> bool:
+        """The call's one outcome. Shielded: once it is journaled, the answer that says the same
+        is returned, so a shutdown can never answer a journaled result as cut short."""
+        if self.outcome_appended:
+            return False
+        self.outcome_appended = True  # before the await: a cancellation must not add one
+        with trio.CancelScope(shield=True):
+            if not self.received_recorded and self.received is not None:
+                # Refused before its first event landed (cancelled in the queue's wait): the
+                # call still opens with the request as received.
+                if not await self._append(self.received, durable=False):
+                    return False
+            ok = await self._append(payload, durable=durable)
+        unanswered = self._bridge.session.unanswered
+        if ok and unanswered is not None and self.request_id is not None:
+            if payload.kind != "call_cancelled":  # a cut call is answered as closed, or not
+                unanswered.journaled(self.request_id, self.call_id, payload.kind)
         return ok
 
     async def _append(self, payload: Payload, *, durable: bool) -> bool:

@@ -8,6 +8,7 @@ runs it alone, with nothing of the runtime or the replay auditor imported.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import math
 import os
@@ -160,6 +161,11 @@ def segment_age(text: str) -> float | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ._lifecycle import ignore_stop_signals, note_early_signals
+
+    # First, before the SDK's imports: a client may end the session at any time (a signal then
+    # ends it cleanly, as one during the session does).
+    early_signals = note_early_signals()
     import trio
 
     from ._context import ConfigError
@@ -180,15 +186,18 @@ def _serve(args: argparse.Namespace) -> int:
         upstream_keepalive_seconds=args.upstream_keepalive,
     )
     try:
-        trio.run(serve, config)
-    except KeyboardInterrupt:
-        return 0
+        trio.run(serve, config, None, early_signals)
     except (ConfigError, JournalOpenError) as exc:
         print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
         return 2
     except SessionJournalLost as exc:
         print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
         return 1
+    finally:
+        ignore_stop_signals()
+        # Nothing the process made is garbage the exit must find: frozen, the exit's collection
+        # skips the SDK's models (~1 s on a busy machine when the handshake never froze them).
+        gc.freeze()
     return 0
 
 

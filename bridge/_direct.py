@@ -10,9 +10,10 @@ written as one line. Everything else, and any `tools/call` with a field the SDK 
 (`progressToken`, `task`, a 2026 envelope, a wrong type), still goes through the SDK.
 
 The SDK's dispatcher semantics are kept: a `notifications/cancelled` for a direct call cancels it
-and nothing is written for it; a call cut short by shutdown (stdin closed, SIGTERM) is answered
-with the JSON-RPC error -32000 "Connection closed" unless the peer cancelled it; the call flow
-journals the cancellation either way.
+and nothing is written for it; a call still running when the session's drain ends (`_lifecycle`)
+is answered with the JSON-RPC error -32000 "Connection closed" unless the peer cancelled it; the
+call flow journals the cancellation either way. A call whose outcome is journaled is never cut:
+its outcome is recorded shielded (`_Call`), so its answer is the journaled one.
 """
 
 from __future__ import annotations

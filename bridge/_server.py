@@ -1,8 +1,10 @@
 """The stdio MCP server: the SDK's low-level server under trio, wired to the call flow.
 
 `serve` owns everything a session needs in one nursery-shaped stack: the journal writer, the
-optional embedded runtime, the HTTP pool and the MCP session. Shutdown (stdin EOF, SIGTERM) is a
-cancel scope; on the way out the session end is journaled and the writer checkpoints.
+optional embedded runtime, the HTTP pool and the MCP session. The session ends (stdin EOF, SIGINT,
+SIGTERM, SIGHUP: `_lifecycle`) by the stdio door no longer reading: calls in flight finish or are
+cut at the drain deadline, their answers are written, the session end is journaled, the writer
+checkpoints and closes, and telemetry gets what is left of the deadline.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import gc
 import logging
 import os
 import secrets
-import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from agentteam_task_bridge.journal import (
+    AnswerUndelivered,
     Event,
     SessionEnded,
     SessionStarted,
@@ -39,6 +41,7 @@ from ._context import ConfigError, Credentials, LaunchContext, load_launch_conte
 from ._cursor import Cursors, load_cursor_key
 from ._direct import DirectCalls
 from ._journaling import open_journal
+from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
@@ -50,7 +53,6 @@ log = logging.getLogger("agentteam.bridge")
 start_log = logging.getLogger("agentteam.bridge.start")
 SERVER_NAME = "agentteam-tasks"
 _PROBE_SECONDS = 5.0
-_TRACE_FLUSH_SECONDS = 10.0
 _LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
 
 
@@ -83,6 +85,9 @@ class _SessionLog:
         self.started = False
 
     async def start(self, ctx: ServerRequestContext[Any] | None) -> None:
+        """Journal the start (once). Never raises: a journal that cannot take it is the
+        degraded mode (reads answered with `meta.journal`, mutations refused), said once on
+        stderr, not a failed request."""
         if self.started:
             return
         self.started = True
@@ -90,27 +95,36 @@ class _SessionLog:
         info = client.client_info if client is not None else None
         self._session.client_name = info.name if info else None
         self._session.client_version = info.version if info else None
-        await self._journal.append(
-            Event(
-                session_id=self._session.session_id,
-                mcp_method_name="initialize",
-                payload=SessionStarted(
-                    bridge_version=__version__,
-                    compat_policy=self._compat,
-                    client_name=self._session.client_name,
-                    client_version=self._session.client_version,
-                    protocol_version=ctx.protocol_version if ctx is not None else None,
-                    workspace_id=self._launch.workspace_id,
-                    agent_id=self._launch.agent_id,
-                    api_url=redact_url(self._launch.api_url),
+        try:
+            await self._journal.append(
+                Event(
+                    session_id=self._session.session_id,
+                    mcp_method_name="initialize",
+                    payload=SessionStarted(
+                        bridge_version=__version__,
+                        compat_policy=self._compat,
+                        client_name=self._session.client_name,
+                        client_version=self._session.client_version,
+                        protocol_version=ctx.protocol_version if ctx is not None else None,
+                        workspace_id=self._launch.workspace_id,
+                        agent_id=self._launch.agent_id,
+                        api_url=redact_url(self._launch.api_url),
+                    ),
                 ),
-            ),
-            durable=True,
-        )
-        # The secret rule set (~0.1 s of imports) was not needed for this record (the screen
-        # passes it): its import starts now, once the client has its first answer, and is done
-        # before a first call needs it, as a client takes its time to make one.
-        warm_up_redaction()
+                durable=True,
+            )
+        except JournalFailed as exc:
+            log.warning(
+                "the journal cannot record this session's start (%s): reads are answered "
+                "with meta.journal, mutations are refused until it can",
+                exc.reason,
+            )
+        if ctx is not None:
+            # The secret rule set (~0.1 s of imports) was not needed for this record (the
+            # screen passes it): its import starts now, once the client has its first answer,
+            # and is done before a first call needs it, as a client takes its time to make one.
+            # Not at the session's end (ctx None): a thread still importing slows the exit.
+            warm_up_redaction()
 
 
 _start_up_frozen = False
@@ -254,10 +268,35 @@ def _cursors(signing_key: Path) -> Cursors:
         ) from None
 
 
-async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> None:
-    """Run one stdio MCP session until stdin closes or SIGTERM arrives."""
-    env = os.environ if env is None else env
-    session = Session(session_id="s" + secrets.token_hex(6))
+async def serve(
+    config: ServeConfig,
+    env: Mapping[str, str] | None = None,
+    early_signals: Sequence[str] = (),
+) -> None:
+    """Run one stdio MCP session until stdin closes or SIGINT, SIGTERM or SIGHUP arrives.
+
+    `early_signals`: the stop signals received before this ran (`note_early_signals`).
+    """
+    shutdown = Shutdown()
+    tracing: list[_telemetry.Tracing] = []  # set once started: flushed after the journal closed
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        if early_signals:
+            shutdown.request(early_signals[0])
+        try:
+            await _serve(config, os.environ if env is None else env, shutdown, signals, tracing)
+        finally:
+            if tracing:
+                await _shutdown_tracing(tracing[0], shutdown.deadline)
+
+
+async def _serve(
+    config: ServeConfig,
+    env: Mapping[str, str],
+    shutdown: Shutdown,
+    signals: AsyncIterator[int],
+    tracing_out: list[_telemetry.Tracing],
+) -> None:
+    session = Session(session_id="s" + secrets.token_hex(6), unanswered=Unanswered())
     check_paths(config)
     lost: str | None = None
     async with AsyncExitStack() as stack:
@@ -286,7 +325,7 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         stack.push_async_callback(upstream.aclose)
         tracing = _telemetry.start(env, launch.api_url, __version__)
         if tracing is not None:
-            stack.push_async_callback(_shutdown_tracing, tracing)
+            tracing_out.append(tracing)
         bridge = Bridge(
             launch, credentials, upstream, journal, session, config.compat, tracing, cursors
         )
@@ -297,28 +336,25 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         session_log = _SessionLog(journal, session, launch, config.compat)
         direct = DirectCalls(bridge.answer)
         server = build_server(bridge, session_log, direct)
-        reason = "stdin closed"
         async with trio.open_nursery() as nursery:
-
-            async def stop_on_sigterm() -> None:
-                nonlocal reason
-                with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        reason = "SIGTERM"
-                        nursery.cancel_scope.cancel()
-                        return
-
-            nursery.start_soon(stop_on_sigterm)
-            async with trio_stdio(direct) as (read_stream, write_stream), direct.serving():
+            nursery.start_soon(shutdown.watch, signals)
+            async with (
+                trio_stdio(direct, shutdown, session.unanswered) as (read_stream, write_stream),
+                direct.serving(),
+            ):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
+        shutdown.request(STDIN_CLOSED)  # the SDK ended the session on its own (a no-op otherwise)
         with trio.CancelScope(shield=True):
             try:
                 await session_log.start(None)
+                await _journal_undelivered(journal, session)
                 await journal.append(
                     Event(
                         session_id=session.session_id,
-                        payload=SessionEnded(reason=reason, calls=session.calls),
+                        payload=SessionEnded(
+                            reason=shutdown.reason or STDIN_CLOSED, calls=session.calls
+                        ),
                     ),
                     durable=True,
                 )
@@ -333,7 +369,32 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
         raise SessionJournalLost(lost)
 
 
-async def _shutdown_tracing(tracing: _telemetry.Tracing) -> None:
-    """Export what is batched before the process ends (the exporter blocks: off the loop)."""
-    with trio.CancelScope(shield=True), trio.move_on_after(_TRACE_FLUSH_SECONDS):
+async def _journal_undelivered(journal: JournalPort, session: Session) -> None:
+    """An `answer_undelivered` event for each call whose journaled outcome never reached the
+    client (a session event: the call's own story ends at its outcome)."""
+    unanswered = session.unanswered
+    if unanswered is None or not unanswered.calls:
+        return
+    log.warning(
+        "%d journaled answers did not reach the client (%s)",
+        len(unanswered.calls),
+        unanswered.reason,
+    )
+    for rid, (call_id, outcome) in unanswered.calls.items():
+        await journal.append(
+            Event(
+                session_id=session.session_id,
+                mcp_method_name="tools/call",
+                jsonrpc_request_id=rid,
+                payload=AnswerUndelivered(
+                    call_id=call_id, outcome=outcome, reason=unanswered.reason
+                ),
+            )
+        )
+
+
+async def _shutdown_tracing(tracing: _telemetry.Tracing, deadline: float) -> None:
+    """Export what is batched before the process ends, until the session's deadline (the
+    exporter blocks: off the loop, abandoned at the deadline; the journal is closed by then)."""
+    with trio.CancelScope(shield=True), trio.move_on_at(deadline):
         await trio.to_thread.run_sync(tracing.shutdown, abandon_on_cancel=True)

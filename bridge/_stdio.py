@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import re
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +24,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.dispatcher import coerce_request_id
 
 from ._direct import DirectCalls
+from ._lifecycle import STDIN_CLOSED, Shutdown, Unanswered
 
 log = logging.getLogger("agentteam.bridge.stdio")
 MAX_FRAME_BYTES = 16 << 20
@@ -34,44 +36,98 @@ class _Writer:
 
     A lock keeps whole frames whole: the SDK and the frame screen both write here. Every frame
     the SDK writes is shown to the screen, which learns from it which requests are answered.
+    A frame, once begun, is never cut by a cancellation (that would corrupt every later frame);
+    only the session's end bounds a write (`Shutdown.write_deadline`). When stdout is gone
+    (the client closed it, or a write outlived the deadline) frames are dropped: an answer the
+    journal holds is then reported by `serve` as undelivered.
     """
 
-    def __init__(self, stream: trio.lowlevel.FdStream, screen: FrameScreen) -> None:
+    def __init__(
+        self,
+        stream: trio.lowlevel.FdStream,
+        screen: FrameScreen,
+        unanswered: Unanswered | None = None,
+    ) -> None:
         self._stream = stream
         self._screen = screen
+        self._unanswered = unanswered
         self._lock = trio.Lock()
+        self._deadline = math.inf
+        self._writing: set[trio.CancelScope] = set()
+        self.closed = False  # stdout is gone: nothing more can be written
+
+    def bound(self, deadline: float) -> None:
+        """From now on no write outlasts `deadline` (the session is ending)."""
+        self._deadline = deadline
+        for scope in self._writing:
+            scope.deadline = deadline
 
     async def write(self, text: str) -> None:
-        self._screen.answered(text)
-        await self.write_refusal(text)
+        rid = self._screen.answered(text)
+        if await self._write_bytes(text.encode("utf-8")) and rid is not None:
+            self._delivered(rid)
 
     async def write_answer(self, rid: int | str, data: bytes) -> None:
         """A whole answer frame of the direct path, which knows the id it answers."""
         self._screen.release(rid)
-        await self._write_bytes(data)
+        if await self._write_bytes(data):
+            self._delivered(rid)
 
     async def write_refusal(self, text: str) -> None:
         await self._write_bytes(text.encode("utf-8"))
 
-    async def _write_bytes(self, data: bytes) -> None:
-        if self._lock.locked():
-            async with self._lock:
+    def _delivered(self, rid: int | str) -> None:
+        if self._unanswered is not None:
+            self._unanswered.delivered(rid)
+
+    def _gone(self) -> None:
+        self.closed = True
+        log.debug("stdout is closed: frames are dropped from now on")
+        if self._unanswered is not None:
+            self._unanswered.stdout_closed = True
+
+    async def _write_bytes(self, data: bytes) -> bool:
+        """Write one whole frame; whether it was written."""
+        if self.closed:
+            return False
+        locked = self._lock.locked()
+        if not locked:
+            # Nobody is writing: the frame goes at once, without the two scheduling points of
+            # the lock and `send_all` (~15 us each). What the pipe does not take now is sent
+            # under the lock, taken before any scheduling point, so frames stay whole.
+            try:
+                sent = os.write(self._stream.fileno(), data)
+            except BlockingIOError:
+                sent = 0
+            except (OSError, trio.ClosedResourceError):
+                self._gone()
+                return False
+            if sent == len(data):
+                return True
+            data = data[sent:]
+            self._lock.acquire_nowait()
+        return await self._send_rest(data, holding=not locked)
+
+    async def _send_rest(self, data: bytes, *, holding: bool) -> bool:
+        started = False
+        with trio.CancelScope(shield=True, deadline=self._deadline) as scope:
+            self._writing.add(scope)
+            try:
+                if not holding:
+                    await self._lock.acquire()
+                    holding = True
+                started = True
                 await self._stream.send_all(data)
-            return
-        # Nobody is writing: the frame goes at once, without the two scheduling points of the
-        # lock and `send_all` (~15 us each). What the pipe does not take now is sent under the
-        # lock, taken before any scheduling point, so frames stay whole.
-        try:
-            sent = os.write(self._stream.fileno(), data)
-        except (OSError, trio.ClosedResourceError):
-            sent = 0  # `send_all` meets it again and raises it as trio does
-        if sent == len(data):
-            return
-        self._lock.acquire_nowait()
-        try:
-            await self._stream.send_all(data[sent:])
-        finally:
-            self._lock.release()
+                return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                self._gone()
+            finally:
+                self._writing.discard(scope)
+                if holding:
+                    self._lock.release()
+        if scope.cancelled_caught and started:
+            self._gone()  # a frame cut by the deadline: nothing after it can be read
+        return False
 
     async def flush(self) -> None:
         return None
@@ -82,6 +138,9 @@ class _LineReader:
 
     The SDK drops what it cannot parse without an answer, which leaves a client waiting
     forever; frames that are not valid requests are answered here (see `FrameScreen`).
+    The session's end (stdin's end, or a signal through `Shutdown`) stops the reading; the
+    iteration then ends once every request in flight is answered or the drain deadline passes
+    (the SDK cancels what is still running when its input ends).
     """
 
     def __init__(
@@ -90,14 +149,22 @@ class _LineReader:
         writer: _Writer,
         screen: FrameScreen,
         take: Callable[[str, Any], bool] | None = None,
+        shutdown: Shutdown | None = None,
     ) -> None:
         self._stream = stream
         self._writer = writer
         self._screen = screen
         self._take = take  # the direct path's: True when it took the frame (bridge._direct)
+        self._shutdown = shutdown
         self._buffer = bytearray()
         self._oversized: bytes | None = None  # the head of a frame being skipped
         self._yield_first = False  # the last read found data at once: let others run first
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Read nothing more (a signal): a wait for stdin ends now, buffered frames are left."""
+        self._stopped = True
+        trio.lowlevel.notify_closing(self._stream.fileno())
 
     def __aiter__(self) -> _LineReader:
         return self
@@ -106,6 +173,7 @@ class _LineReader:
         while True:
             line = await self._next_line()
             if line is None:
+                await self._drain()
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace").lstrip("\ufeff")
             try:
@@ -119,6 +187,16 @@ class _LineReader:
                 return text
             await self._writer.write_refusal(refusal)
 
+    async def _drain(self) -> None:
+        """At the end of input: wait for the requests in flight to be answered, until the
+        drain deadline."""
+        shutdown = self._shutdown
+        if shutdown is None:
+            return
+        shutdown.request(STDIN_CLOSED)  # a no-op when a signal came first
+        with trio.move_on_at(shutdown.drain_deadline):
+            await self._screen.drained()
+
     def _taken(self, take: Callable[[str, Any], bool], text: str) -> bool:
         try:
             return take(text, self._screen.decoded)  # the screen's decoding, not a second one
@@ -128,6 +206,8 @@ class _LineReader:
 
     async def _next_line(self) -> bytes | None:
         while True:
+            if self._stopped:
+                return None
             newline = self._buffer.find(b"\n")
             if newline >= 0:
                 line = bytes(self._buffer[:newline])
@@ -145,7 +225,7 @@ class _LineReader:
                 self._buffer.clear()
             chunk = await self._receive()
             if not chunk:
-                if self._buffer and self._oversized is None:
+                if self._buffer and self._oversized is None and not self._stopped:
                     line = bytes(self._buffer)
                     self._buffer.clear()
                     return line
@@ -165,11 +245,18 @@ class _LineReader:
         fd = self._stream.fileno()
         waited = False
         while True:
+            if self._stopped:
+                return b""
             try:
                 chunk = os.read(fd, _READ)
             except BlockingIOError:
                 waited = True
-                await trio.lowlevel.wait_readable(fd)
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except trio.ClosedResourceError:
+                    if self._stopped:  # `stop` woke the wait
+                        return b""
+                    raise
                 continue
             except OSError as exc:  # as FdStream.receive_some reports them
                 if exc.errno == errno.EBADF:
@@ -208,6 +295,7 @@ class FrameScreen:
 
     def __init__(self) -> None:
         self._in_flight: set[int | str] = set()
+        self._emptied: trio.Event | None = None  # set when the last request in flight ends
         self.decoded: Any = None  # the frame `screen` passed last, as it decoded it
 
     def screen(self, text: str) -> str | None:
@@ -249,8 +337,9 @@ class FrameScreen:
         self.decoded = frame
         return None
 
-    def answered(self, text: str) -> None:
-        """Note a frame the SDK writes: an answer ends its request's flight."""
+    def answered(self, text: str) -> int | str | None:
+        """Note a frame the SDK writes: an answer ends its request's flight. Its id, if it is
+        an answer."""
         found = _ANSWER.match(text)
         if found is not None:
             rid = _decode(found.group(1))
@@ -258,15 +347,25 @@ class FrameScreen:
             try:
                 frame = _decode(text)
             except (msgspec.DecodeError, RecursionError):
-                return
+                return None
             if not isinstance(frame, dict) or "method" in frame or not _is_id(frame.get("id")):
-                return
+                return None
             rid = frame["id"]
-        self._in_flight.discard(coerce_request_id(rid))
+        self.release(rid)
+        return rid  # type: ignore[no-any-return]
 
     def release(self, rid: int | str) -> None:
         """A request's answer is being written: its id is free again."""
         self._in_flight.discard(coerce_request_id(rid))
+        if not self._in_flight and self._emptied is not None:
+            self._emptied.set()
+
+    async def drained(self) -> None:
+        """Return once no request is in flight (each answered, or cancelled by the client)."""
+        while self._in_flight:
+            self._emptied = trio.Event()
+            await self._emptied.wait()
+        self._emptied = None
 
     def _cancelled(self, frame: dict[str, Any]) -> None:
         # A request the client cancels is never answered (MCP): its id is free again.
@@ -275,7 +374,7 @@ class FrameScreen:
         params = frame.get("params")
         rid = params.get("requestId") if isinstance(params, dict) else None
         if _is_id(rid):
-            self._in_flight.discard(coerce_request_id(rid))
+            self.release(rid)
 
 
 def _refusal(text: str, frame: dict[str, Any], rid: int | str) -> str | None:
@@ -355,9 +454,15 @@ def _error(rid: int | str | None, code: int, message: str) -> str:
 
 
 @asynccontextmanager
-async def trio_stdio(direct: DirectCalls | None = None) -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's (read_stream, write_stream) over trio-native standard streams; `direct`, when
-    given, is offered each screened frame first and writes its answers here."""
+async def trio_stdio(
+    direct: DirectCalls | None = None,
+    shutdown: Shutdown | None = None,
+    unanswered: Unanswered | None = None,
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's (read_stream, write_stream) over trio-native standard streams: the one door
+    every frame passes, both ways. `direct`, when given, is offered each screened frame first
+    and writes its answers here; `shutdown` stops the reading and bounds the writes at the
+    session's end; `unanswered` learns which journaled answers are written."""
     wire_in, wire_out = os.dup(0), os.dup(1)
     saved_in, saved_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -367,10 +472,19 @@ async def trio_stdio(direct: DirectCalls | None = None) -> AsyncIterator[tuple[A
     stdin = trio.lowlevel.FdStream(wire_in)
     stdout = trio.lowlevel.FdStream(wire_out)
     screen = FrameScreen()
-    writer = _Writer(stdout, screen)
+    writer = _Writer(stdout, screen, unanswered)
     if direct is not None:
         direct.bind(writer.write_answer)  # its answers end their ids' flights, as the SDK's do
-    reader = _LineReader(stdin, writer, screen, direct.take if direct is not None else None)
+    reader = _LineReader(
+        stdin, writer, screen, direct.take if direct is not None else None, shutdown
+    )
+    if shutdown is not None:
+
+        def end() -> None:
+            reader.stop()
+            writer.bound(shutdown.write_deadline)
+
+        shutdown.on_request(end)
     try:
         async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as streams:
             yield streams

@@ -214,7 +214,9 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
         "OTEL_RESOURCE_ATTRIBUTES", ""
     ):
         attributes["service.name"] = SCOPE  # the operator's name, when given, wins
-    provider = TracerProvider(resource=Resource.create(attributes))
+    # No flush at exit: `serve` flushes once the journal is closed, within the session's
+    # deadline; the SDK's own exit hook would wait for a dead collector (10 s) after it.
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
     redactor = Redactor()
     exporter = _screened_exporter(OTLPSpanExporter(), redactor)
     provider.add_span_processor(BatchSpanProcessor(exporter))

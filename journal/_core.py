@@ -47,6 +47,7 @@ from ._redact import Redactor
 from ._rollover import _LiveSegment, _Successor
 from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
 from ._segments import base_path
+from ._shm import ShmGuard
 from ._tlog import (
     INSERT_LEAF,
     MERKLE_LOG,
@@ -120,6 +121,7 @@ class _Core(_LiveSegment):
         self._successor: _Successor | None = None
         self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
         self._size_known, self._size_grown = None, 0
+        self._shm = ShmGuard()
         self._open_live(journal_id)
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
@@ -321,6 +323,7 @@ class _Core(_LiveSegment):
                 root_hash=None if tree is None else after.root().hex(),
             )
         self.check_live_file()
+        self._shm.check(self.path)  # a -shm the mapping cannot write would crash the commit
         conn = self._conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
@@ -394,8 +397,9 @@ class _Core(_LiveSegment):
 
     def reconnect(self) -> None:
         """Reopen the connection and reload the committed head (recovery after a failure)."""
+        self._shm.may_reopen(self.path)
         try:
-            self._conn.close()
+            self._shm.release(self._conn, self.path)
         except sqlite3.Error:
             pass
         self.check_live_file()  # never reopen the path onto a file that is not this journal
@@ -411,7 +415,7 @@ class _Core(_LiveSegment):
     def close(self) -> None:
         try:
             self.discard_successor()
-            self._conn.close()
+            self._shm.release(self._conn, self.path)
         finally:
             os.close(self._lock_fd)
 

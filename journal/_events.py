@@ -22,6 +22,7 @@ __all__ = [
     "KIND_SET_VERSION",
     "PAYLOAD_TYPES",
     "WRITER_SESSION",
+    "AnswerUndelivered",
     "CallCancelled",
     "CallError",
     "CallReceived",
@@ -46,7 +47,7 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 5
+KIND_SET_VERSION: Final = 6
 
 # The session id of the events the writer itself appends (a key rotation, a segment start).
 WRITER_SESSION: Final = "journal-writer"
@@ -68,6 +69,7 @@ Kind: TypeAlias = Literal[
     "key_rotated",
     "segment_started",
     "segments_pruned",
+    "answer_undelivered",
 ]
 
 
@@ -291,6 +293,23 @@ class SegmentsPruned(_Payload, frozen=True, kw_only=True):
     older_than_days: float
 
 
+class AnswerUndelivered(_Payload, frozen=True, kw_only=True):
+    """A call's journaled outcome that never reached the client (kind set 6).
+
+    A session event (no ``call_id`` column: the call's own events end at its outcome), written
+    at the session's end for each call whose result, error or rejection is journaled but whose
+    answer was not written: ``reason`` is ``stdout_closed`` (the client closed its end) or
+    ``not_written`` (the client cancelled the request after its outcome, or the session ended
+    before the answer could be written). ``jsonrpc_request_id`` is the request's id.
+    """
+
+    kind: ClassVar[Kind] = "answer_undelivered"
+    description: ClassVar[str] = "a call's journaled outcome was never answered on the wire"
+    call_id: str
+    outcome: str  # call_result, call_error or call_rejected
+    reason: str
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -308,6 +327,7 @@ Payload: TypeAlias = (
     | KeyRotated
     | SegmentStarted
     | SegmentsPruned
+    | AnswerUndelivered
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -329,6 +349,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         KeyRotated,
         SegmentStarted,
         SegmentsPruned,
+        AnswerUndelivered,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -47,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -261,6 +261,7 @@ def migrations() -> Migrations:
     registry(name="0004_segments")(_segments)
     registry(name="0005_segments_pruned")(_segments_pruned)
     registry(name="0006_merkle_log")(_merkle_log)
+    registry(name="0007_answer_undelivered")(_answer_undelivered)
     return registry
 
 
@@ -407,6 +408,12 @@ def _merkle_log(db: Database) -> None:
     ]:
         db.execute(statement)
     db.execute("PRAGMA user_version = 6")
+
+
+def _answer_undelivered(db: Database) -> None:
+    """Kind set 6: ``answer_undelivered`` (a journaled outcome the client never received)."""
+    _add_kind(db, "answer_undelivered", 6)
+    db.execute("PRAGMA user_version = 7")
 
 
 def create_private_file(path: Path) -> int:

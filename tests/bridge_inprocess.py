@@ -18,6 +18,7 @@ import io
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -37,6 +38,7 @@ from agentteam_task_bridge.bridge._compat import Policy
 from agentteam_task_bridge.bridge._context import TokenSource, load_launch_context
 from agentteam_task_bridge.bridge._cursor import Cursors, load_cursor_key
 from agentteam_task_bridge.bridge._journaling import JournalAdapter, open_journal
+from agentteam_task_bridge.bridge._lifecycle import STOP_SIGNALS
 from agentteam_task_bridge.bridge.testing import (
     ScriptedTokens,
     bridge_over,
@@ -189,6 +191,9 @@ def serve_inprocess(
         **(env or {}),
     }
     saved = dict(os.environ)
+    # `serve` owns the process's stop signals (and leaves them ignored: the process exits next);
+    # the test process gets its own back.
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     stdin = os.dup(0)
     handler = logging.StreamHandler(sys.stderr)
     logging.getLogger().addHandler(handler)
@@ -200,6 +205,8 @@ def serve_inprocess(
             os.dup2(devnull.fileno(), 0)
         code = bridge_main(["serve", *args])
     finally:
+        for signum, previous in handlers.items():
+            signal.signal(signum, previous)
         os.dup2(stdin, 0)
         os.close(stdin)
         os.environ.clear()

@@ -7,6 +7,7 @@ from typing import Final
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import (
+    AnswerUndelivered,
     CallCancelled,
     CallError,
     CallReceived,
@@ -121,6 +122,9 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
         witnessed_hash="cd" * 32,
         older_than_days=30.0,
     ),
+    "answer_undelivered": AnswerUndelivered(
+        call_id="s1.3", outcome="call_result", reason="stdout_closed"
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
@@ -134,6 +138,7 @@ def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task
         "key_rotated",
         "segment_started",
         "segments_pruned",
+        "answer_undelivered",
     )
     return Event(
         session_id=SESSION,
