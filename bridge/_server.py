@@ -245,6 +245,9 @@ async def serve(config: ServeConfig, env: Mapping[str, str] | None = None) -> No
     env = os.environ if env is None else env
     session = Session(session_id="s" + secrets.token_hex(6))
     check_paths(config)
+    refused = _telemetry.check(env)
+    if refused is not None:
+        raise ConfigError(refused)
     lost: str | None = None
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(
