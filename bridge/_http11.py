@@ -250,7 +250,25 @@ _PROXY_STATUS: Final = {
     503: "the proxy is unavailable",
     504: "the proxy timed out reaching the server",
 }
+# The alerts a server sends about the client's certificate (RFC 8446 6.2), as OpenSSL names them.
+_CLIENT_CERT_ALERTS: Final = (
+    "BAD_CERTIFICATE",
+    "UNSUPPORTED_CERTIFICATE",
+    "CERTIFICATE_REVOKED",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_UNKNOWN",
+    "UNKNOWN_CA",
+    "ACCESS_DENIED",
+)
 _HOSTNAME_MISMATCH: Final = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def _from_proxy(status: int, fields: list[tuple[bytes, bytes]]) -> bool:
+    """A 407, or a 401 that challenges for the proxy only (tinyproxy's answer), is the proxy's."""
+    if status == 407:
+        return True
+    names = {name for name, _ in fields}
+    return b"proxy-authenticate" in names and b"www-authenticate" not in names
 
 
 def connect_failure_reason(exc: BaseException, where: str) -> str:
@@ -258,9 +276,10 @@ def connect_failure_reason(exc: BaseException, where: str) -> str:
     verify failed: ...``, ``TLS hostname mismatch: ...``, ``TLS protocol error: ...``, or
     ``cannot connect to host:port: ...``. trio reports TLS failures as BrokenResourceError
     caused by the ssl error, so the chain is walked."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, ssl.SSLError):
-        cause = cause.__cause__ or cause.__context__
+    cause = _ssl_error(exc)
+    client_cert = _client_certificate_reason(cause)
+    if client_cert is not None:
+        return client_cert
     if isinstance(cause, ssl.SSLCertVerificationError):
         message = cause.verify_message or cause.reason or "the certificate was refused"
         if cause.verify_code in _HOSTNAME_MISMATCH or "mismatch" in message.lower():
@@ -272,8 +291,57 @@ def connect_failure_reason(exc: BaseException, where: str) -> str:
         return f"the proxy's answer to CONNECT is not HTTP/1.1 ({exc})"
     if isinstance(exc, trio.BrokenResourceError):
         return f"the connection to {where} closed during set-up"
-    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return f"cannot connect to {where}: {text}"
+    return f"cannot connect to {where}: {_os_error_text(exc)}"
+
+
+def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
+    """The ssl error behind exc (trio wraps it in BrokenResourceError), if any."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    return cause
+
+
+def _client_certificate_reason(cause: ssl.SSLError | None) -> str | None:
+    """``TLS client certificate required: ...`` / ``TLS client certificate rejected: ...`` for
+    the server's alerts about the client's certificate (TLS 1.3 sends them after the client's
+    handshake is done, on the first read), else None."""
+    if cause is None or isinstance(cause, ssl.SSLCertVerificationError):
+        return None
+    alert = (cause.reason or "").upper()
+    text = alert.lower().replace("_", " ")
+    if "CERTIFICATE_REQUIRED" in alert:
+        return (
+            f"TLS client certificate required: the server asked for one ({text}); set "
+            "AGENTTEAM_CLIENT_CERT and AGENTTEAM_CLIENT_KEY"
+        )
+    if any(name in alert for name in _CLIENT_CERT_ALERTS):
+        return f"TLS client certificate rejected by the server: {text}"
+    return None
+
+
+def _os_error_text(exc: BaseException) -> str:
+    """The errno text of a failed connect: ``[Errno 111] Connection refused``; trio's "all
+    attempts to connect ... failed" keeps each attempt's errno (its cause, a group)."""
+    leaves: list[str] = []
+
+    def collect(error: BaseException | None) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                collect(inner)
+        elif isinstance(error, OSError) and error.errno is not None:
+            text = f"[Errno {error.errno}] {os.strerror(error.errno)}"
+            if text not in leaves:
+                leaves.append(text)
+        elif error is not None and error.__cause__ is not None:
+            collect(error.__cause__)
+
+    collect(exc)
+    if not leaves and exc.__cause__ is not None:
+        collect(exc.__cause__)
+    if isinstance(exc, OSError) and exc.errno is None and leaves:
+        return f"{exc}: {'; '.join(leaves)}"
+    return "; ".join(leaves) or str(exc)
 
 
 class Http11Pool:
@@ -308,6 +376,7 @@ class Http11Pool:
         # request targets for http; either way decided here, once).
         self._dial = (proxy.host, proxy.port) if proxy else (self._host, self._port)
         self._tunnel = proxy is not None and self._https
+        self._forwarded = proxy is not None and not self._https  # the proxy answers requests
         fixed = b"host: %s\r\nuser-agent: %s\r\naccept: application/json\r\n" % (
             self._host_header,
             user_agent.encode(),
@@ -375,9 +444,21 @@ class Http11Pool:
             except _TooLarge:
                 await trio.aclose_forcefully(connection.stream)
                 raise TransportFailure("response_too_large", sent=True) from None
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _Malformed):
+            except (
+                OSError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                _Malformed,
+            ) as exc:
                 await trio.aclose_forcefully(connection.stream)
-                raise TransportFailure("connection_dropped", sent=True) from None
+                cause = _ssl_error(exc)
+                refused = _client_certificate_reason(cause)
+                if refused is not None:
+                    # TLS 1.3: the server checks the client's certificate before it reads any
+                    # application data, so the request was not acted on.
+                    raise TransportFailure("connect_failed", sent=False, reason=refused) from None
+                reason = connect_failure_reason(exc, "") if cause is not None else None
+                raise TransportFailure("connection_dropped", sent=True, reason=reason) from None
             except BaseException:  # cancelled mid-exchange: the connection is in an unknown state
                 await trio.aclose_forcefully(connection.stream)
                 raise
@@ -386,6 +467,15 @@ class Http11Pool:
                 raise TransportFailure("timeout", sent=True)
             status, fields, content, reusable = exchanged
             await self._release(connection, reusable)
+            if status in (401, 407) and self._forwarded and _from_proxy(status, fields):
+                assert self.proxy is not None
+                # The proxy answered for itself: the request never reached the API.
+                raise TransportFailure(
+                    "connect_failed",
+                    sent=False,
+                    reason=f"the proxy {self.proxy} answered {status} (proxy authentication "
+                    f"required); check the credentials in {self.proxy.variable}",
+                )
             return status, fields, content
         finally:
             self._slots.release()
@@ -423,10 +513,13 @@ class Http11Pool:
         return None
 
     async def probe(self) -> None:
-        """Open one connection (through the proxy, tunnel and TLS handshake included) and keep
-        it for the first request; raises TransportFailure with the reason when none can be."""
+        """Open one connection (through the proxy, tunnel and TLS handshake included) and send
+        one request on it (``GET`` of the base path, no credentials: any HTTP answer from the
+        API will do), so what only shows then (a TLS 1.3 client certificate alert, a proxy's
+        407) fails here; raises TransportFailure with the reason."""
         connection = await self._connect(trio.current_time() + self._connect_timeout)
         await self._release(connection, True)
+        await self.request("GET", "/", [], None)
 
     async def _connect(self, deadline: float) -> _Connection:
         host, port = self._dial

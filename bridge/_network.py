@@ -18,7 +18,9 @@ special:
 
 The TLS context: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set (those CAs only, as OpenSSL reads
 them), else the operating system's trust store through ``truststore`` (Keychain on macOS; on Linux
-the distribution's CA bundle), else Python's default context.
+the distribution's CA bundle), else Python's default context. A client certificate for servers
+that require one (mutual TLS): ``AGENTTEAM_CLIENT_CERT`` and ``AGENTTEAM_CLIENT_KEY`` (PEM paths;
+the key may sit in the certificate file; an encrypted key is refused at start, never prompted for).
 """
 
 from __future__ import annotations
@@ -166,17 +168,58 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
-    """The client context: SSL_CERT_FILE / SSL_CERT_DIR if set, else the system trust store."""
+    """The client context: SSL_CERT_FILE / SSL_CERT_DIR if set, else the system trust store;
+    with the client certificate of AGENTTEAM_CLIENT_CERT / AGENTTEAM_CLIENT_KEY if set."""
     cafile = env.get("SSL_CERT_FILE") or None
     capath = env.get("SSL_CERT_DIR") or None
+    context: ssl.SSLContext
     if cafile or capath:
         try:
-            return ssl.create_default_context(cafile=cafile, capath=capath)
+            context = ssl.create_default_context(cafile=cafile, capath=capath)
         except (OSError, ssl.SSLError) as exc:
             where = f"SSL_CERT_FILE={cafile}" if cafile else f"SSL_CERT_DIR={capath}"
             raise NetworkConfigError(f"{where}: cannot load CA certificates ({exc})") from None
+    else:
+        try:
+            import truststore
+        except ImportError:  # pragma: no cover - truststore is a dependency; a stripped install
+            context = ssl.create_default_context()
+        else:
+            context = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _load_client_certificate(context, env)
+    return context
+
+
+class _EncryptedKey(Exception):
+    """OpenSSL asked for a passphrase: the key is encrypted."""
+
+
+def _no_passphrase() -> str:
+    raise _EncryptedKey  # never prompt (stdin is the MCP protocol)
+
+
+def _load_client_certificate(context: ssl.SSLContext, env: Mapping[str, str]) -> None:
+    """AGENTTEAM_CLIENT_CERT (PEM: the certificate, its chain, and the key unless
+    AGENTTEAM_CLIENT_KEY names it) for servers that require one; an encrypted key is refused
+    (there is nobody to ask for its passphrase)."""
+    cert = env.get("AGENTTEAM_CLIENT_CERT") or None
+    key = env.get("AGENTTEAM_CLIENT_KEY") or None
+    if cert is None:
+        if key is not None:
+            raise NetworkConfigError(
+                f"AGENTTEAM_CLIENT_KEY={key} is set without AGENTTEAM_CLIENT_CERT; set both"
+            )
+        return
     try:
-        import truststore
-    except ImportError:  # pragma: no cover - truststore is a dependency; a stripped install
-        return ssl.create_default_context()
-    return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_cert_chain(cert, key, password=_no_passphrase)
+    except _EncryptedKey:
+        raise NetworkConfigError(
+            f"AGENTTEAM_CLIENT_KEY={key or cert}: the private key is encrypted; give an "
+            "unencrypted PEM key (e.g. `openssl pkey -in KEY -out PLAIN`, mode 0600)"
+        ) from None
+    except (OSError, ssl.SSLError) as exc:
+        where = f"AGENTTEAM_CLIENT_CERT={cert}" + (f", AGENTTEAM_CLIENT_KEY={key}" if key else "")
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise NetworkConfigError(
+            f"{where}: cannot load the client certificate ({detail})"
+        ) from None

@@ -298,6 +298,9 @@ async def _serve(
 ) -> None:
     session = Session(session_id="s" + secrets.token_hex(6), unanswered=Unanswered())
     check_paths(config)
+    refused = _telemetry.check(env)
+    if refused is not None:
+        raise ConfigError(refused)
     lost: str | None = None
     async with AsyncExitStack() as stack:
         journal = await stack.enter_async_context(

@@ -24,6 +24,11 @@ before the call flow forwards or journals it (`screened_trace`; live, the SDK's 
 parses its own copy and sends upstream only the context it re-encodes), and the call's
 ``call_received`` says so (``trace_context_dropped``); the call goes on without it.
 
+Exporters as the SDK documents them: ``OTEL_TRACES_EXPORTER`` is ``otlp`` (the default),
+``console`` (JSON spans on stderr, never stdout: stdout is the MCP protocol), both, or ``none``;
+``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` is ``http/protobuf`` (the default) or ``grpc`` when the
+OTLP gRPC exporter is installed. Anything else is refused at start in one line (:func:`check`).
+
 Off, nothing of the OpenTelemetry SDK is imported and no span is made (the MCP SDK itself imports
 the small OpenTelemetry *API* package; its middleware is removed). A client's ``traceparent`` is
 still forwarded upstream unchanged and its trace id journaled, so the runtime and the journal can
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -84,6 +90,65 @@ def screened_trace(meta: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | No
     kept = {key: value for key, value in meta.items() if key not in dropped}
     said = " and ".join(dropped)
     return kept, f"{said} dropped: a control or non-ASCII character in {' and '.join(bad)}"
+
+
+_EXPORTERS = frozenset({"otlp", "console"})
+_PROTOCOLS = {
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+}
+
+
+def _exporters(env: Mapping[str, str]) -> list[str]:
+    """OTEL_TRACES_EXPORTER as the SDK reads it: a comma-separated list, ``otlp`` by default."""
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    return [n for n in names if n and n != "none"] or ([] if "none" in names else ["otlp"])
+
+
+def _protocol(env: Mapping[str, str]) -> str:
+    return (
+        (
+            env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "http/protobuf"
+        )
+        .strip()
+        .lower()
+    )
+
+
+def check(env: Mapping[str, str]) -> str | None:
+    """Why the telemetry settings cannot be honoured (one line for the start-up error), or None.
+    Imports nothing of the SDK unless a ``grpc`` exporter is asked for (to see if it exists)."""
+    if not wanted(env):
+        return None
+    unknown = [name for name in _exporters(env) if name not in _EXPORTERS]
+    if unknown:
+        return (
+            f"OTEL_TRACES_EXPORTER={env.get('OTEL_TRACES_EXPORTER')}: {', '.join(unknown)} is "
+            "not supported (otlp, console or none)"
+        )
+    if "otlp" not in _exporters(env):
+        return None
+    protocol = _protocol(env)
+    if protocol not in _PROTOCOLS:
+        return (
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: not supported (http/protobuf, or grpc "
+            "with the OTLP gRPC exporter installed)"
+        )
+    if protocol == "grpc":
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(_PROTOCOLS["grpc"]) is not None
+        except ImportError:
+            found = False
+        if not found:
+            return (
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: the OTLP gRPC exporter is not installed "
+                "(pip install opentelemetry-exporter-otlp-proto-grpc, or use http/protobuf)"
+            )
+    return None
 
 
 def client_trace(meta: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -198,11 +263,20 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
     if not wanted(env):
         return None
     try:
+        import importlib
+
         from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+        exporters: list[Any] = []
+        for name in _exporters(env):
+            if name == "console":  # stdout is the MCP protocol: spans go to stderr
+                exporters.append(ConsoleSpanExporter(out=sys.stderr))
+            else:
+                module = importlib.import_module(_PROTOCOLS[_protocol(env)])
+                exporters.append(module.OTLPSpanExporter())
     except ImportError:
         log.warning(
             "OTEL_* asks for traces but the [otel] extra is not installed "
@@ -217,9 +291,9 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
     # No flush at exit: `serve` flushes once the journal is closed, within the session's
     # deadline; the SDK's own exit hook would wait for a dead collector (10 s) after it.
     provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
-    redactor = Redactor()
-    exporter = _screened_exporter(OTLPSpanExporter(), redactor)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    redactor = Redactor()  # every exporter sees the spans screened, console included
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(_screened_exporter(exporter, redactor)))
     trace.set_tracer_provider(provider)
     return Tracing(provider, api_url, redactor)
 

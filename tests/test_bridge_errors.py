@@ -13,7 +13,6 @@ from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession, open_bridge
 from .bridge_inprocess import inprocess_session
-from .test_runtime_concurrency import open_port
 
 
 def _schema(bridge: BridgeSession, tool: str) -> dict[str, Any]:
@@ -335,11 +334,23 @@ async def test_outcome_unknown_with_an_idempotency_key_is_retryable(
 async def test_unreachable_upstream_is_retryable_and_sends_nothing(
     file_runtime: Runtime, tmp_path: Path
 ) -> None:
-    holder = open_port()
-    port = holder.__enter__()  # listening while the bridge starts and probes the API
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_the_probe() -> None:  # its one request, then nothing listens any more
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(30)
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 404 Not Found\r\nconnection: close\r\n\r\n")
+        listener.close()
+
+    threading.Thread(target=answer_the_probe, daemon=True).start()
     env = {**file_runtime.bridge_env(), "AGENTTEAM_API_URL": f"http://127.0.0.1:{port}"}
     async with open_bridge(env, tmp_path / "j.db") as bridge:
-        holder.__exit__()  # then nothing listens any more
         error = await bridge.fails(
             "task_get", {"channel": "general", "number": 1}, code="upstream_unreachable"
         )

@@ -138,9 +138,11 @@ async def test_every_upstream_request_passes_the_proxy_and_none_when_no_proxy_co
             await bridge.ok("task_create", CREATE)
             await bridge.ok("task_list", {"channel": "general"})
             await bridge.ok("task_get", {"channel": "general", "number": 1})
-        through = proxy.requests()
+        probe, *through = proxy.requests()
         sent = _upstream_requests(tmp_path / "a" / "journal.db")
         assert len(sent) == 3
+        # The start-up probe's one request (no credentials), then each call's.
+        assert probe == f"GET http://127.0.0.1:{port}/ HTTP/1.1", probe
         assert len(through) == len(sent), through
         assert all(line.startswith(("GET", "POST")) for line in through)
         assert all(f" http://127.0.0.1:{port}/api/v1/" in line for line in through)
@@ -148,7 +150,7 @@ async def test_every_upstream_request_passes_the_proxy_and_none_when_no_proxy_co
         covered = {**proxied, "no_proxy": "localhost,127.0.0.1"}
         async with open_bridge(covered, tmp_path / "b" / "journal.db") as bridge:
             await bridge.ok("task_get", {"channel": "general", "number": 1})
-        assert proxy.requests() == through  # not one more
+        assert proxy.requests() == [probe, *through]  # not one more
 
 
 @pytest.mark.slow

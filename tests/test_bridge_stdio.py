@@ -187,9 +187,12 @@ async def _held_upstream() -> AsyncIterator[tuple[str, Gate]]:
             head = b""
             while b"\r\n\r\n" not in head:
                 chunk = await stream.receive_some(65536)
-                if not chunk:  # the bridge's start-up probe connects and leaves
+                if not chunk:
                     return
                 head += chunk
+            if head.startswith(b"GET / "):  # the start-up probe's one request: answered
+                await stream.send_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                return
             await gate.release.wait()
             await stream.send_all(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"

@@ -1,0 +1,207 @@
+"""Networks operators run the bridge on (issue 29): client certificates for an API that requires
+one (mutual TLS, a real TLS server and openssl-made certificates), an ``http://`` API behind an
+authenticating proxy (Debian's squid), and connection failures that keep their errno text."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._http11 import Http11Pool, TransportFailure
+from agentteam_task_bridge.bridge._network import parse_proxy
+from agentteam_task_bridge.runtime import Runtime
+
+from .bridge_harness import open_bridge
+from .network_helpers import make_client_pki, make_pki, mtls_front, squid
+
+CREATE = {"channel": "general", "tasks": [{"title": "behind the proxy"}]}
+
+
+async def _serve_once(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`serve` with stdin closed: it exits at once, or fails at start with one stderr line."""
+    return await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentteam_task_bridge.bridge._cli",
+                "serve",
+                "--journal",
+                str(tmp_path / "j.db"),
+            ],
+            env={"PATH": "/usr/bin:/bin", "XDG_DATA_HOME": str(tmp_path / "data"), **env},
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+
+
+def _events(path: Path, kind: str) -> list[dict[str, Any]]:
+    with journal.open_reader(path) as reader:
+        return [msgspec.to_builtins(r.payload) for r in reader.events() if r.kind == kind]
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+# --- client certificates (mutual TLS)
+
+
+@pytest.mark.slow
+async def test_a_client_certificate_is_sent_and_its_absence_or_rejection_named_at_start(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    server = make_pki(tmp_path / "server")
+    client = make_client_pki(tmp_path / "client")
+    backend = int(file_runtime.url.rsplit(":", 1)[1])
+    with mtls_front(server, client.ca_file, backend) as port:
+        env = {
+            **file_runtime.bridge_env(),
+            "AGENTTEAM_API_URL": f"https://127.0.0.1:{port}",
+            "SSL_CERT_FILE": str(server.ca_file),
+        }
+        with_cert = {
+            **env,
+            "AGENTTEAM_CLIENT_CERT": str(client.cert_file),
+            "AGENTTEAM_CLIENT_KEY": str(client.key_file),
+        }
+        async with open_bridge(with_cert, tmp_path / "journal.db") as bridge:
+            await bridge.ok("task_create", CREATE)
+            await bridge.ok("task_get", {"channel": "general", "number": 1})
+
+        # The key inside the certificate file works too.
+        combined = tmp_path / "combined.pem"
+        combined.write_bytes(client.cert_file.read_bytes() + client.key_file.read_bytes())
+        async with open_bridge(
+            {**env, "AGENTTEAM_CLIENT_CERT": str(combined)}, tmp_path / "c" / "journal.db"
+        ) as bridge:
+            await bridge.ok("task_list", {"channel": "general"})
+
+        missing = await _serve_once(env, tmp_path)
+        stranger = {
+            **env,
+            "AGENTTEAM_CLIENT_CERT": str(client.stranger_cert_file),
+            "AGENTTEAM_CLIENT_KEY": str(client.stranger_key_file),
+        }
+        rejected = await _serve_once(stranger, tmp_path)
+        encrypted = await _serve_once(
+            {**with_cert, "AGENTTEAM_CLIENT_KEY": str(client.encrypted_key_file)}, tmp_path
+        )
+        key_only = await _serve_once(
+            {**env, "AGENTTEAM_CLIENT_KEY": str(client.key_file)}, tmp_path
+        )
+    assert "(TLS client certificate required: " in _one_line(missing)
+    assert "AGENTTEAM_CLIENT_CERT" in missing.stderr
+    assert "(TLS client certificate rejected by the server: " in _one_line(rejected)
+    line = _one_line(encrypted)
+    assert "the private key is encrypted" in line and str(client.encrypted_key_file) in line
+    assert "without AGENTTEAM_CLIENT_CERT" in _one_line(key_only)
+    assert "secret" not in encrypted.stderr
+
+
+async def test_a_client_certificate_alert_after_the_handshake_is_not_in_doubt(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    """TLS 1.3: the client's handshake ends before the server checks the certificate, so the
+    refusal arrives on the first read. The request was not acted on, and the reason says why."""
+    server = make_pki(tmp_path / "server")
+    client = make_client_pki(tmp_path / "client")
+    backend = int(file_runtime.url.rsplit(":", 1)[1])
+    context = ssl_client_context(server.ca_file)
+    with mtls_front(server, client.ca_file, backend) as port:
+        pool = Http11Pool(
+            f"https://127.0.0.1:{port}",
+            timeout_seconds=10,
+            connect_timeout_seconds=10,
+            user_agent="t",
+            ssl_context=context,
+        )
+        for method, body in (("GET", None), ("POST", b"{}")):
+            with pytest.raises(TransportFailure) as failure:
+                await pool.request(method, "/api/v1/channels/general/tasks", [], body)
+            assert failure.value.kind == "connect_failed" and not failure.value.sent
+            assert (failure.value.reason or "").startswith("TLS client certificate required: ")
+        await pool.aclose()
+
+
+def ssl_client_context(ca_file: Path) -> Any:
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    return context
+
+
+# --- connection failures keep their errno
+
+
+@pytest.mark.parametrize("through_proxy", [False, True])
+async def test_a_refused_connection_keeps_its_errno_at_start(
+    tmp_path: Path, through_proxy: bool
+) -> None:
+    env = {
+        "AGENTTEAM_API_URL": "http://127.0.0.1:1",
+        "AGENTTEAM_TOKEN": "t",
+        "AGENTTEAM_WORKSPACE_ID": "ws",
+        "AGENTTEAM_AGENT_ID": "agt",
+    }
+    if through_proxy:
+        env["HTTP_PROXY"] = "http://127.0.0.1:1"
+    line = _one_line(await _serve_once(env, tmp_path))
+    assert "cannot connect to 127.0.0.1:1: " in line, line
+    assert "[Errno 111] Connection refused" in line, line
+
+
+# --- an http:// API behind an authenticating proxy (squid)
+
+
+@pytest.mark.slow
+async def test_a_proxy_refusing_its_credentials_is_named_as_the_proxy_at_start(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    password = "sq-pr0xy-s3cret"
+    with squid("agent", password) as proxy:
+        env = {**file_runtime.bridge_env(), "http_proxy": proxy.url("agent", password)}
+        async with open_bridge(env, tmp_path / "journal.db") as bridge:
+            await bridge.ok("task_create", CREATE)
+        assert any("TCP_MISS/200 " in line and " POST http://" in line for line in proxy.requests())
+
+        wrong = {**env, "http_proxy": proxy.url("agent", "wrong-" + password)}
+        done = await _serve_once(wrong, tmp_path)
+    line = _one_line(done)
+    assert f"the proxy http://agent:***@127.0.0.1:{proxy.port} answered 407" in line, line
+    assert "http_proxy" in line
+    assert password not in done.stderr
+    assert "token" not in line.lower() and "credential_" not in line
+
+
+async def test_a_request_the_proxy_refused_is_not_in_doubt(tmp_path: Path) -> None:
+    """A mutation the proxy answered 407 never reached the API: not sent, with the reason."""
+    with squid("agent", "right") as proxy:
+        pool = Http11Pool(
+            "http://127.0.0.1:9/base",  # never reached: the proxy refuses first
+            timeout_seconds=10,
+            connect_timeout_seconds=10,
+            user_agent="t",
+            proxy=parse_proxy("HTTP_PROXY", proxy.url("agent", "wrong")),
+        )
+        for method, body in (("POST", b"{}"), ("GET", None)):
+            with pytest.raises(TransportFailure) as failure:
+                await pool.request(method, "/tasks", [(b"content-type", b"x/y")], body)
+            assert failure.value.kind == "connect_failed" and not failure.value.sent
+            assert "answered 407 (proxy authentication required)" in (failure.value.reason or "")
+        await pool.aclose()
+        assert all("TCP_DENIED/407" in line for line in proxy.requests() if "http://" in line)
