@@ -181,9 +181,12 @@ class HeldUpstream:
             head = b""
             while b"\r\n\r\n" not in head:
                 chunk = await stream.receive_some(65536)
-                if not chunk:  # the bridge's start-up probe connects and leaves
+                if not chunk:
                     return
                 head += chunk
+            if head.startswith(b"GET / "):  # the start-up probe's one request: answered
+                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                return
             async with self.arrived:
                 self.heads += 1
                 self.arrived.notify_all()
