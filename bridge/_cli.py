@@ -95,38 +95,31 @@ def print_completion(args: argparse.Namespace) -> int:
     return 0
 
 
-def positive_number(text: str) -> float:
-    """A finite number above 0 (seconds, a lifetime): ``0``, ``-1``, ``nan`` and ``inf`` are
-    refused at start rather than making every call time out."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number above 0")
-    return value
+def _number(
+    convert: Callable[[str], float], what: str, fits: Callable[[float], bool], range_: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text (else "is not ``what``"), then refuse a value
+    ``fits`` refuses ("is not ``range_``"), so a bad number stops the start in one line."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {range_}")
+        return value
+
+    return parse
 
 
-def positive_integer(text: str) -> int:
-    """A whole number above 0 (a byte count)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
-    return value
-
-
-def port_number(text: str) -> int:
-    """A TCP port, 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
-    return value
+# A finite number above 0 (seconds, a lifetime): 0, -1, nan and inf are refused at start rather
+# than making every call time out; a whole number above 0 (a byte count); a TCP port (0: any).
+positive_number = _number(
+    float, "a number", lambda v: v > 0 and math.isfinite(v), "a finite number above 0"
+)
+positive_integer = _number(int, "a whole number", lambda v: v > 0, "above 0")
+port_number = _number(int, "a port number", lambda v: 0 <= v <= 65535, "a port (0-65535)")
 
 
 def segment_bytes(text: str) -> int | None:
