@@ -189,18 +189,7 @@ class Reader:
             "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature,"
             f" {self._root_column} FROM checkpoints ORDER BY id"
         )
-        return [
-            Checkpoint(
-                journal_id=r[0],
-                seq=r[1],
-                head_hash=r[2],
-                ts_wall=r[3],
-                key_id=r[4],
-                signature=r[5],
-                root_hash=r[6],
-            )
-            for r in cursor
-        ]
+        return [_checkpoint(r) for r in cursor]
 
     def tree_checkpoints(
         self, *, seqs: Iterable[int] = (), latest: bool = False
@@ -218,18 +207,7 @@ class Reader:
             rows += self._conn.execute(f"{select} ORDER BY id DESC LIMIT 1").fetchall()
         for seq in set(seqs):
             rows += self._conn.execute(f"{select} AND seq = ? LIMIT 1", (seq,)).fetchall()
-        return [
-            Checkpoint(
-                journal_id=r[0],
-                seq=r[1],
-                head_hash=r[2],
-                ts_wall=r[3],
-                key_id=r[4],
-                signature=r[5],
-                root_hash=r[6],
-            )
-            for r in rows
-        ]
+        return [_checkpoint(r) for r in rows]
 
     def recorded_keys(self) -> list[tuple[int, str]]:
         """(seq, verifier key) of each signing key the journal names, oldest first: the
@@ -294,3 +272,17 @@ def open_reader(path: str | os.PathLike[str]) -> Reader:
     except sqlite3.Error as exc:
         conn.close()
         raise JournalFormatError(f"cannot read {path} as a journal: {exc}") from exc
+
+
+def _checkpoint(r: tuple[Any, ...]) -> Checkpoint:
+    """A checkpoint from its row: journal_id, seq, head_hash, ts_wall, key_id, signature and
+    root_hash, in the order both checkpoint queries select them."""
+    return Checkpoint(
+        journal_id=r[0],
+        seq=r[1],
+        head_hash=r[2],
+        ts_wall=r[3],
+        key_id=r[4],
+        signature=r[5],
+        root_hash=r[6],
+    )
