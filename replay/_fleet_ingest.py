@@ -206,6 +206,8 @@ BEGIN
   FROM (SELECT DISTINCT (left(w, 7) || '-01')::date AS m FROM unnest(a_ts_wall) w) months;
   INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS})
   SELECT a_journal, r.ts_wall::timestamptz, {_R_COLUMNS} FROM {_UNNEST};
+  -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
+  PERFORM agentteam.fold_calls(a_journal, a_seq[1], a_seq[n]);
   INSERT INTO agentteam.journal_keys (journal_id, seq, vkey)
   SELECT a_journal, r.seq, agentteam.payload_doc(r.payload) ->> 'vkey'
   FROM unnest(a_seq, a_kind, a_payload) AS r(seq, kind, payload)

@@ -28,7 +28,7 @@ from ._audit import (
     Truncation,
     _rate,
 )
-from ._calls import CallFilter, CallList, wall
+from ._calls import CallFilter, CallList
 from ._deprecations import (
     DEFAULT_GATE_DAYS,
     DeprecatedName,
@@ -38,109 +38,24 @@ from ._deprecations import (
     _report,
 )
 from ._fleet_idempotency import idempotency_from
-from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
-from ._story import MAX_EVENTS_PER_CALL, CallSummary
+from ._fleet_store import connect
+from ._story import CallSummary
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["CALL_LINES", "audit_from", "calls_from", "deprecations_from", "idempotency_from"]
+__all__ = [
+    "CALL_LINES",
+    "audit_from",
+    "calls_from",
+    "calls_query",
+    "deprecations_from",
+    "idempotency_from",
+]
 
 
-# One row per call, as CallStory.summary() sees it (its first MAX_EVENTS_PER_CALL events).
-CALL_LINES: Final = f"""
-WITH ev AS (
-  SELECT e.*, row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
-  FROM agentteam.events e
-  WHERE e.call_id IS NOT NULL
-), folded AS (
-  SELECT
-    journal_id, call_id,
-    (array_agg(session_id ORDER BY seq))[1] AS session_id,
-    (array_agg(gen_ai_tool_name ORDER BY seq DESC)
-      FILTER (WHERE gen_ai_tool_name <> ''))[1] AS tool,
-    (array_agg(gen_ai_tool_name ORDER BY seq))[1] AS requested_tool,
-    (array_agg(jsonrpc_request_id ORDER BY seq))[1] AS request_id,
-    min(seq) AS first_seq,
-    max(seq) AS last_seq,
-    (array_agg(ts_wall ORDER BY seq))[1] AS started_at,
-    (array_agg(ts_wall ORDER BY seq DESC))[1] AS ended_at,
-    (array_agg(ts_mono_ns ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1] AS received_ns,
-    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_kind,
-    (array_agg(doc ->> 'error_code' ORDER BY seq DESC)
-      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_code,
-    (array_agg(ts_mono_ns ORDER BY seq DESC)
-      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_ns,
-    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
-    count(*) FILTER (WHERE kind = 'upstream_request') AS upstream_requests,
-    {MUTATION_FOLD} AS mutation,
-    (array_agg(kind ORDER BY seq DESC)
-      FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream,
-    (array_agg((doc ->> 'status')::int ORDER BY seq DESC)
-      FILTER (WHERE kind = 'upstream_response'))[1] AS http_status,
-    array_agg((doc ->> 'duration_ms')::float8 ORDER BY seq)
-      FILTER (WHERE kind = 'upstream_response'
-              AND jsonb_typeof(doc -> 'duration_ms') = 'number') AS upstream_durations,
-    count(*) FILTER (WHERE kind = 'token_refreshed') AS token_refreshes,
-    count(*) FILTER (WHERE kind = 'deprecated_usage') AS deprecated_uses,
-    (array_agg(doc -> 'body' ->> 'channel' ORDER BY seq)
-      FILTER (WHERE kind = 'upstream_request'
-              AND jsonb_typeof(doc -> 'body' -> 'channel') = 'string'))[1] AS request_channel,
-    (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
-      AS injected
-  FROM ev
-  WHERE n <= {MAX_EVENTS_PER_CALL}
-  GROUP BY journal_id, call_id
-), lines AS (
-  SELECT
-    f.*,
-    CASE f.outcome_kind
-      WHEN 'call_result' THEN 'result' WHEN 'call_error' THEN 'error'
-      WHEN 'call_rejected' THEN 'rejected' WHEN 'call_cancelled' THEN 'cancelled'
-      ELSE CASE WHEN f.mutation THEN 'in_doubt' ELSE 'incomplete' END
-    END AS status,
-    CASE WHEN f.outcome_kind IN ('call_error', 'call_rejected') THEN f.outcome_code END
-      AS error_code,
-    f.outcome_ns - f.received_ns AS bridge_ns,
-    coalesce(
-      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
-         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
-         WITH ORDINALITY x(f, i)
-       WHERE x.f ->> 'name' = 'agent_id' ORDER BY x.i DESC LIMIT 1),
-      '') AS injected_agent,
-    coalesce(
-      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
-         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
-         WITH ORDINALITY x(f, i)
-       WHERE x.f ->> 'name' = 'workspace_id' ORDER BY x.i DESC LIMIT 1),
-      '') AS injected_workspace,
-    s.doc AS session,
-    CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
-      (f.outcome ->> 'truncated')::boolean, false) ELSE false END AS truncated,
-    coalesce(
-      f.request_channel,
-      CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
-        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'channel') = 'string'
-             THEN f.outcome -> 'result' -> 'data' ->> 'channel' END,
-        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'task' -> 'channel') = 'string'
-             THEN f.outcome -> 'result' -> 'data' -> 'task' ->> 'channel' END) END
-    ) AS channel
-  FROM folded f
-  {SESSION_STARTED_OF_CALL}
-)
-SELECT
-  l.*,
-  CASE WHEN NOT l.mutation THEN NULL
-       WHEN l.outcome_kind IS NULL THEN 'no_outcome'
-       WHEN l.outcome_kind = 'call_cancelled' AND l.last_upstream = 'upstream_request'
-         THEN 'cancelled_in_flight'
-       WHEN l.error_code IN ('outcome_unknown', 'internal_error') THEN l.error_code
-  END AS in_doubt,
-  coalesce(nullif(l.injected_agent, ''), l.session ->> 'agent_id') AS agent_id,
-  coalesce(nullif(l.injected_workspace, ''), l.session ->> 'workspace_id') AS workspace_id,
-  l.session ->> 'client_name' AS client_name
-FROM lines l
-"""
+# One row per call, as CallStory.summary() sees it: kept at ingest (``_fleet_calls``).
+CALL_LINES: Final = "SELECT * FROM agentteam.call_lines"
 
 _LINE_COLUMNS: Final = (
     "journal_id, call_id, session_id, tool, requested_tool, agent_id, workspace_id, client_name,"
@@ -189,26 +104,29 @@ def calls_from(
     store_url: str, where: CallFilter | None = None, *, limit: int | None = None
 ) -> CallList:
     """``list_calls`` over the store: the filter, the order and the limit applied in SQL."""
-    where = where or CallFilter()
+    sql, params = calls_query(where or CallFilter(), limit)
+    with connect(store_url, autocommit=True) as conn:
+        rows = conn.execute(sql, params).fetchall()
+        total = conn.execute("SELECT sum(calls) FROM agentteam.call_counts").fetchone()
+    return CallList(
+        calls=[_summary(r) for r in rows],
+        scanned=int(total[0]) if total and total[0] is not None else 0,
+        matched=int(rows[0][-1]) if rows else 0,  # limit >= 1: no row, no match
+    )
+
+
+def calls_query(where: CallFilter, limit: int | None = None) -> tuple[str, list[Any]]:
+    """The statement ``calls_from`` runs and its parameters: the filter on the call lines'
+    columns, so the time window prunes their partitions and a session is an index lookup."""
     clauses, params = _where(where)
     sql = (
-        f"WITH c AS ({CALL_LINES}) SELECT {_LINE_COLUMNS}, count(*) OVER () FROM c"
+        f"SELECT {_LINE_COLUMNS}, count(*) OVER () FROM agentteam.call_lines"
         f" WHERE {' AND '.join(clauses) or 'true'}"
         " ORDER BY journal_id, first_seq"
     )
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
-    with connect(store_url, autocommit=True) as conn:
-        rows = conn.execute(sql, params).fetchall()
-        total = conn.execute(
-            "SELECT count(*) FROM (SELECT DISTINCT journal_id, call_id FROM agentteam.events"
-            " WHERE call_id IS NOT NULL) c"
-        ).fetchone()
-    return CallList(
-        calls=[_summary(r) for r in rows],
-        scanned=int(total[0]) if total else 0,
-        matched=int(rows[0][-1]) if rows else 0,  # limit >= 1: no row, no match
-    )
+    return sql, params
 
 
 def _where(where: CallFilter) -> tuple[list[str], list[Any]]:
@@ -231,13 +149,20 @@ def _where(where: CallFilter) -> tuple[list[str], list[Any]]:
     if where.error_code is not None:
         clauses.append("error_code = %s")
         params.append(where.error_code)
+    # started_ts is started_at (RFC 3339 UTC, microseconds) as an instant: the same order, and
+    # what the table is partitioned by, so a window reads only the months it spans.
     if where.since is not None:
-        clauses.append('started_at >= %s COLLATE "C"')
-        params.append(wall(where.since))
+        clauses.append("started_ts >= %s")
+        params.append(_instant(where.since))
     if where.until is not None:
-        clauses.append('started_at <= %s COLLATE "C"')
-        params.append(wall(where.until))
+        clauses.append("started_ts <= %s")
+        params.append(_instant(where.until))
     return clauses, params
+
+
+def _instant(moment: datetime) -> datetime:
+    """The moment ``wall`` writes (naive: UTC), aware."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # --- audit ------------------------------------------------------------------------------

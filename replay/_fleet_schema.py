@@ -14,6 +14,8 @@ Everything lives in the schema ``agentteam``:
   each ``key_rotated`` event ingested), the keys its checkpoints must verify under;
   ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
   witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
+* ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
+  what the reports read instead of the events.
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
 
@@ -32,7 +34,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -298,12 +300,15 @@ def ddl() -> list[str]:
     views = [
         f"CREATE OR REPLACE VIEW agentteam.{name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]
+    from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
+
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
         _TABLES,
         _APPEND_ONLY,
         _PARTITIONS,
         INGEST,
+        CALLS_DDL,
         _triggers(),
         *views,
         _roles(),

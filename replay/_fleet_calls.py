@@ -1,0 +1,247 @@
+"""The fleet store's call lines, kept at ingest: a report reads calls, not events.
+
+``agentteam.call_lines`` holds one row per ``(journal_id, call_id)``: the line ``calls``
+prints (the SQL twin of :meth:`CallStory.summary`, folding at most ``MAX_EVENTS_PER_CALL``
+events) plus the few fields of its session's start the reports use. Invariants:
+
+* It is derived, never evidence: ``agentteam.fold_calls(journal, first_seq, last_seq)`` refolds
+  every call that has an event in that seq range from the events the store holds, and upserts
+  their lines. The checked ingest calls it once per accepted batch (one marked hook line), in
+  the batch's transaction, so the lines always equal a fold of the whole history: a call's
+  events only ever arrive after the ones the store holds, its first event (``started_ts``, the
+  partition key) and its session's start (an earlier seq) never change once it is seen.
+* Partitioned by month of ``started_ts`` (the call's first event's ``ts``, as ``events`` is by
+  ``ts``), with indexes on ``started_ts`` and ``(session_id)``: ``--since/--until`` prune
+  partitions, ``--session`` and ``--journal`` use an index.
+* ``agentteam.call_counts`` holds each journal's number of calls (a call is new when its first
+  event is in the batch), so ``calls`` tells how many it scanned without counting them.
+* Only the ingest writes them (the function is the owner's, not granted to anyone); DELETE and
+  TRUNCATE are refused for everyone, each partition included.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL
+from ._story import MAX_EVENTS_PER_CALL
+
+__all__ = ["CALLS_DDL", "LINE_COLUMNS", "fold_sql"]
+
+# The columns of a line, in the table's order (after journal_id, call_id, started_ts).
+LINE_COLUMNS: Final = (
+    ("session_id", 'text COLLATE "C"'),
+    ("tool", 'text COLLATE "C"'),
+    ("requested_tool", 'text COLLATE "C"'),
+    ("agent_id", 'text COLLATE "C"'),
+    ("workspace_id", 'text COLLATE "C"'),
+    ("client_name", 'text COLLATE "C"'),
+    ("request_id", 'text COLLATE "C"'),
+    ("first_seq", "bigint NOT NULL"),
+    ("last_seq", "bigint NOT NULL"),
+    ("started_at", 'text COLLATE "C" NOT NULL'),
+    ("ended_at", 'text COLLATE "C" NOT NULL'),
+    ("status", 'text COLLATE "C" NOT NULL'),
+    ("error_code", 'text COLLATE "C"'),
+    ("in_doubt", 'text COLLATE "C"'),
+    ("bridge_ns", "bigint"),
+    ("upstream_durations", "double precision[]"),
+    ("upstream_requests", "bigint NOT NULL"),
+    ("http_status", "integer"),
+    ("token_refreshes", "bigint NOT NULL"),
+    ("truncated", "boolean NOT NULL"),
+    ("deprecated_uses", "bigint NOT NULL"),
+    ("mutation", "boolean NOT NULL"),
+    ("channel", 'text COLLATE "C"'),
+    # The session start's client and agent (null when the store holds no start).
+    ("session", "jsonb"),
+)
+
+
+def fold_sql(scope: str) -> str:
+    """One row per call of the events ``scope`` (a condition on ``events e``) selects, as
+    ``CallStory.summary()`` sees it (its first MAX_EVENTS_PER_CALL events)."""
+    return f"""
+WITH ev AS (
+  SELECT e.*, row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
+  FROM agentteam.events e
+  WHERE e.call_id IS NOT NULL AND {scope}
+), folded AS (
+  SELECT
+    journal_id, call_id,
+    (array_agg(ts ORDER BY seq))[1] AS started_ts,
+    (array_agg(session_id ORDER BY seq))[1] AS session_id,
+    (array_agg(gen_ai_tool_name ORDER BY seq DESC)
+      FILTER (WHERE gen_ai_tool_name <> ''))[1] AS tool,
+    (array_agg(gen_ai_tool_name ORDER BY seq))[1] AS requested_tool,
+    (array_agg(jsonrpc_request_id ORDER BY seq))[1] AS request_id,
+    min(seq) AS first_seq,
+    max(seq) AS last_seq,
+    (array_agg(ts_wall ORDER BY seq))[1] AS started_at,
+    (array_agg(ts_wall ORDER BY seq DESC))[1] AS ended_at,
+    (array_agg(ts_mono_ns ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1] AS received_ns,
+    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_kind,
+    (array_agg(doc ->> 'error_code' ORDER BY seq DESC)
+      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_code,
+    (array_agg(ts_mono_ns ORDER BY seq DESC)
+      FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_ns,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
+    count(*) FILTER (WHERE kind = 'upstream_request') AS upstream_requests,
+    {MUTATION_FOLD} AS mutation,
+    (array_agg(kind ORDER BY seq DESC)
+      FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream,
+    (array_agg((doc ->> 'status')::int ORDER BY seq DESC)
+      FILTER (WHERE kind = 'upstream_response'))[1] AS http_status,
+    array_agg((doc ->> 'duration_ms')::float8 ORDER BY seq)
+      FILTER (WHERE kind = 'upstream_response'
+              AND jsonb_typeof(doc -> 'duration_ms') = 'number') AS upstream_durations,
+    count(*) FILTER (WHERE kind = 'token_refreshed') AS token_refreshes,
+    count(*) FILTER (WHERE kind = 'deprecated_usage') AS deprecated_uses,
+    (array_agg(doc -> 'body' ->> 'channel' ORDER BY seq)
+      FILTER (WHERE kind = 'upstream_request'
+              AND jsonb_typeof(doc -> 'body' -> 'channel') = 'string'))[1] AS request_channel,
+    (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
+      AS injected
+  FROM ev
+  WHERE n <= {MAX_EVENTS_PER_CALL}
+  GROUP BY journal_id, call_id
+), lines AS (
+  SELECT
+    f.*,
+    CASE f.outcome_kind
+      WHEN 'call_result' THEN 'result' WHEN 'call_error' THEN 'error'
+      WHEN 'call_rejected' THEN 'rejected' WHEN 'call_cancelled' THEN 'cancelled'
+      ELSE CASE WHEN f.mutation THEN 'in_doubt' ELSE 'incomplete' END
+    END AS status,
+    CASE WHEN f.outcome_kind IN ('call_error', 'call_rejected') THEN f.outcome_code END
+      AS error_code,
+    f.outcome_ns - f.received_ns AS bridge_ns,
+    coalesce(
+      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
+         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
+         WITH ORDINALITY x(f, i)
+       WHERE x.f ->> 'name' = 'agent_id' ORDER BY x.i DESC LIMIT 1),
+      '') AS injected_agent,
+    coalesce(
+      (SELECT x.f ->> 'value' FROM jsonb_array_elements(
+         CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected ELSE '[]' END)
+         WITH ORDINALITY x(f, i)
+       WHERE x.f ->> 'name' = 'workspace_id' ORDER BY x.i DESC LIMIT 1),
+      '') AS injected_workspace,
+    s.doc AS session,
+    CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
+      (f.outcome ->> 'truncated')::boolean, false) ELSE false END AS truncated,
+    coalesce(
+      f.request_channel,
+      CASE WHEN f.outcome_kind = 'call_result' THEN coalesce(
+        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'channel') = 'string'
+             THEN f.outcome -> 'result' -> 'data' ->> 'channel' END,
+        CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'task' -> 'channel') = 'string'
+             THEN f.outcome -> 'result' -> 'data' -> 'task' ->> 'channel' END) END
+    ) AS channel
+  FROM folded f
+  {SESSION_STARTED_OF_CALL}
+)
+SELECT
+  l.journal_id, l.call_id, l.started_ts, l.session_id, l.tool, l.requested_tool,
+  coalesce(nullif(l.injected_agent, ''), l.session ->> 'agent_id') AS agent_id,
+  coalesce(nullif(l.injected_workspace, ''), l.session ->> 'workspace_id') AS workspace_id,
+  l.session ->> 'client_name' AS client_name,
+  l.request_id, l.first_seq, l.last_seq, l.started_at, l.ended_at, l.status, l.error_code,
+  CASE WHEN NOT l.mutation THEN NULL
+       WHEN l.outcome_kind IS NULL THEN 'no_outcome'
+       WHEN l.outcome_kind = 'call_cancelled' AND l.last_upstream = 'upstream_request'
+         THEN 'cancelled_in_flight'
+       WHEN l.error_code IN ('outcome_unknown', 'internal_error') THEN l.error_code
+  END AS in_doubt,
+  l.bridge_ns, l.upstream_durations, l.upstream_requests, l.http_status, l.token_refreshes,
+  l.truncated, l.deprecated_uses, l.mutation, l.channel,
+  CASE WHEN l.session IS NOT NULL THEN jsonb_build_object(
+    'client_name', l.session -> 'client_name', 'client_version', l.session -> 'client_version',
+    'agent_id', l.session -> 'agent_id') END AS session
+FROM lines l
+"""
+
+
+_NAMES: Final = ", ".join(("journal_id", "call_id", "started_ts", *(n for n, _ in LINE_COLUMNS)))
+_UPDATE: Final = ", ".join(f"{n} = EXCLUDED.{n}" for n, _ in LINE_COLUMNS)
+_TABLE: Final = ",\n  ".join(f"{n} {t}" for n, t in LINE_COLUMNS)
+
+CALLS_DDL: Final = f"""
+CREATE TABLE IF NOT EXISTS agentteam.call_lines (
+  journal_id text COLLATE "C" NOT NULL,
+  call_id text COLLATE "C" NOT NULL,
+  started_ts timestamptz NOT NULL,
+  {_TABLE},
+  PRIMARY KEY (journal_id, call_id, started_ts)
+) PARTITION BY RANGE (started_ts);
+CREATE INDEX IF NOT EXISTS call_lines_started ON agentteam.call_lines (started_ts);
+CREATE INDEX IF NOT EXISTS call_lines_session ON agentteam.call_lines (session_id);
+CREATE TABLE IF NOT EXISTS agentteam.call_counts (
+  journal_id text PRIMARY KEY REFERENCES agentteam.journals,
+  calls bigint NOT NULL
+);
+CREATE OR REPLACE TRIGGER call_lines_append_only BEFORE DELETE ON agentteam.call_lines
+  FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER call_lines_no_truncate BEFORE TRUNCATE ON agentteam.call_lines
+  FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER call_counts_append_only BEFORE DELETE ON agentteam.call_counts
+  FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER call_counts_no_truncate BEFORE TRUNCATE ON agentteam.call_counts
+  FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
+
+CREATE OR REPLACE FUNCTION agentteam.ensure_call_partition(month date) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  first_day date := date_trunc('month', month)::date;
+  name text := format('call_lines_%s', to_char(first_day, 'YYYY_MM'));
+BEGIN
+  IF to_regclass(format('agentteam.%I', name)) IS NOT NULL THEN
+    RETURN;
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtext('agentteam.ensure_call_partition'));
+  IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
+    EXECUTE format(
+      'CREATE TABLE agentteam.%I PARTITION OF agentteam.call_lines'
+      ' FOR VALUES FROM (%L) TO (%L)',
+      name, first_day::timestamp AT TIME ZONE 'UTC',
+      (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+    EXECUTE format(
+      'CREATE TRIGGER call_lines_no_truncate BEFORE TRUNCATE ON agentteam.%I'
+      ' FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change()', name);
+  END IF;
+END $$;
+
+-- Refold the calls with an event in seq a_first..a_last of the journal (the ingest's hook).
+CREATE OR REPLACE FUNCTION agentteam.fold_calls(a_journal text, a_first bigint, a_last bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  touched text[];
+  added bigint;
+BEGIN
+  SELECT array_agg(DISTINCT e.call_id) INTO touched FROM agentteam.events e
+  WHERE e.journal_id = a_journal AND e.seq BETWEEN a_first AND a_last AND e.call_id IS NOT NULL;
+  IF touched IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM agentteam.ensure_call_partition(m) FROM (
+    SELECT DISTINCT (date_trunc('month', e.ts AT TIME ZONE 'UTC'))::date AS m
+    FROM agentteam.events e
+    WHERE e.journal_id = a_journal AND e.seq BETWEEN a_first AND a_last
+      AND e.call_id IS NOT NULL) months;
+  WITH folded AS (
+    {fold_sql("e.journal_id = a_journal AND e.call_id = ANY (touched)")}
+  ), up AS (
+    INSERT INTO agentteam.call_lines ({_NAMES})
+    SELECT {_NAMES} FROM folded
+    ON CONFLICT (journal_id, call_id, started_ts) DO UPDATE SET {_UPDATE}
+    RETURNING first_seq
+  )
+  SELECT count(*) FILTER (WHERE first_seq >= a_first) INTO added FROM up;
+  INSERT INTO agentteam.call_counts AS c (journal_id, calls) VALUES (a_journal, added)
+  ON CONFLICT (journal_id) DO UPDATE SET calls = c.calls + EXCLUDED.calls;
+END $$;
+REVOKE ALL ON FUNCTION agentteam.fold_calls(text, bigint, bigint),
+  agentteam.ensure_call_partition(date) FROM PUBLIC;
+"""
