@@ -218,6 +218,7 @@ RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
 DECLARE
   touched text[];
+  low bigint;
   added bigint;
 BEGIN
   SELECT array_agg(DISTINCT e.call_id) INTO touched FROM agentteam.events e
@@ -225,13 +226,20 @@ BEGIN
   IF touched IS NULL THEN
     RETURN;
   END IF;
+  -- Their events lie in seq low..a_last: a call seen before starts at its line's first_seq.
+  SELECT least(a_first, min(c.first_seq)) INTO low FROM agentteam.call_lines c
+  WHERE c.journal_id = a_journal AND c.call_id = ANY (touched);
   PERFORM agentteam.ensure_call_partition(m) FROM (
     SELECT DISTINCT (date_trunc('month', e.ts AT TIME ZONE 'UTC'))::date AS m
     FROM agentteam.events e
     WHERE e.journal_id = a_journal AND e.seq BETWEEN a_first AND a_last
       AND e.call_id IS NOT NULL) months;
   WITH folded AS (
-    {fold_sql("e.journal_id = a_journal AND e.call_id = ANY (touched)")}
+    {
+    fold_sql(
+        "e.journal_id = a_journal AND e.seq BETWEEN low AND a_last AND e.call_id = ANY (touched)"
+    )
+}
   ), up AS (
     INSERT INTO agentteam.call_lines ({_NAMES})
     SELECT {_NAMES} FROM folded

@@ -12,7 +12,12 @@ ids, task numbers and idempotency keys). Printed as measured, side by side in on
 * ``audit --from`` over the store beside ``audit`` over the same journals as local files;
 * ``idempotency --from`` beside ``idempotency`` over the files, each as a CLI process
   (``agentteam-replay idempotency ... --json``), their outputs compared;
+* ``calls --from`` the call lines kept at ingest: ``--since`` the last hour, ``--since`` a
+  future date (nothing), ``--session`` one session, beside ``calls`` over the files;
 * the shipper's peak RSS shipping one journal of N/10 events and one of N (flat: about 1x).
+
+The journals' events are spread evenly over the last ``--days`` days (30), each journal over
+the whole span as a fleet's machines are, so the last hour holds about 1/(24 x days) of them.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
+from unittest import mock
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _fleet_reports as reports
@@ -85,6 +92,21 @@ def idempotency_cli(args: list[str]) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
+def spread(path: Path, per: int, first_session: int, days: float) -> int:
+    """``generate`` with the writer's clock running evenly over the last ``days`` days."""
+    now = datetime.now(UTC)
+    step = timedelta(days=days) / max(per, 1)
+    moment = [now - timedelta(days=days)]
+
+    def clock() -> str:
+        value = moment[0]
+        moment[0] = value + step
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    with mock.patch("agentteam_task_bridge.journal._core.wall_now", clock):
+        return generate(path, per, first_session=first_session)
+
+
 def _row(case: str, seconds: float, events: int, ratio: float) -> None:
     print(f"{case:<48} {seconds:>8.1f} {events / seconds:>10,.0f} {ratio:>6.2f}x", flush=True)
 
@@ -100,6 +122,42 @@ def _size(url: str) -> str:
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def calls_rows(paths: list[Path], store: str, events: int) -> None:
+    """``calls`` with a filter, over the files and ``--from`` the store's call lines."""
+    hour = datetime.now(UTC) - timedelta(hours=1)
+    session = f"s{len(paths) // 2 * 1_000:08x}"  # the first session of the middle journal
+    for label, where in [
+        ("--since <last hour>", replay.CallFilter(since=hour)),
+        ("--since 2099 (nothing)", replay.CallFilter(since=datetime(2099, 1, 1, tzinfo=UTC))),
+        (f"--session {session}", replay.CallFilter(session=session)),
+    ]:
+        local_s, local = _timed(lambda w=where: replay.list_calls(paths, w))  # type: ignore[misc]
+        from_s, stored = _timed(lambda w=where: reports.calls_from(store, w))  # type: ignore[misc]
+        same = to_json(stored) == to_json(local)
+        print(
+            f"calls {label}: {len(local.calls):,} calls; files {local_s:.2f} s,"
+            f" --from {from_s:.3f} s ({local_s / from_s:.0f}x faster);"
+            f" {'equal' if same else 'DIFFER'}",
+            flush=True,
+        )
+        if not same:
+            raise SystemExit(f"calls {label} --from differs from the local list")
+
+
+def _call_lines_size(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*), sum(pg_total_relation_size(c.oid))"
+            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'agentteam.call_lines'::regclass"
+        ).fetchone()
+        lines = conn.execute("SELECT sum(calls) FROM agentteam.call_counts").fetchone()
+    size = float(row[1] or 0) if row else 0.0
+    return f"call lines {int(lines[0] or 0) if lines else 0:,} in {size / 1e9:.2f} GB"
 
 
 def shipper_peak_rss_mb(path: Path, url: str) -> float:
@@ -132,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="10 journals of 10,000 events")
     parser.add_argument("--url", help="a PostgreSQL server to use (a database is created on it)")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
+    parser.add_argument("--days", type=float, default=30, help="the span of the events (30)")
     return parser
 
 
@@ -145,12 +204,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            run(Path(tmp), cluster, journals, per)
+            run(Path(tmp), cluster, journals, per, args.days)
     finally:
         cluster.stop()
 
 
-def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
+def run(tmp: Path, cluster: object, journals: int, per: int, days: float = 30) -> None:
     from tests.pg_cluster import Cluster
 
     assert isinstance(cluster, Cluster)
@@ -158,9 +217,7 @@ def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
     print(f"start: {_load()}", flush=True)
     paths = [tmp / f"journal-{i}.db" for i in range(journals)]
     # Sessions hold 2,000 calls (about 12,000 events): 1,000 session numbers per journal apart.
-    gen_s, counts = _timed(
-        lambda: [generate(p, per, first_session=i * 1_000) for i, p in enumerate(paths)]
-    )
+    gen_s, counts = _timed(lambda: [spread(p, per, i * 1_000, days) for i, p in enumerate(paths)])
     events = sum(counts)
     print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s", flush=True)
     store, baseline = cluster.create_database("bench"), cluster.create_database("plain")
@@ -172,7 +229,7 @@ def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
     files = sum(p.stat().st_size for p in tmp.iterdir())
     print(
         f"sizes: journal files {files / 1e9:.1f} GB, store {_size(store)},"
-        f" plain table {_size(baseline)}",
+        f" plain table {_size(baseline)}; {_call_lines_size(store)}",
         flush=True,
     )
     _row("plain COPY of the same rows", copy_s, events, 1)
@@ -183,6 +240,7 @@ def run(tmp: Path, cluster: object, journals: int, per: int) -> None:
     _row("audit --from the store (SQL)", from_s, events, local_s / from_s)
     assert to_json(stored) == to_json(local), "audit differs"
     del local, stored
+    calls_rows(paths, store, events)
     idem_s, (idem_rc, idem_local) = _timed(lambda: idempotency_cli([str(p) for p in paths]))
     _row("idempotency over local files (CLI)", idem_s, events, 1)
     idem_from_s, (from_rc, idem_from) = _timed(lambda: idempotency_cli(["--from", store]))
