@@ -147,21 +147,14 @@ def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
 
     from ._report_html import write_html
 
-    paths = journal_files(args.journals or default_journals())
     where = replay.ReportFilter(
         journal=args.journal, session=args.session, since=args.since, until=args.until
     )
-    trusted, local = _trusted(args.trusted_key, [])
-    with _progress(err) as progress:
-        result = replay.report(
-            paths,
-            where,
-            trusted=trusted,
-            accept_unverified=args.accept_unverified,
-            local_key_file=local,
-            stories=args.stories,
-            progress=progress,
-        )
+    local = False
+    if getattr(args, "store", None):
+        result = _fleet_cli.report_from(args)
+    else:
+        result, local = _report_files(args, where, err)
     if local:
         _say_local_trust()
     size = write_html(result, args.html)
@@ -174,6 +167,25 @@ def _report(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not result.ok:
         return EXIT_FAILED
     return EXIT_IN_DOUBT if result.verify.in_doubt else EXIT_OK
+
+
+def _report_files(args: argparse.Namespace, where: Any, err: Console) -> tuple[Any, bool]:
+    """The report over journal files, and whether it trusted this machine's key file."""
+    from agentteam_task_bridge import replay
+
+    paths = journal_files(args.journals or default_journals())
+    trusted, local = _trusted(args.trusted_key, [])
+    with _progress(err) as progress:
+        result = replay.report(
+            paths,
+            where,
+            trusted=trusted,
+            accept_unverified=args.accept_unverified,
+            local_key_file=local,
+            stories=args.stories,
+            progress=progress,
+        )
+    return result, local
 
 
 def _prune(args: argparse.Namespace, out: Console) -> int:

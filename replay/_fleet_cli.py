@@ -20,12 +20,13 @@ __all__ = [
     "apply_witness",
     "execute_from",
     "render_ship",
+    "report_from",
     "run_ship",
     "store_url",
     "witness_keys",
 ]
 
-FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit")
+FROM_COMMANDS: Final = ("calls", "idempotency", "deprecations", "audit", "report")
 
 SHIP_EPILOG: Final = """\
 examples:
@@ -169,6 +170,25 @@ def _report_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int
         checked = reports.idempotency_from(args.store)
         return checked, render.render_idempotency, 0 if checked.ok else 1
     raise AssertionError(args.command)
+
+
+def report_from(args: argparse.Namespace) -> Any:
+    """``report --from URL``: the page's figures computed in the store (``_fleet_report``)."""
+    from ._fleet_report import report_from as compute
+    from ._report import ReportFilter
+
+    if args.journals:
+        raise ReplayInputError("give journals or --from URL, not both")
+    if args.trusted_key or args.accept_unverified:
+        raise ReplayInputError(
+            "--trusted-key and --accept-unverified apply to journal files, not --from: the"
+            " store verified what it holds under the keys it registered"
+        )
+    where = ReportFilter(
+        journal=args.journal, session=args.session, since=args.since, until=args.until
+    )
+    with store_errors(args.store):
+        return compute(args.store, where, stories=args.stories)
 
 
 def run_ship(

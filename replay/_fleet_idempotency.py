@@ -363,10 +363,37 @@ SELECT
 """
 
 
-def idempotency_from(store_url: str, *, hints: dict[str, bool] | None = None) -> IdempotencyResult:
-    """``idempotency`` over the store, computed in SQL (see the module docstring)."""
+_CLOSE_ORDER: Final = 'ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq'
+_EVENTS: Final = "  FROM agentteam.events e\n  WHERE e.call_id IS NOT NULL\n"
+
+
+def idempotency_from(
+    store_url: str,
+    *,
+    hints: dict[str, bool] | None = None,
+    calls: str | None = None,
+    call_params: dict[str, Any] | None = None,
+    in_order: bool = False,
+) -> IdempotencyResult:
+    """``idempotency`` over the store, computed in SQL (see the module docstring); ``calls``,
+    a condition on ``agentteam.call_lines`` (named parameters ``call_params``), checks only the
+    calls it selects, as ``report`` feeds the checker only the calls its filter keeps;
+    ``in_order`` feeds the calls in the order of their first event, as ``report`` does
+    (``iter_stories(in_order=True)``), not in the order they closed."""
     hints = declared_hints() if hints is None else hints
+    sql = IDEMPOTENCY_SQL
+    if calls is not None:
+        assert sql.count(_EVENTS) == 1
+        sql = sql.replace(
+            _EVENTS,
+            _EVENTS + "    AND (e.journal_id, e.call_id) IN (SELECT c.journal_id, c.call_id"
+            f" FROM agentteam.call_lines c WHERE {calls})\n",
+        )
+    if in_order:
+        assert sql.count(_CLOSE_ORDER) == 1
+        sql = sql.replace(_CLOSE_ORDER, 'ORDER BY journal_id COLLATE "C", first_seq')
     params = {
+        **(call_params or {}),
         "whitespace": _WHITESPACE,
         "window": REPEAT_WINDOW,
         "declared": sorted(tool for tool, declared in hints.items() if declared),
@@ -375,7 +402,7 @@ def idempotency_from(store_url: str, *, hints: dict[str, bool] | None = None) ->
         # Compiling the plan's ~300 expressions costs seconds (3.6 s of 4.7 on 100,000 events)
         # and saves little: the work is sorts and windows.
         conn.execute("SET jit = off")
-        row = conn.execute(IDEMPOTENCY_SQL, params).fetchone()
+        row = conn.execute(sql, params).fetchone()
     assert row is not None
     group_rows, finding_rows, hint_rows, calls, keyed, claim_calls, claim_repeats = row
     violations: dict[int, int] = {}

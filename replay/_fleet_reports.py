@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ._audit import (
     AuditReport,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_LINES",
+    "Scope",
     "audit_from",
     "calls_from",
     "calls_query",
@@ -175,8 +176,8 @@ _AUDIT_SQL: Final = {
     " WHERE error_code IS NOT NULL GROUP BY 1, 2",
     # Rounded to whole microseconds in SQL when exact; ties (x.xxx5 ms) as nanoseconds.
     "bridge": "SELECT coalesce(tool, '?') a,"
-    " CASE WHEN bridge_ns % 1000 = 500 THEN NULL ELSE round(bridge_ns / 1000.0)::bigint END b,"
-    " CASE WHEN bridge_ns % 1000 = 500 THEN bridge_ns END c, count(*) d"
+    " CASE WHEN mod(bridge_ns, 1000) = 500 THEN NULL ELSE round(bridge_ns / 1000.0)::bigint END b,"
+    " CASE WHEN mod(bridge_ns, 1000) = 500 THEN bridge_ns END c, count(*) d"
     " FROM lines WHERE bridge_ns IS NOT NULL GROUP BY 1, 2, 3",
     "upstream": "SELECT d a, count(*) b FROM lines, unnest(upstream_durations) d GROUP BY 1",
     "truncation": "SELECT coalesce(tool, '?') a, count(*) b, count(*) FILTER (WHERE truncated) c"
@@ -207,21 +208,38 @@ WHERE s.kind = 'session_started' AND s.call_id IS NULL
 """
 
 
-def _audit_query() -> str:
-    """One statement (so it runs on a read-only replica): the call lines folded once, every
+class Scope(NamedTuple):
+    """What a report over the store covers (all by default): a condition on the call lines
+    (``agentteam.call_lines``), one on the events (unqualified columns of
+    ``agentteam.events``), and one on a session row (``s`` its start, ``x`` its end), each with
+    its parameters (``%s``)."""
+
+    lines: str = "true"
+    line_params: tuple[Any, ...] = ()
+    events: str = "true"
+    event_params: tuple[Any, ...] = ()
+    sessions: str = "true"
+    session_params: tuple[Any, ...] = ()
+
+
+def _audit_query(lines: str) -> str:
+    """One statement (so it runs on a read-only replica): the call lines read once, every
     aggregate a JSON array of rows."""
     parts = ",\n".join(
         f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
         for name, sql in _AUDIT_SQL.items()
     )
-    return f"WITH lines AS MATERIALIZED ({CALL_LINES}) SELECT {parts}"
+    return f"WITH lines AS MATERIALIZED ({CALL_LINES} WHERE {lines}) SELECT {parts}"
 
 
-def audit_from(store_url: str) -> AuditReport:
+def audit_from(store_url: str, scope: Scope | None = None) -> AuditReport:
     """``audit`` over the store: every aggregate computed in SQL over the call lines."""
+    scope = scope or Scope()
     with connect(store_url, autocommit=True) as conn:
-        row = conn.execute(_audit_query()).fetchone()
-        sessions = conn.execute(_SESSIONS).fetchall()
+        row = conn.execute(_audit_query(scope.lines), scope.line_params).fetchone()
+        sessions = conn.execute(
+            f"{_SESSIONS} AND {scope.sessions}", scope.session_params
+        ).fetchall()
     assert row is not None
     got = {
         name: [tuple(item.values()) for item in value]
@@ -324,7 +342,7 @@ WITH d AS (
     doc ->> 'client_name' AS client_name,
     doc ->> 'client_version' AS client_version,
     doc ->> 'agent_id' AS agent_id
-  FROM agentteam.events WHERE kind = 'deprecated_usage'
+  FROM agentteam.events WHERE kind = 'deprecated_usage' AND {scope}
 )
 """
 
@@ -357,16 +375,20 @@ def deprecations_from(
     gate_days: int = DEFAULT_GATE_DAYS,
     as_of: datetime | None = None,
     names: Sequence[str] = (),
+    scope: Scope | None = None,
 ) -> DeprecationReport:
     """``deprecations`` over the store: uses grouped by name and by user in SQL."""
     moment = as_of or datetime.now(UTC)
+    where, params = (scope or Scope()).events, (scope or Scope()).event_params
     with connect(store_url, autocommit=True) as conn:
         window = conn.execute(
             'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),'
             " count(*) FILTER (WHERE kind = 'deprecated_usage') FROM agentteam.events"
+            f" WHERE {where}",
+            params,
         ).fetchone()
-        found = conn.execute(_NAMES).fetchall()
-        users = conn.execute(_USERS).fetchall()
+        found = conn.execute(_NAMES.replace("{scope}", where), params).fetchall()
+        users = conn.execute(_USERS.replace("{scope}", where), params).fetchall()
     assert window is not None
     window_start, window_end, uses = window[0], window[1], int(window[2])
     by_name: dict[tuple[str, str], list[tuple[list[str], DeprecatedUser]]] = {}

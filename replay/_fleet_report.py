@@ -1,0 +1,350 @@
+"""``report --from postgresql://...``: the HTML page's figures aggregated in the store's SQL.
+
+The page is the local ``report``'s (:mod:`replay._report_html`), from the same :class:`Report`:
+
+* the verdict is the store's: what its checked ingest accepted of each journal (events 1..head,
+  every chain hash recomputed in SQL, checkpoints kept only under the journal's registered
+  key), the findings it recorded, and the calls in doubt among its call lines;
+* audit, deprecations, idempotency, the timeline and the error examples are computed over the
+  call lines the filter selects (``_fleet_calls``), the rows of the time window, journal and
+  session (partitions pruned, indexes used), equal to what the local ``report`` shows for the
+  same journals and filter;
+* the stories (the first ``stories`` calls in journal order, and the calls the page names, at
+  most ``MAX_NAMED_STORIES``) are read back from the events, one call at a time.
+
+The client receives aggregates and the stories' events, never the whole history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from agentteam_task_bridge import journal
+
+from ._audit import Histogram
+from ._calls import CallDetail, story_detail, wall
+from ._deprecations import DEFAULT_GATE_DAYS
+from ._findings import Finding
+from ._fleet_idempotency import idempotency_from
+from ._fleet_reports import Scope, audit_from, deprecations_from
+from ._fleet_store import connect, redact_store_url
+from ._invariants import InDoubtCall
+from ._report import (
+    DEFAULT_STORIES,
+    MAX_BUCKETS,
+    MAX_NAMED_STORIES,
+    ErrorExample,
+    Report,
+    ReportFilter,
+    _named_calls,
+    _Timeline,
+)
+from ._source import ReplayInputError, to_record
+from ._story import CallStory, SessionInfo
+from ._verify import JournalReport, VerifyResult
+
+__all__ = ["report_from", "scope_of"]
+
+# The payload as bytes: the connection decodes the store's escapes in text columns, and the
+# payload column holds the journal's text as it is.
+_COLUMNS: Final = ", ".join(
+    "convert_to(payload, 'UTF8')" if c == "payload" else c for c in journal.COLUMNS
+)
+_PAYLOAD: Final = journal.COLUMNS.index("payload")
+
+
+def _record(row: tuple[Any, ...]) -> Any:
+    raw = list(row)
+    raw[_PAYLOAD] = bytes(raw[_PAYLOAD]).decode()
+    return to_record(tuple(raw))
+
+
+def _like(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _instant(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
+    """The filter as conditions on the store: the lines, events and sessions it keeps, and the
+    lines' condition again with named parameters (for the idempotency check)."""
+    lines: list[tuple[str, str, Any]] = []  # (column, operator, value)
+    events: list[tuple[str, str, Any]] = []
+    sessions: list[tuple[str, str, Any]] = []
+    if where.journal is not None:
+        for side in (lines, events):
+            side.append(("journal_id", "LIKE", _like(where.journal)))
+        sessions.append(("s.journal_id", "LIKE", _like(where.journal)))
+    if where.session is not None:
+        for side in (lines, events):
+            side.append(("session_id", "=", where.session))
+        sessions.append(("s.session_id", "=", where.session))
+    if where.since is not None:
+        lines.append(("started_ts", ">=", _instant(where.since)))
+        events.append(("ts", ">=", _instant(where.since)))
+        sessions.append(("coalesce(x.ts_wall, s.ts_wall)", ">=", wall(where.since)))
+    if where.until is not None:
+        lines.append(("started_ts", "<=", _instant(where.until)))
+        events.append(("ts", "<=", _instant(where.until)))
+        sessions.append(("s.ts_wall", "<=", wall(where.until)))
+
+    def clause(items: list[tuple[str, str, Any]], mark: str = "%s") -> str:
+        return " AND ".join(f"{c} {op} {mark.format(i)}" for i, (c, op, _) in enumerate(items))
+
+    scope = Scope(
+        lines=clause(lines) or "true",
+        line_params=tuple(v for _, _, v in lines),
+        events=clause(events) or "true",
+        event_params=tuple(v for _, _, v in events),
+        sessions=clause(sessions) or "true",
+        session_params=tuple(v for _, _, v in sessions),
+    )
+    named = " AND ".join(f"c.{c} {op} %(line{i})s" for i, (c, op, _) in enumerate(lines))
+    return scope, named or "true", {f"line{i}": v for i, (_, _, v) in enumerate(lines)}
+
+
+def report_from(
+    store_url: str,
+    where: ReportFilter | None = None,
+    *,
+    stories: int = DEFAULT_STORIES,
+    gate_days: int = DEFAULT_GATE_DAYS,
+) -> Report:
+    """The report of the calls ``where`` selects in the store; the first ``stories`` calls'
+    stories kept whole."""
+    if stories < 0:
+        raise ReplayInputError("the number of stories cannot be negative")
+    where = where or ReportFilter()
+    scope, named, named_params = scope_of(where)
+    audit = audit_from(store_url, scope)
+    deprecations = deprecations_from(store_url, gate_days=gate_days, scope=scope)
+    checked = idempotency_from(store_url, calls=named, call_params=named_params, in_order=True)
+    with connect(store_url, autocommit=True) as conn:
+        verified = _verdict(conn, store_url)
+        width, timeline = _timeline(conn, scope)
+        errors = _errors(conn, scope)
+        first = conn.execute(
+            f"SELECT journal_id, call_id FROM agentteam.call_lines WHERE {scope.lines}"
+            f" ORDER BY journal_id, first_seq LIMIT {int(stories)}",
+            scope.line_params,
+        ).fetchall()
+        matched = audit.calls
+        kept: dict[str, CallDetail] = {}
+        for jid, call_id in first:
+            detail = _story(conn, call_id, jid)
+            if detail is not None:
+                kept.setdefault(call_id, detail)
+        by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
+        named_calls = _named_calls(verified, checked, by_code)
+        for call_id in [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]:
+            detail = _story(conn, call_id, None)
+            if detail is not None:
+                kept[call_id] = detail
+    ordered = sorted(kept.values(), key=lambda d: (d.summary.journal_id, d.summary.first_seq))
+    shown = min(stories, matched)
+    return Report(
+        generated_at=wall(datetime.now(UTC)),
+        sources=[redact_store_url(store_url)],
+        filter=where.text,
+        verify=verified,
+        audit=audit,
+        deprecations=deprecations,
+        idempotency=checked,
+        bucket_seconds=width,
+        buckets=timeline.buckets(),
+        errors=errors,
+        stories=ordered,
+        stories_first=shown,
+        stories_more=matched - shown,
+    )
+
+
+_JOURNALS: Final = """
+SELECT j.journal_id, h.seq, h.hash, coalesce(c.calls, 0),
+  (SELECT count(*) FROM agentteam.checkpoints k WHERE k.journal_id = j.journal_id),
+  (SELECT max(k.seq) FROM agentteam.checkpoints k WHERE k.journal_id = j.journal_id),
+  (SELECT coalesce(array_agg(k.vkey ORDER BY k.seq), '{}') FROM agentteam.journal_keys k
+   WHERE k.journal_id = j.journal_id)
+FROM agentteam.journals j
+JOIN agentteam.heads h USING (journal_id)
+LEFT JOIN agentteam.call_counts c USING (journal_id)
+ORDER BY j.journal_id
+"""
+
+# The last request of each call in doubt (``_invariants``: only a mutation is in doubt).
+_IN_DOUBT: Final = """
+SELECT l.journal_id, l.call_id, l.session_id, l.tool, r.seq, r.ts_wall,
+  convert_to(r.payload, 'UTF8'), l.in_doubt
+FROM agentteam.call_lines l
+JOIN LATERAL (
+  SELECT e.seq, e.ts_wall, e.doc, e.payload FROM agentteam.events e
+  WHERE e.journal_id = l.journal_id AND e.call_id = l.call_id AND e.kind = 'upstream_request'
+    AND e.seq BETWEEN l.first_seq AND l.last_seq
+  ORDER BY e.seq DESC LIMIT 1
+) r ON upper(r.doc ->> 'method') <> 'GET' AND right(r.doc ->> 'route', 4) <> '/get'
+WHERE l.in_doubt IS NOT NULL
+ORDER BY l.journal_id, l.first_seq
+"""
+
+
+def _verdict(conn: Any, store_url: str) -> VerifyResult:
+    """What the store's checked ingest accepted, the findings it recorded, the calls in doubt."""
+    source = redact_store_url(store_url)
+    journals = []
+    keys: set[str] = set()
+    for jid, head, head_hash, calls, cps, last_cp, vkeys in conn.execute(_JOURNALS):
+        keys.update("+".join(str(k).split("+")[:2]) for k in vkeys)
+        journals.append(
+            JournalReport(
+                path=f"{source} {jid}",
+                journal_id=jid,
+                events=int(head),
+                head_seq=int(head),
+                head_hash=str(head_hash),
+                calls=int(calls),
+                checkpoints_checked=int(cps),
+                signatures_checked=int(cps),
+                signatures_unchecked=0,
+                held_checkpoint=None,
+                last_checkpoint_seq=int(last_cp or 0),
+                recorded_keys=[str(k) for k in vkeys],
+                signed_through=int(last_cp or 0),
+                unsigned_tail=int(head) - int(last_cp or 0),
+            )
+        )
+    findings = [
+        Finding(journal_id=r[0], seq=r[1], rule=r[2], detail=r[3])
+        for r in conn.execute(
+            "SELECT journal_id, seq, rule, detail FROM agentteam.findings ORDER BY journal_id, id"
+        )
+    ]
+    in_doubt = []
+    for jid, call_id, session_id, tool, seq, at, payload, reason in conn.execute(_IN_DOUBT):
+        request = json.loads(bytes(payload))  # the body as the journal holds it, keys in order
+        in_doubt.append(
+            InDoubtCall(
+                journal_id=jid,
+                call_id=call_id,
+                session_id=session_id,
+                tool=tool,
+                seq=int(seq),
+                at=at,
+                method=request.get("method"),
+                route=request.get("route"),
+                body=request.get("body"),
+                reason=reason,
+            )
+        )
+    return VerifyResult(
+        journals=journals, findings=findings, in_doubt=in_doubt, trusted_keys=sorted(keys)
+    )
+
+
+def _second(scope: Scope) -> str:
+    return (
+        "floor(extract(epoch FROM started_ts))::bigint"
+        f" FROM agentteam.call_lines WHERE {scope.lines}"
+    )
+
+
+def _timeline(conn: Any, scope: Scope) -> tuple[int, _Timeline]:
+    """The calls per bucket, the width the local timeline ends with: the narrowest power of two
+    seconds that spans them in fewer than MAX_BUCKETS buckets."""
+    timeline = _Timeline()
+    low, high = conn.execute(
+        f"SELECT min(s), max(s) FROM (SELECT {_second(scope)}) t(s)", scope.line_params
+    ).fetchone()
+    if low is None:
+        return timeline.width, timeline
+    width = 1
+    while high // width - low // width >= MAX_BUCKETS:
+        width *= 2
+    timeline.width = width
+    rows = conn.execute(
+        "SELECT floor(extract(epoch FROM started_ts))::bigint / %s AS b,"
+        " coalesce(tool, '?'), status, count(*),"
+        " CASE WHEN mod(bridge_ns, 1000) = 500 THEN NULL"
+        " ELSE round(bridge_ns / 1000.0)::bigint END,"
+        " CASE WHEN mod(bridge_ns, 1000) = 500 THEN bridge_ns END"
+        f" FROM agentteam.call_lines WHERE {scope.lines} GROUP BY 1, 2, 3, 5, 6",
+        (width, *scope.line_params),
+    ).fetchall()
+    for index, tool, status, n, micros, tie_ns in rows:
+        if index not in timeline.tools:
+            timeline.tools[index], timeline.statuses[index] = Counter(), Counter()
+            timeline.latency[index] = Histogram()
+        timeline.tools[index][tool] += int(n)
+        timeline.statuses[index][status] += int(n)
+        if micros is not None or tie_ns is not None:
+            ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
+            for _ in range(int(n)):
+                timeline.latency[index].add(ms)
+    return width, timeline
+
+
+def _errors(conn: Any, scope: Scope) -> list[ErrorExample]:
+    rows = conn.execute(
+        "SELECT error_code, count(*), array_agg(DISTINCT coalesce(tool, '?')),"
+        " (array_agg(call_id ORDER BY journal_id, first_seq))[1]"
+        f" FROM agentteam.call_lines WHERE error_code IS NOT NULL AND {scope.lines}"
+        " GROUP BY error_code",
+        scope.line_params,
+    ).fetchall()
+    found = [
+        ErrorExample(error_code=code, calls=int(n), tools=sorted(tools), example_call=call)
+        for code, n, tools, call in rows
+    ]
+    return sorted(found, key=lambda e: (-e.calls, e.error_code))
+
+
+def _story(conn: Any, call_id: str, journal_id: str | None) -> CallDetail | None:
+    """One call's story from the store's events (of ``journal_id``, or of the first journal
+    holding the call id, as the local report reads a named call)."""
+    named_by = None if journal_id is not None else call_id
+    if journal_id is None:
+        row = conn.execute(
+            "SELECT journal_id FROM agentteam.call_lines WHERE call_id = %s"
+            " ORDER BY journal_id LIMIT 1",
+            (call_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        journal_id = str(row[0])
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND call_id = %s"
+        " ORDER BY seq",
+        (journal_id, call_id),
+    ).fetchall()
+    if not rows:
+        return None
+    records = [_record(tuple(r)) for r in rows]
+    first = records[0]
+    # A call the report iterates has its session as the stream left it (its latest start before
+    # the call, and its end once read); a call it names is read back with the session's first
+    # start only, as the local report reads it.
+    iterated = named_by is None
+    started = conn.execute(
+        f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND session_id = %s"
+        " AND kind = 'session_started' AND call_id IS NULL"
+        + (" AND seq < %s ORDER BY seq DESC LIMIT 1" if iterated else " ORDER BY seq LIMIT 1"),
+        (first.journal_id, first.session_id, *((first.seq,) if iterated else ())),
+    ).fetchone()
+    session = SessionInfo.from_record(_record(tuple(started))) if started else None
+    if session is not None and iterated:
+        ended = conn.execute(
+            "SELECT ts_wall, doc ->> 'reason' FROM agentteam.events WHERE journal_id = %s"
+            " AND session_id = %s AND kind = 'session_ended' AND call_id IS NULL AND seq > %s"
+            " ORDER BY seq LIMIT 1",
+            (session.journal_id, session.session_id, session.seq),
+        ).fetchone()
+        if ended is not None:
+            session.ended_at, session.end_reason = ended
+    story = CallStory(first.journal_id, call_id, first.session_id, session)
+    for record in records:
+        story.add(record)
+    return story_detail(story)

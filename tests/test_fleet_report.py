@@ -1,0 +1,139 @@
+"""``report --from postgresql://... --html FILE``: the page's figures computed in the store.
+
+Against a real PostgreSQL: for the same journals and filter, everything the page shows besides
+the verdict (audit, deprecations, idempotency, timeline, error examples, the stories kept)
+equals the local ``report``'s; the verdict is the store's (events and calls it holds per
+journal, checkpoints it kept, findings it recorded); the page drawn from the store renders in
+headless Chromium with every chart drawn, nothing fetched, and a ``<script>`` title as text.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from agentteam_task_bridge import replay
+from agentteam_task_bridge.replay._fleet_report import report_from
+from agentteam_task_bridge.replay._render import to_json
+
+from .fleet_helpers import write_idempotency_fleet
+from .pg_cluster import Cluster
+from .replay_helpers import Built, build, everyday
+from .test_fleet_calls import DEC, NOV_END, OCT, write_months
+from .test_replay_report import WIDE, _browse, _multi_session_journal, _root
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Cluster) -> tuple[list[Path], str]:
+    base = tmp_path_factory.mktemp("report")
+    bridge: Built = build(base / "bridge", everyday)
+    multi = base / "multi.db"
+    _multi_session_journal(multi)
+    paths = [
+        bridge.path,
+        multi,
+        write_months(base / "months.db", "months-0", [OCT, NOV_END, DEC], 40),
+        *write_idempotency_fleet(base / "idempotency"),
+    ]
+    url = pg_cluster.create_database()
+    assert replay.ship(paths, url).ok
+    return paths, url
+
+
+CLI = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "report"]
+FILTERS = [
+    replay.ReportFilter(),
+    replay.ReportFilter(session="s41"),
+    replay.ReportFilter(journal="months"),
+    replay.ReportFilter(journal="idem-"),
+    replay.ReportFilter(since=datetime(2026, 12, 1, tzinfo=UTC)),
+    replay.ReportFilter(since=NOV_END, until=NOV_END + timedelta(minutes=5)),
+    replay.ReportFilter(until=datetime(2026, 11, 1, tzinfo=UTC)),
+]
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_the_page_from_the_store_shows_the_local_figures(
+    fleet: tuple[list[Path], str], where: replay.ReportFilter
+) -> None:
+    paths, url = fleet
+    local = replay.report(paths, where, accept_unverified=True, stories=7)
+    stored = report_from(url, where, stories=7)
+    assert local.audit.calls > 0
+    for field in ("audit", "idempotency", "buckets", "errors", "stories"):
+        assert to_json(getattr(stored, field)) == to_json(getattr(local, field)), field
+    # Each judges the removal gates at the moment it runs.
+    moment = stored.deprecations.as_of
+    assert to_json(stored.deprecations) == to_json(
+        msgspec.structs.replace(local.deprecations, as_of=moment)
+    )
+    assert (stored.bucket_seconds, stored.stories_first, stored.stories_more, stored.filter) == (
+        local.bucket_seconds,
+        local.stories_first,
+        local.stories_more,
+        local.filter,
+    )
+
+
+def test_the_verdict_is_what_the_store_accepted(fleet: tuple[list[Path], str]) -> None:
+    paths, url = fleet
+    local = replay.verify(paths, accept_unverified=True)
+    stored = report_from(url).verify
+    assert stored.ok and not stored.findings
+    by_id = {j.journal_id: j for j in local.journals}
+    assert sorted(j.journal_id or "" for j in stored.journals) == sorted(by_id)
+    for j in stored.journals:
+        mine = by_id[j.journal_id]
+        assert (j.events, j.head_seq, j.head_hash, j.calls) == (
+            mine.events,
+            mine.head_seq,
+            mine.head_hash,
+            mine.calls,
+        )
+        assert j.signatures_checked == j.checkpoints_checked
+    assert to_json(stored.in_doubt) == to_json(local.in_doubt)
+    assert stored.trusted_keys  # the keys the store registered
+
+
+def test_the_cli_refuses_journals_and_keys_with_from(fleet: tuple[list[Path], str]) -> None:
+    paths, url = fleet
+    for extra in ([str(paths[0])], ["--trusted-key", "x"]):
+        done = subprocess.run(
+            [*CLI, "--html", "/nonexistent/x.html", "--from", url, *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2 and "--from" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_the_page_from_the_store_draws_in_chromium(
+    fleet: tuple[list[Path], str], tmp_path: Path
+) -> None:
+    paths, url = fleet
+    html = tmp_path / "fleet.html"
+    done = subprocess.run(
+        [*CLI, "--from", url, "--html", str(html)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # 1: the idempotency journals break rules on purpose, as the local report says too.
+    calls = replay.report(paths, accept_unverified=True).audit.calls
+    assert done.returncode == 1 and f"{calls} calls, verified" in done.stdout, done.stderr
+    assert html.stat().st_size < 2_000_000
+    dom = _browse(html, tmp_path, "--dump-dom")
+    root = _root(dom)
+    assert root.get("data-check") == "done", dom[:500]
+    assert int(root["data-charts"]) >= 5 and root["data-charts-drawn"] == root["data-charts"]
+    assert root["data-resources"] == "0" and root["data-csp-violations"] == "0"
+    assert "data-pwned" not in root
+    assert "&lt;script&gt;document.documentElement" in dom and WIDE in dom
