@@ -123,12 +123,14 @@ examples:
   agentteam-replay report journal.db --html report.html
   agentteam-replay report fleet/*.db --html day.html --since 2026-12-01 --until 2026-12-02
   agentteam-replay report journals/ --html s.html --session s1a2405dba5b1 --stories 200
+  agentteam-replay report --from postgresql://auditor@db.example/fleet --html fleet.html --since 1d
 
 One HTML file that loads nothing (inline SVG charts, each beside its table), written 0600:
 the verification verdict first, then calls over time per tool and per outcome, latency,
 error codes, sessions, deprecated usage, idempotency, truncation, mutations per board, and
 the stories of the calls it names. The filters select the calls; the verdict is the whole
 journals'. Exits 1 when verify or idempotency finds a broken rule, 3 when calls are in doubt.
+With --from, the figures are computed in the fleet store and the verdict is the store's.
 """,
     "export": """\
 examples:

@@ -12,6 +12,8 @@ ids, task numbers and idempotency keys). Printed as measured, side by side in on
 * ``audit --from`` over the store beside ``audit`` over the same journals as local files;
 * ``idempotency --from`` beside ``idempotency`` over the files, each as a CLI process
   (``agentteam-replay idempotency ... --json``), their outputs compared;
+* ``report --html`` over the files and ``--from`` the store, beside ``audit``, and the pages'
+  sizes;
 * ``calls --from`` the call lines kept at ingest: ``--since`` the last hour, ``--since`` a
   future date (nothing), ``--session`` one session, beside ``calls`` over the files;
 * the shipper's peak RSS shipping one journal of N/10 events and one of N (flat: about 1x).
@@ -122,6 +124,28 @@ def _size(url: str) -> str:
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def report_rows(
+    tmp: Path, paths: list[Path], store: str, events: int, audit_s: float, audit_from_s: float
+) -> None:
+    """``report --html`` over the files and ``--from`` the store: time beside ``audit``, size."""
+    from agentteam_task_bridge.replay._fleet_report import report_from
+    from agentteam_task_bridge.replay._report_html import write_html
+
+    local_s, local = _timed(lambda: replay.report(paths, accept_unverified=True))
+    local_size = write_html(local, tmp / "local.html")
+    _row("report --html over local files", local_s, events, audit_s / local_s)
+    del local
+    from_s, stored = _timed(lambda: report_from(store))
+    from_size = write_html(stored, tmp / "from.html")
+    _row("report --html --from the store (SQL)", from_s, events, audit_from_s / from_s)
+    print(
+        f"report: local {local_s / audit_s:.2f}x the local audit's time, --from"
+        f" {from_s / audit_from_s:.2f}x audit --from's; HTML {local_size / 1e6:.2f} MB local,"
+        f" {from_size / 1e6:.2f} MB --from",
+        flush=True,
+    )
 
 
 def calls_rows(paths: list[Path], store: str, events: int) -> None:
@@ -240,6 +264,7 @@ def run(tmp: Path, cluster: object, journals: int, per: int, days: float = 30) -
     _row("audit --from the store (SQL)", from_s, events, local_s / from_s)
     assert to_json(stored) == to_json(local), "audit differs"
     del local, stored
+    report_rows(tmp, paths, store, events, local_s, from_s)
     calls_rows(paths, store, events)
     idem_s, (idem_rc, idem_local) = _timed(lambda: idempotency_cli([str(p) for p in paths]))
     _row("idempotency over local files (CLI)", idem_s, events, 1)
