@@ -53,12 +53,13 @@ class Histogram:
         self.max = 0.0
         self.min = math.inf
 
-    def add(self, ms: float) -> None:
-        self.count += 1
-        self.total_us += round(ms * 1000)
+    def add(self, ms: float, times: int = 1) -> None:
+        """Add the value ``times`` times (the store's reports add each value with its count)."""
+        self.count += times
+        self.total_us += round(ms * 1000) * times
         self.max = max(self.max, ms)
         self.min = min(self.min, ms)
-        self.buckets[_bucket(ms)] += 1
+        self.buckets[_bucket(ms)] += times
 
     def quantile(self, q: float) -> float | None:
         if not self.count:

@@ -282,8 +282,7 @@ def _timeline(conn: Any, scope: Scope) -> tuple[int, _Timeline]:
         timeline.statuses[index][status] += int(n)
         if micros is not None or tie_ns is not None:
             ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
-            for _ in range(int(n)):
-                timeline.latency[index].add(ms)
+            timeline.latency[index].add(ms, int(n))
     return width, timeline
 
 

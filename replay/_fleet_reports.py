@@ -251,13 +251,11 @@ def audit_from(store_url: str, scope: Scope | None = None) -> AuditReport:
     by_tool: dict[str, Histogram] = {}
     for tool, micros, tie_ns, count in sorted(got["bridge"], key=_bridge_order):
         ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
-        for _ in range(int(count)):
-            bridge.add(ms)
-            by_tool.setdefault(tool, Histogram()).add(ms)
+        bridge.add(ms, int(count))
+        (by_tool.get(tool) or by_tool.setdefault(tool, Histogram())).add(ms, int(count))
     upstream = Histogram()
     for value, count in sorted(got["upstream"]):
-        for _ in range(int(count)):
-            upstream.add(float(value))
+        upstream.add(float(value), int(count))
     results = {r[0]: int(r[1]) for r in got["truncation"]}
     truncated = {r[0]: int(r[2]) for r in got["truncation"]}
     boards = {(r[0], r[1], r[2]): int(r[3]) for r in got["boards"]}
