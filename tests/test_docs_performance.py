@@ -26,6 +26,7 @@ PARSERS = {
     "tools.bench.bench_replay": "tools.bench.bench_replay",
     "tools.bench.instructions": "tools.bench.instructions",
     "tools.bench.bench_fleet": "tools.bench.bench_fleet",
+    "tools.bench.bench_tlog": "tools.bench.bench_tlog",
 }
 
 

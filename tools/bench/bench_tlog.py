@@ -165,7 +165,7 @@ def append_rows(before: Path, rounds: int, blocks: int) -> list[str]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.bench_tlog")
     parser.add_argument("--events", type=int, default=1_000_000, help="default 1,000,000")
     parser.add_argument("--quick", action="store_true", help="100,000 events")
@@ -174,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, default=None, help="a checkout to compare appends")
     parser.add_argument("--rounds", type=int, default=400, help="durable appends per block")
     parser.add_argument("--blocks", type=int, default=6, help="alternating blocks per checkout")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     events = 100_000 if args.quick else args.events
     rows: list[str] = []
     if args.before is not None:
