@@ -250,6 +250,15 @@ class TaskListInput(_Input, frozen=True):
 class TaskGetInput(_Input, frozen=True):
     channel: Channel
     number: Number
+    cursor: (
+        Annotated[
+            Annotated[str, Meta(min_length=1, max_length=2048)] | None,
+            Meta(
+                description="Opaque `next_cursor` of a cut task_get answer of this task: the rest of its description, checkpoints and subtasks. Default: the task from the start."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskCreateInput(_Input, frozen=True):
@@ -484,6 +493,7 @@ NULL_MEANS_OMITTED: frozenset[type[Struct]] = frozenset(
         NewTask,
         ListFilters,
         TaskListInput,
+        TaskGetInput,
         TaskCreateInput,
         TaskUpdateInput,
         TaskDeleteInput,

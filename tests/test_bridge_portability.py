@@ -39,7 +39,7 @@ STRICT_CALLS: dict[str, dict[str, Any]] = {
         "sort": None,
         "filters": {"assignee": None, "label": None, "priority": None},
     },
-    "task_get": {"channel": "general", "number": 1},
+    "task_get": {"channel": "general", "number": 1, "cursor": None},
     "task_create": {
         "tasks": [
             {
