@@ -424,7 +424,7 @@ class Bridge:
         upstream bound leaves out where the tool can (`_cursor` pages, `_detail` sections)."""
         if detail_state is not None:
             limit = spec.budget_bytes
-            return fit_detail(spec.name, limit, envelope, detail_state, args, self.cursors)
+            return fit_detail(spec.name, limit, envelope, detail_state, self.cursors)
         return fit(
             spec.name,
             spec.budget_bytes,

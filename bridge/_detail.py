@@ -137,7 +137,6 @@ def fit_detail(
     limit: int,
     envelope: dict[str, Any],
     state: DetailState,
-    arguments: dict[str, Any],
     cursors: Cursors,
 ) -> bool:
     """Bound a `task_get` envelope to `limit` bytes in place, continuing what it cuts; True when
