@@ -100,7 +100,7 @@ def _path_and_reason(message: str) -> tuple[str, str]:
 
 def _with_enum_values(input_type: type[msgspec.Struct], path: str, reason: str) -> str:
     """A reason at an enum field, completed with the values it accepts (contract 4.4)."""
-    accepted = _enum_at(msgspec.inspect.type_info(input_type), path)
+    accepted = _enum_at(_type_info(input_type), path)
     if accepted is None:
         return reason
     values, nullable = accepted
@@ -112,6 +112,12 @@ def _with_enum_values(input_type: type[msgspec.Struct], path: str, reason: str) 
             value = value[:_ECHO_CHARS] + "..."
         return f"{value} is not an accepted value; use one of {listed}"
     return f"{reason}; use one of {listed}"
+
+
+@functools.cache
+def _type_info(input_type: type[msgspec.Struct]) -> msgspec.inspect.Type:
+    """The input type as msgspec.inspect sees it: built once (it translates the whole type)."""
+    return msgspec.inspect.type_info(input_type)
 
 
 def _enum_at(info: msgspec.inspect.Type, path: str) -> tuple[tuple[Any, ...], bool] | None:
