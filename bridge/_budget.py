@@ -1,7 +1,9 @@
 """Result budgets (contract section 8.3): bound after normalization, truncate by field, never fail.
 
 A budget is UTF-8 bytes of the final compact JSON of `structuredContent`. A result that fits is
-returned whole. One that does not is cut in this order, each step only as far as needed:
+returned whole. (A `task_get` detail is bounded by `_detail` first, which continues its
+description, checkpoints and subtasks with a cursor, and falls back on `fit` for the rest.)
+One that does not is cut in this order, each step only as far as needed:
 
 1. a `task_list` page keeps the items that fit (at least one) and answers a bridge cursor that
    resumes after the last item kept, by its identity (`meta.next_cursor`, `meta.continuation`;
@@ -108,6 +110,26 @@ def _clusters(text: str) -> tuple[list[int], list[int]]:
     clusters = _GRAPHEME.findall(text)
     byte_ends = list(itertools.accumulate(len(c.encode()) for c in clusters))
     return byte_ends, list(itertools.accumulate(len(c) for c in clusters))
+
+
+def grapheme_ends(text: str) -> tuple[list[int], list[int]]:
+    """The UTF-8 byte offset and the character offset where each grapheme cluster of `text`
+    ends (cached: a cut search asks many times)."""
+    return _clusters(text)
+
+
+def profile_fit(
+    tool: str, limit: int, envelope: dict[str, Any], task: dict[str, Any], parts: Collection[str]
+) -> list[str]:
+    """Cut `task` (in `envelope["data"]["task"]`) without its `parts` to `limit` bytes, as `fit`
+    cuts; returns the paths cut. The parts are the caller's to bound."""
+    rest = {k: v for k, v in task.items() if k not in parts}
+    trial: dict[str, Any] = {"data": {"task": rest}, "meta": {}}
+    if size(trial) <= limit:
+        return []
+    paths = _Cutter(trial, limit).run()
+    task.update(trial["data"]["task"])
+    return _collapse(paths)
 
 
 def fit(
@@ -311,8 +333,8 @@ def _collapse(paths: list[str]) -> list[str]:
 _REST = {
     "task_list": "task_get reads a task by channel and number, with its own budget.",
     "task_get": (
-        "No tool returns the cut parts of this task in full; `total` counts the checkpoints and "
-        "subtasks that exist."
+        "No tool returns these cut fields in full (task_get continues only the description, "
+        "checkpoints and subtasks)."
     ),
 }
 _RECEIPT_REST = (

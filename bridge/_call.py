@@ -54,6 +54,7 @@ from ._budget import fit
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import CredentialError, Credentials, LaunchContext
 from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request
+from ._detail import DetailState, continue_detail, detail_request, fit_detail
 from ._dto import from_upstream
 from ._errors import (
     CODES,
@@ -360,9 +361,14 @@ class Bridge:
         kind = spec.operation_kind(keyed=key_scope is not None)
         call.mutation = spec.mutation
         list_state = None
+        detail_state = None
         upstream_args = args
         if spec.paged:
             upstream_args, list_state = page_request(args, self.launch.workspace_id, self.cursors)
+        elif spec.sectioned:
+            upstream_args, detail_state = detail_request(
+                args, self.launch.workspace_id, self.cursors
+            )
         try:
             if key_scope is not None:
                 self._keys_in_flight.add(key_scope)
@@ -387,18 +393,13 @@ class Bridge:
             data, result_meta = self._normalize(spec, body, list_state)
         except (_Unusable, NotAPage):
             raise malformed_answer(kind) from None
+        if detail_state is not None:
+            continue_detail(data, result_meta, detail_state)
         if notices:
             result_meta["deprecation"] = {"uses": notices}
         envelope: dict[str, Any] = {"data": data, "meta": result_meta}
         # Never raises: after a 2xx the answer is the outcome, cut to fit if it must be.
-        truncated = fit(
-            spec.name,
-            spec.budget_bytes,
-            envelope,
-            list_state=list_state,
-            list_arguments=args,
-            cursors=self.cursors,
-        )
+        truncated = self._fit(spec, envelope, args, list_state, detail_state)
         await call.record(
             CallResult(result=envelope, truncated=truncated, duration_ms=_ms(started)), durable=True
         )
@@ -407,16 +408,31 @@ class Bridge:
         if note is not None:
             # The effect happened, so the answer is the result; but never a plain success.
             envelope.setdefault("meta", {})["journal"] = note
-            fit(
-                spec.name,
-                spec.budget_bytes,
-                envelope,
-                list_state=list_state,
-                list_arguments=args,
-                cursors=self.cursors,
-            )
+            self._fit(spec, envelope, args, list_state, detail_state)
             text = render(spec.name, envelope) + "\n" + _unrecorded_line(note)
         return Answer(text, envelope, False, _routing_meta(spec, envelope["data"]))
+
+    def _fit(
+        self,
+        spec: ToolSpec,
+        envelope: dict[str, Any],
+        args: dict[str, Any],
+        list_state: PageState | None,
+        detail_state: DetailState | None,
+    ) -> bool:
+        """Bound the answer to the tool's budget (`_budget`), continuing what a cut or an
+        upstream bound leaves out where the tool can (`_cursor` pages, `_detail` sections)."""
+        if detail_state is not None:
+            limit = spec.budget_bytes
+            return fit_detail(spec.name, limit, envelope, detail_state, self.cursors)
+        return fit(
+            spec.name,
+            spec.budget_bytes,
+            envelope,
+            list_state=list_state,
+            list_arguments=args,
+            cursors=self.cursors,
+        )
 
     def _inject(
         self,

@@ -154,14 +154,7 @@ class Cursors:
     def open(self, cursor: str, digest: str, sort: str) -> tuple[PageState, int]:
         """The page state a bridge cursor continues, and how many items of its upstream page
         were delivered already (room to fetch); raises `cursor_invalid` / `cursor_mismatch`."""
-        invalid = ToolError(
-            "cursor_invalid",
-            "The cursor is not one this bridge issued, was edited, or has expired; start again "
-            "without a cursor.",
-            field_errors={
-                "$.cursor": "not a valid cursor from this tool (forged, edited or expired)"
-            },
-        )
+        invalid = self.invalid()
         body, _, mac = cursor[len(CURSOR_PREFIX) :].rpartition(".")
         if not cursor.isascii() or not hmac.compare_digest(mac, self._mac(body.encode())):
             raise invalid
@@ -189,9 +182,49 @@ class Cursors:
         )
         return page, count
 
-    def _mac(self, body: bytes) -> str:
-        mac = hmac.new(self._secret, CURSOR_PREFIX.encode() + body, hashlib.sha256)
+    def _mac(self, body: bytes, prefix: str = CURSOR_PREFIX) -> str:
+        mac = hmac.new(self._secret, prefix.encode() + body, hashlib.sha256)
         return mac.hexdigest()[:_MAC_HEX]
+
+    def seal(self, prefix: str, body: dict[str, Any]) -> str:
+        """Another kind of bridge cursor (`prefix`, e.g. `_detail`'s): `body` with an expiry,
+        signed with the same key; the prefix is signed too, so no kind passes for another."""
+        payload = {**body, "e": int(self._clock()) + CURSOR_TTL_SECONDS}
+        raw = base64.urlsafe_b64encode(_encode(payload)).rstrip(b"=")
+        return prefix + raw.decode() + "." + self._mac(raw, prefix)
+
+    def open_sealed(self, prefix: str, cursor: str) -> dict[str, Any]:
+        """The body of a cursor from `seal(prefix, ...)`; raises `cursor_invalid` for one that
+        is forged, edited, expired or of another kind."""
+        body, _, mac = cursor[len(prefix) :].rpartition(".")
+        if (
+            not cursor.startswith(prefix)
+            or not cursor.isascii()
+            or not hmac.compare_digest(mac, self._mac(body.encode(), prefix))
+        ):
+            raise self.invalid()
+        try:
+            state = msgspec.json.decode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (ValueError, msgspec.DecodeError):
+            raise self.invalid() from None
+        if not isinstance(state, dict):
+            raise self.invalid()
+        expiry = state.get("e")
+        if not isinstance(expiry, int) or expiry < self._clock():
+            raise self.invalid()
+        return state
+
+    @staticmethod
+    def invalid() -> ToolError:
+        """The answer to a cursor this bridge did not issue, or issued and then saw edited."""
+        return ToolError(
+            "cursor_invalid",
+            "The cursor is not one this bridge issued, was edited, or has expired; start again "
+            "without a cursor.",
+            field_errors={
+                "$.cursor": "not a valid cursor from this tool (forged, edited or expired)"
+            },
+        )
 
 
 class NotAPage(ValueError):

@@ -11,6 +11,10 @@ are one request (one idempotency digest, one list cursor).
 description it is "no description" (omitted at creation, cleared as by null in a patch:
 `EMPTY_MEANS_NULL`); every other text field refuses it (a minimum length), and a title of only
 whitespace is refused as well.
+
+`null` in an optional field means the field left out wherever null has no other meaning
+(`NULL_MEANS_OMITTED`: every input but a patch), so a client in OpenAI strict mode, which must
+send every property, can call every tool but `task_update`.
 """
 
 from __future__ import annotations
@@ -74,16 +78,18 @@ class _Input(Struct, forbid_unknown_fields=True, frozen=True):
 
 class ChecklistItem(_Input, frozen=True):
     text: Annotated[str, Meta(min_length=1, max_length=500, description="Checklist item text.")]
-    done: Annotated[bool, Meta(description="Whether the item is done. Default: false.")] = False
+    done: Annotated[bool | None, Meta(description="Whether the item is done. Default: false.")] = (
+        False
+    )
 
 
 class AttachmentRef(_Input, frozen=True):
     name: Annotated[str, Meta(min_length=1, max_length=200, description="File name.")]
     media_type: Annotated[str, Meta(min_length=1, max_length=100, description="MIME type.")]
     size_bytes: Annotated[int, Meta(ge=0, description="Size in bytes.")]
-    url: Annotated[Url, Meta(description="Where the file lives. Default: none.")] | UnsetType = (
-        UNSET
-    )
+    url: (
+        Annotated[Url | None, Meta(description="Where the file lives. Default: none.")] | UnsetType
+    ) = UNSET
 
 
 class ParentTaskScope(_Input, frozen=True):
@@ -105,65 +111,73 @@ class NewTask(_Input, frozen=True):
     title: Title
     description: (
         Annotated[
-            Description, Meta(description="Markdown description. Default: none (empty is none).")
+            Description | None,
+            Meta(description="Markdown description. Default: none (empty is none)."),
         ]
         | UnsetType
     ) = UNSET
     assignee: (
         Annotated[
-            MemberRef,
+            MemberRef | None,
             Meta(description="Member handle to assign, e.g. `@alice`. Default: unassigned."),
         ]
         | UnsetType
     ) = UNSET
     labels: (
-        Annotated[list[Label], Meta(max_length=20, description="Up to 20 labels. Default: none.")]
+        Annotated[
+            Annotated[list[Label], Meta(max_length=20)] | None,
+            Meta(description="Up to 20 labels. Default: none."),
+        ]
         | UnsetType
     ) = UNSET
     priority: (
         Annotated[
-            Priority,
+            Priority | None,
             Meta(description=f"`low`, `normal`, `high` or `urgent`. Default: none. {UNKNOWN_ENUM}"),
         ]
         | UnsetType
     ) = UNSET
     status: (
         Annotated[
-            Status,
+            Status | None,
             Meta(description=f"Initial lifecycle status. Default: `todo`. {UNKNOWN_ENUM}"),
         ]
         | UnsetType
     ) = UNSET
     checklist: (
         Annotated[
-            list[ChecklistItem],
-            Meta(max_length=50, description="Up to 50 checklist items. Default: none."),
+            Annotated[list[ChecklistItem], Meta(max_length=50)] | None,
+            Meta(description="Up to 50 checklist items. Default: none."),
         ]
         | UnsetType
     ) = UNSET
     urls: (
         Annotated[
-            list[Url],
-            Meta(max_length=20, description="Up to 20 related http(s) URLs. Default: none."),
+            Annotated[list[Url], Meta(max_length=20)] | None,
+            Meta(description="Up to 20 related http(s) URLs. Default: none."),
         ]
         | UnsetType
     ) = UNSET
     blocker: (
-        Annotated[ShortText, Meta(description="What blocks the task. Default: none.")] | UnsetType
+        Annotated[ShortText | None, Meta(description="What blocks the task. Default: none.")]
+        | UnsetType
     ) = UNSET
 
 
 class ListFilters(_Input, frozen=True):
     assignee: (
-        Annotated[MemberRef, Meta(description="Only tasks assigned to this member. Default: any.")]
+        Annotated[
+            MemberRef | None, Meta(description="Only tasks assigned to this member. Default: any.")
+        ]
         | UnsetType
     ) = UNSET
     label: (
-        Annotated[Label, Meta(description="Only tasks with this label. Default: any.")] | UnsetType
+        Annotated[Label | None, Meta(description="Only tasks with this label. Default: any.")]
+        | UnsetType
     ) = UNSET
     priority: (
         Annotated[
-            Priority,
+            Priority | None,
             Meta(description=f"Only tasks of this priority. Default: any. {UNKNOWN_ENUM}"),
         ]
         | UnsetType
@@ -174,17 +188,16 @@ class TaskListInput(_Input, frozen=True):
     channel: Channel
     query: (
         Annotated[
-            str,
+            Annotated[str, Meta(max_length=500)] | None,
             Meta(
-                max_length=500,
-                description="Search text. Omitted or empty browses the board; non-empty searches title and description by relevance. Default: browse.",
+                description="Search text. Omitted or empty browses the board; non-empty searches title and description by relevance. Default: browse."
             ),
         ]
         | UnsetType
     ) = UNSET
     status: (
         Annotated[
-            StatusView,
+            StatusView | None,
             Meta(
                 description="View: `open` (todo, in_progress, in_review), one lifecycle status, or `all` (only with a non-empty query). Default: `open`. "
                 + UNKNOWN_ENUM
@@ -194,28 +207,30 @@ class TaskListInput(_Input, frozen=True):
     ) = UNSET
     include_subtasks: (
         Annotated[
-            bool, Meta(description="Include subtasks as well as top-level tasks. Default: false.")
+            bool | None,
+            Meta(description="Include subtasks as well as top-level tasks. Default: false."),
         ]
         | UnsetType
     ) = UNSET
     limit: (
-        Annotated[int, Meta(ge=1, le=MAX_LIMIT, description="Page size, 1-100. Default: 20.")]
+        Annotated[
+            Annotated[int, Meta(ge=1, le=MAX_LIMIT)] | None,
+            Meta(description="Page size, 1-100. Default: 20."),
+        ]
         | UnsetType
     ) = UNSET
     cursor: (
         Annotated[
-            str,
+            Annotated[str, Meta(min_length=1, max_length=2048)] | None,
             Meta(
-                min_length=1,
-                max_length=2048,
-                description="Opaque `next_cursor` from the previous page of the same query and filters. Default: first page.",
+                description="Opaque `next_cursor` from the previous page of the same query and filters. Default: first page."
             ),
         ]
         | UnsetType
     ) = UNSET
     sort: (
         Annotated[
-            Sort,
+            Sort | None,
             Meta(
                 description="Order: `number`, `updated` (newest first), `priority` (highest first), `relevance` (search only). Default: `number` when browsing, `relevance` when searching. "
                 + UNKNOWN_ENUM
@@ -225,7 +240,7 @@ class TaskListInput(_Input, frozen=True):
     ) = UNSET
     filters: (
         Annotated[
-            ListFilters,
+            ListFilters | None,
             Meta(description="Narrow by assignee, label or priority. Default: no filter."),
         ]
         | UnsetType
@@ -235,6 +250,15 @@ class TaskListInput(_Input, frozen=True):
 class TaskGetInput(_Input, frozen=True):
     channel: Channel
     number: Number
+    cursor: (
+        Annotated[
+            Annotated[str, Meta(min_length=1, max_length=2048)] | None,
+            Meta(
+                description="Opaque `next_cursor` of a cut task_get answer of this task: the rest of its description, checkpoints and subtasks. Default: the task from the start."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class TaskCreateInput(_Input, frozen=True):
@@ -248,7 +272,7 @@ class TaskCreateInput(_Input, frozen=True):
     ]
     channel: (
         Annotated[
-            Channel,
+            Channel | None,
             Meta(
                 description="Board to create on; required unless `parent_task_scope` is given, never with it. Default: none."
             ),
@@ -257,7 +281,7 @@ class TaskCreateInput(_Input, frozen=True):
     ) = UNSET
     parent: (
         Annotated[
-            Number,
+            Number | None,
             Meta(
                 description="Create as subtasks of this task number on `channel`. Default: top-level."
             ),
@@ -266,7 +290,7 @@ class TaskCreateInput(_Input, frozen=True):
     ) = UNSET
     parent_task_scope: (
         Annotated[
-            ParentTaskScope,
+            ParentTaskScope | None,
             Meta(
                 description="Create subtasks of this exact task scope; excludes `channel` and `parent`. Default: none."
             ),
@@ -275,23 +299,18 @@ class TaskCreateInput(_Input, frozen=True):
     ) = UNSET
     target: (
         Annotated[
-            str,
+            Annotated[str, Meta(min_length=2, max_length=200, pattern=THREAD_PATTERN)] | None,
             Meta(
-                min_length=2,
-                max_length=200,
-                pattern=THREAD_PATTERN,
-                description="Source thread the task comes from, `#channel` or `#channel:threadid`, on the same board. Default: none.",
+                description="Source thread the task comes from, `#channel` or `#channel:threadid`, on the same board. Default: none."
             ),
         ]
         | UnsetType
     ) = UNSET
     idempotency_key: (
         Annotated[
-            str,
+            Annotated[str, Meta(min_length=1, max_length=512)] | None,
             Meta(
-                min_length=1,
-                max_length=512,
-                description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments (a default written out or left out is the same) returns the original tasks (`reused: true`). Default: none.",
+                description="Retry key, at most 128 UTF-8 bytes, honoured only inside an active workflow callback: a retry with the same key and arguments (a default written out or left out is the same) returns the original tasks (`reused: true`). Default: none."
             ),
         ]
         | UnsetType
@@ -392,11 +411,12 @@ class TaskUpdateInput(_Input, frozen=True):
     ]
     expected_updated_at: (
         Annotated[
-            str,
+            Annotated[
+                str, Meta(max_length=64, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
+            ]
+            | None,
             Meta(
-                max_length=64,
-                pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$",
-                description="The task's `updated_at` you last read (RFC3339 UTC, compared as an instant); a newer task refuses the update as stale. Default: no check.",
+                description="The task's `updated_at` you last read (RFC3339 UTC, compared as an instant); a newer task refuses the update as stale. Default: no check."
             ),
         ]
         | UnsetType
@@ -439,7 +459,7 @@ class TaskDeleteInput(_Input, frozen=True):
     number: Number
     subtask_mode: (
         Annotated[
-            SubtaskMode,
+            SubtaskMode | None,
             Meta(
                 description="Required when the task has subtasks: `promote` keeps them one level up, `delete` removes them too. Default: none (leaf tasks). "
                 + UNKNOWN_ENUM
@@ -462,5 +482,22 @@ SPELLED_DEFAULTS: dict[type[Struct], dict[str, Any]] = {
         "filters": ListFilters(),
     },
 }
+# Input types where `null` means the field left out (its default), because null has no other
+# meaning there: OpenAI strict mode makes every property required, so a strict client sends null
+# for each optional field it does not mean. Not a `Patch`, where null clears a nullable field
+# (and `task_update` cannot work in strict mode: docs/clients.md).
+NULL_MEANS_OMITTED: frozenset[type[Struct]] = frozenset(
+    {
+        ChecklistItem,
+        AttachmentRef,
+        NewTask,
+        ListFilters,
+        TaskListInput,
+        TaskGetInput,
+        TaskCreateInput,
+        TaskUpdateInput,
+        TaskDeleteInput,
+    }
+)
 # Text fields of a patch where `""` means null (clear), as it means "none" at creation.
 EMPTY_MEANS_NULL: dict[type[Struct], tuple[str, ...]] = {Patch: ("description",)}

@@ -153,6 +153,14 @@ class JournalNote(_Out, frozen=True):
     in_doubt: bool | UnsetType = UNSET
 
 
+class Continued(_Out, frozen=True):
+    """`meta.continued`: this task_get answer continues a cut one (`cursor`)."""
+
+    # Where `task.description` starts in the whole description, in characters; null once the
+    # description was given whole (then `description` is null too).
+    description_from: int | None
+
+
 class Meta(_Out, frozen=True):
     next_cursor: str | UnsetType = UNSET
     truncated: bool | UnsetType = UNSET
@@ -162,5 +170,6 @@ class Meta(_Out, frozen=True):
     # How to get the cut parts, or that no tool can.
     truncation_note: str | UnsetType = UNSET
     continuation: SuggestedAction | UnsetType = UNSET
+    continued: Continued | UnsetType = UNSET
     deprecation: dict[str, Any] | UnsetType = UNSET
     journal: JournalNote | UnsetType = UNSET

@@ -69,6 +69,9 @@ class ToolSpec:
     # `receipt_lists_tasks`: the result lists the tasks it made under `tasks`, and when it lists
     # exactly one, that one is the active task the runtime routes to (`_meta.agentteam/task`).
     paged: bool = False
+    # `sectioned`: a detail whose description, checkpoints and subtasks the bridge continues
+    # with its own cursor when they are cut or bounded (`_detail`).
+    sectioned: bool = False
     receipt_lists_tasks: bool = False
     tool: types.Tool = field(init=False, repr=False, compare=False)
 
@@ -153,6 +156,7 @@ REGISTRY: tuple[ToolSpec, ...] = (
         ),
         input_type=inp.TaskGetInput,
         data_type=out.TaskGetData,
+        sectioned=True,
         upstream=Upstream("get", "POST", "/get"),
         permission="read_only",
         idempotency="natural: reads change nothing",

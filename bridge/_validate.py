@@ -3,11 +3,13 @@
 Schema rules come from the tool's msgspec input type; branch rules that a flat root schema
 cannot express (section 4.2) are checked here, each naming the JSON path at fault. A refused
 enum value names the accepted values. A valid input is then normalized: defaults written out are
-folded away (`_inputs.SPELLED_DEFAULTS`), so equivalent spellings are one canonical request.
+folded away (`_inputs.SPELLED_DEFAULTS`) and a `null` that means "omitted" is left out
+(`_inputs.NULL_MEANS_OMITTED`), so equivalent spellings are one canonical request.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -98,7 +100,7 @@ def _path_and_reason(message: str) -> tuple[str, str]:
 
 def _with_enum_values(input_type: type[msgspec.Struct], path: str, reason: str) -> str:
     """A reason at an enum field, completed with the values it accepts (contract 4.4)."""
-    accepted = _enum_at(msgspec.inspect.type_info(input_type), path)
+    accepted = _enum_at(_type_info(input_type), path)
     if accepted is None:
         return reason
     values, nullable = accepted
@@ -110,6 +112,12 @@ def _with_enum_values(input_type: type[msgspec.Struct], path: str, reason: str) 
             value = value[:_ECHO_CHARS] + "..."
         return f"{value} is not an accepted value; use one of {listed}"
     return f"{reason}; use one of {listed}"
+
+
+@functools.cache
+def _type_info(input_type: type[msgspec.Struct]) -> msgspec.inspect.Type:
+    """The input type as msgspec.inspect sees it: built once (it translates the whole type)."""
+    return msgspec.inspect.type_info(input_type)
 
 
 def _enum_at(info: msgspec.inspect.Type, path: str) -> tuple[tuple[Any, ...], bool] | None:
@@ -153,29 +161,39 @@ def _concrete(node: msgspec.inspect.Type) -> msgspec.inspect.Type:
 
 
 def fold_defaults(value: _T) -> _T:
-    """The value with every spelled-out default left out (UNSET), at every depth."""
+    """The value with every spelled-out default left out (UNSET), at every depth, and `null`
+    read as the field left out where it means that (`_inputs.NULL_MEANS_OMITTED`)."""
     if isinstance(value, list):
         return cast(_T, [fold_defaults(item) for item in value])
     if not isinstance(value, msgspec.Struct):
         return value
     defaults = inp.SPELLED_DEFAULTS.get(type(value), {})
     empty_is_null = inp.EMPTY_MEANS_NULL.get(type(value), ())
+    null_is_omitted = type(value) in inp.NULL_MEANS_OMITTED
     changes: dict[str, Any] = {}
-    for name in value.__struct_fields__:
-        current = getattr(value, name)
-        if name in defaults and current == defaults[name]:
-            changes[name] = msgspec.UNSET
-        elif name in empty_is_null and current == "":
-            changes[name] = None
+    for name, default in _field_defaults(type(value)):
+        current = original = getattr(value, name)
+        if current is None and null_is_omitted:
+            current = default
         elif isinstance(current, msgspec.Struct) or (
             isinstance(current, list) and current and isinstance(current[0], msgspec.Struct)
         ):
-            folded = fold_defaults(current)
-            if folded != current:
-                changes[name] = folded
+            current = fold_defaults(current)
+        if name in defaults and current == defaults[name]:
+            current = msgspec.UNSET
+        elif name in empty_is_null and current == "":
+            current = None
+        if current is not original and current != original:
+            changes[name] = current
     if isinstance(value, inp.TaskListInput):
         changes.update(_fold_list_defaults(value))
     return msgspec.structs.replace(value, **changes) if changes else value
+
+
+@functools.cache
+def _field_defaults(struct: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of each field of an input type: what a `null` there stands for."""
+    return tuple((f.name, f.default) for f in msgspec.structs.fields(struct))
 
 
 def _fold_list_defaults(v: inp.TaskListInput) -> dict[str, Any]:

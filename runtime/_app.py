@@ -76,7 +76,7 @@ class App:
         self._ops: dict[str, Callable[[Principal, Request], dict[str, Any]]] = {
             "list": lambda p, r: store.list_tasks(p, parse_list_query(r.target)),
             "create": lambda p, r: store.create_tasks(p, self._decode(r, dto.CreateRequest)),
-            "get": lambda p, r: store.get_task(p, self._decode(r, dto.Locator)),
+            "get": lambda p, r: store.get_task(p, self._decode(r, dto.GetRequest)),
             "update": lambda p, r: store.update_task(p, self._decode(r, dto.UpdateRequest)),
             "checkpoint": lambda p, r: store.add_checkpoint(
                 p, self._decode(r, dto.CheckpointRequest)

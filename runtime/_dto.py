@@ -104,6 +104,13 @@ class Locator(_Dto, frozen=True):
     number: Number
 
 
+class GetRequest(Locator, frozen=True):
+    """`get`: the detail's sections continue after what was read (docs/runtime.md)."""
+
+    checkpoints_before: Annotated[int, Meta(ge=1, le=2**62)] | UnsetType = UNSET
+    subtasks_after: Annotated[int, Meta(ge=0, le=2**62)] | UnsetType = UNSET
+
+
 class Patch(_Dto, frozen=True):
     title: Title | UnsetType = UNSET
     description: Description | UnsetType | None = UNSET

@@ -110,11 +110,13 @@ def list_tasks(store: Store, p: Principal, q: dto.ListQuery) -> dict[str, Any]:
     return result
 
 
-def get_task(store: Store, p: Principal, req: dto.Locator) -> dict[str, Any]:
+def get_task(store: Store, p: Principal, req: dto.GetRequest) -> dict[str, Any]:
     c = store.connection
     board = resolve.member_board(c, p, req.channel, "$.channel")
     task: TaskRow = resolve.task(c, board, req.number, "$.number")
-    return {"task": detail(c, board, task)}
+    before = req.checkpoints_before if isinstance(req.checkpoints_before, int) else None
+    after = req.subtasks_after if isinstance(req.subtasks_after, int) else 0
+    return {"task": detail(c, board, task, checkpoints_before=before, subtasks_after=after)}
 
 
 def filter_digest(channel: str, q: dto.ListQuery, sort: str) -> str:

@@ -45,24 +45,34 @@ def compact(c: sqlite3.Connection, board: Board, task: TaskRow) -> dict[str, Any
     }
 
 
-def detail(c: sqlite3.Connection, board: Board, task: TaskRow) -> dict[str, Any]:
+def detail(
+    c: sqlite3.Connection,
+    board: Board,
+    task: TaskRow,
+    *,
+    checkpoints_before: int | None = None,
+    subtasks_after: int = 0,
+) -> dict[str, Any]:
     """The compact form plus everything `get` shows: text, lists, links, recent checkpoints
-    and the first subtasks (each section bounded, with its total)."""
+    and the first subtasks (each section bounded, with its total). A continued read gives the
+    checkpoints older than the id `checkpoints_before` and the subtasks numbered after
+    `subtasks_after` instead: keyset, so appends and deletes between reads skip nothing."""
     shape = compact(c, board, task)
+    before = 2**63 - 1 if checkpoints_before is None else checkpoints_before
     checkpoints = many(
         c,
         Checkpoint,
-        f"SELECT {columns(Checkpoint, 'k')} FROM checkpoints k WHERE k.task_id = ?"
+        f"SELECT {columns(Checkpoint, 'k')} FROM checkpoints k WHERE k.task_id = ? AND k.id < ?"
         " ORDER BY k.id DESC LIMIT ?",
-        (task.id, CHECKPOINTS_IN_DETAIL),
+        (task.id, before, CHECKPOINTS_IN_DETAIL),
     )
     checkpoint_count = scalar(c, "SELECT count(*) FROM checkpoints WHERE task_id = ?", (task.id,))
     children = many(
         c,
         Subtask,
         f"SELECT {columns(Subtask)} FROM tasks t WHERE t.parent_id = ? AND t.deleted_at IS NULL"
-        " ORDER BY t.number LIMIT ?",
-        (task.id, CHILDREN_IN_DETAIL),
+        " AND t.number > ? ORDER BY t.number LIMIT ?",
+        (task.id, subtasks_after, CHILDREN_IN_DETAIL),
     )
     shape.update(
         {

@@ -119,7 +119,7 @@ class Store:
     def list_tasks(self, p: Principal, q: dto.ListQuery) -> dict[str, Any]:
         return _list.list_tasks(self, p, q)
 
-    def get_task(self, p: Principal, req: dto.Locator) -> dict[str, Any]:
+    def get_task(self, p: Principal, req: dto.GetRequest) -> dict[str, Any]:
         return _list.get_task(self, p, req)
 
     def create_tasks(self, p: Principal, req: dto.CreateRequest) -> dict[str, Any]:

@@ -79,8 +79,8 @@ def test_a_wrong_type_at_an_enum_lists_the_values_too() -> None:
     with pytest.raises(ToolError) as refused:
         validate(TOOLS["task_list"].input_type, {"channel": "general", "status": 5})
     assert refused.value.field_errors == {
-        "$.status": "Expected `str`, got `int`; use one of "
-        "`all`, `canceled`, `done`, `in_progress`, `in_review`, `open`, `todo`"
+        "$.status": "Expected `str | null`, got `int`; use one of "
+        "`all`, `canceled`, `done`, `in_progress`, `in_review`, `open`, `todo`, or null"
     }
 
 
@@ -181,7 +181,7 @@ async def test_a_refused_status_names_the_lifecycle_through_the_bridge(
     )
     assert error["field_errors"] == {
         "$.tasks[0].status": "'blocked' is not an accepted value; use one of "
-        "`canceled`, `done`, `in_progress`, `in_review`, `todo`"
+        "`canceled`, `done`, `in_progress`, `in_review`, `todo`, or null"
     }
     assert error["retryable"] is False
     assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 0
@@ -288,3 +288,46 @@ def test_a_title_of_only_whitespace_is_refused_in_create_and_update(title: str) 
             validate(TOOLS[tool].input_type, args)
         assert refused.value.code == "invalid_arguments"
         assert refused.value.field_errors == {path: "must not be blank"}
+
+
+def _with_nulls(schema: dict[str, Any], args: dict[str, Any], skip: str = "patch") -> Any:
+    """`args` as a strict-mode client sends them: null in every optional property left out, at
+    every depth (a patch's fields excepted: null clears there)."""
+    out = dict(args)
+    for name, prop in schema.get("properties", {}).items():
+        branch = next((b for b in [prop, *prop.get("anyOf", [])] if b.get("type") != "null"), prop)
+        if name not in out:
+            out[name] = None
+        elif name != skip and branch.get("type") == "object":
+            out[name] = _with_nulls(branch, out[name])
+        elif branch.get("type") == "array" and branch["items"].get("type") == "object":
+            out[name] = [_with_nulls(branch["items"], item) for item in out[name]]
+    return out
+
+
+STRICT_BASES: dict[str, dict[str, Any]] = {
+    "task_list": {"channel": "general", "filters": {}},
+    "task_get": LOCATOR,
+    "task_create": {"channel": "general", "tasks": [{"title": "t", "checklist": [{"text": "c"}]}]},
+    "task_update": {**LOCATOR, "patch": {"status": "done", "priority": None}},
+    "task_set_claim": {"channel": "general", "numbers": [1], "claimed": True},
+    "task_checkpoint": {**LOCATOR, "summary": "s"},
+    "task_delete": LOCATOR,
+}
+
+
+@pytest.mark.parametrize("tool", sorted(STRICT_BASES))
+def test_null_in_an_optional_field_is_the_field_left_out(tool: str) -> None:
+    """What OpenAI strict mode makes a model send is one canonical request (one idempotency
+    digest, one cursor binding) with the same call without the nulls; a patch keeps its null."""
+    assert set(STRICT_BASES) == set(TOOLS)
+    spec = TOOLS[tool]
+    base = STRICT_BASES[tool]
+    strict = _with_nulls(spec.tool.input_schema, base)
+    if tool not in ("task_get", "task_set_claim", "task_checkpoint"):
+        assert strict != base  # the case sends at least one null
+    assert canonical_arguments(validate(spec.input_type, strict)) == canonical_arguments(
+        validate(spec.input_type, base)
+    )
+    if tool == "task_update":
+        assert canonical_arguments(validate(spec.input_type, strict))["patch"]["priority"] is None

@@ -109,7 +109,7 @@ async def test_fifty_emoji_titled_tasks_are_created_once_and_answered_as_created
     assert kinds[0][-1] == "call_result"
 
 
-async def test_a_long_multibyte_description_is_readable_cut_and_marked(
+async def test_a_long_multibyte_description_is_cut_and_continued(
     bridge: BridgeSession,
 ) -> None:
     for description in ("漢" * 9_000, EMOJI * 10_000):  # 27,000 and 40,000 bytes
@@ -122,15 +122,17 @@ async def test_a_long_multibyte_description_is_readable_cut_and_marked(
         for _ in range(2):  # every read, not only the first
             result = await answer(bridge, "task_get", {"channel": "eng", "number": number})
             cut = result["data"]["task"]["description"]
-            assert cut.endswith("…") and description.startswith(cut[:-1])
-            assert len(cut) > len(description) // 2
+            assert description.startswith(cut) and len(cut) > len(description) // 2
             assert result["meta"]["truncated_fields"] == ["$.data.task.description"]
-            note = result["meta"]["truncation_note"]
-            assert "No tool returns" in note and "next_cursor" not in note
-            assert "continuation" not in result["meta"] and "next_cursor" not in result["meta"]
+            assert "next_cursor" in result["meta"]["truncation_note"]
+            action = result["meta"]["continuation"]
+            rest = await answer(bridge, action["tool"], action["arguments"])
+            assert rest["meta"]["continued"] == {"description_from": len(cut)}
+            assert cut + rest["data"]["task"]["description"] == description
+            assert "next_cursor" not in rest["meta"] and "truncated" not in rest["meta"]
 
 
-async def test_a_full_task_is_cut_by_field_without_promising_a_continuation(
+async def test_a_full_task_is_cut_by_field_and_continues_what_it_can(
     bridge: BridgeSession,
 ) -> None:
     rich = {
@@ -149,11 +151,22 @@ async def test_a_full_task_is_cut_by_field_without_promising_a_continuation(
     result = await answer(bridge, "task_get", {"channel": "general", "number": 1})
     task = result["data"]["task"]
     assert task["checkpoints"]["total"] == 5 and len(task["checklist"]) == 50
-    assert task["description"].endswith("…")
-    assert "next_cursor" not in result["meta"] and "continuation" not in result["meta"]
-    assert "No tool returns" in result["meta"]["truncation_note"]
+    note = result["meta"]["truncation_note"]
+    assert "no tool returns them whole" in note and "next_cursor" in note
     assert "$.data.task.description" in result["meta"]["truncated_fields"]
-    assert "$.data.task.checkpoints.items[*].summary" in result["meta"]["truncated_fields"]
+    assert "$.data.task.checklist[*].text" in result["meta"]["truncated_fields"]
+    # The continuation ends, and gives the whole description and every checkpoint once.
+    text, ids = task["description"], [c["id"] for c in task["checkpoints"]["items"]]
+    for _ in range(12):
+        if "continuation" not in result["meta"]:
+            break
+        action = result["meta"]["continuation"]
+        result = await answer(bridge, action["tool"], action["arguments"])
+        task = result["data"]["task"]
+        text += task["description"] or ""
+        ids += [c["id"] for c in task["checkpoints"]["items"]]
+    assert "continuation" not in result["meta"]
+    assert text == rich["description"] and sorted(ids, reverse=True) == ids and len(ids) == 5
 
 
 async def test_a_truncated_claim_receipt_keeps_every_required_property(

@@ -102,7 +102,7 @@ BROKEN: list[tuple[str, Surface]] = [
         "snake_case_fields",
         _schema(
             "task_create",
-            lambda s: s["properties"]["parent_task_scope"]["properties"].__setitem__(
+            lambda s: s["properties"]["parent_task_scope"]["anyOf"][0]["properties"].__setitem__(
                 "scopeRef", {"type": "string"}
             ),
         ),

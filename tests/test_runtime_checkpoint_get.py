@@ -72,3 +72,41 @@ async def test_get_of_a_deleted_task_names_the_live_parent(api: Api) -> None:
         "get", {"channel": "general", "number": 2}, expect=404, code="task_deleted"
     )
     assert error["candidates"] == [{"channel": "general", "number": 1, "title": "parent"}]
+
+
+async def test_get_continues_its_sections_by_keyset_without_a_skip(api: Api) -> None:
+    await api.create("general", "parent")
+    await api.create("general", *[f"child {i}" for i in range(45)], parent=1)
+    for i in range(12):
+        await api.ok("checkpoint", {"channel": "general", "number": 1, "summary": f"step {i}"})
+    seen_checkpoints: list[str] = []
+    seen_children: list[int] = []
+    request: dict[str, object] = {"channel": "general", "number": 1}
+    late = False
+    for _ in range(4):
+        task = (await api.ok("get", request))["task"]
+        assert task["subtasks"]["total"] == 45
+        assert task["checkpoints"]["total"] == 12 + late
+        checkpoints, children = task["checkpoints"]["items"], task["subtasks"]["items"]
+        seen_checkpoints += [c["summary"] for c in checkpoints]
+        seen_children += [s["number"] for s in children]
+        if checkpoints:
+            request["checkpointsBefore"] = checkpoints[-1]["id"]
+        if children:
+            request["subtasksAfter"] = children[-1]["number"]
+        if len(seen_children) == 20:  # appended between reads: newer, never in the rest
+            await api.ok("checkpoint", {"channel": "general", "number": 1, "summary": "late"})
+            late = True
+    assert seen_checkpoints == [f"step {i}" for i in reversed(range(12))]
+    assert seen_children == list(range(2, 47))
+
+
+async def test_get_refuses_a_continuation_that_is_not_a_position(api: Api) -> None:
+    await api.create("general", "t")
+    for bad in ({"checkpointsBefore": 0}, {"subtasksAfter": -1}, {"subtasksAfter": "x"}):
+        await api.fails(
+            "get",
+            {"channel": "general", "number": 1, **bad},
+            expect=422,
+            code="validation_failed",
+        )

@@ -13,7 +13,7 @@ import pytest
 
 from agentteam_task_bridge.runtime import Principal, Store, seed_local
 from agentteam_task_bridge.runtime._cursor import Cursors
-from agentteam_task_bridge.runtime._dto import CreateRequest, Locator, NewTask
+from agentteam_task_bridge.runtime._dto import CreateRequest, GetRequest, NewTask
 from agentteam_task_bridge.runtime._errors import ApiError
 from agentteam_task_bridge.runtime._resolve import find_board
 from agentteam_task_bridge.runtime._rows import (
@@ -115,7 +115,7 @@ def test_the_facade_runs_an_operation_in_one_transaction(store: Store) -> None:
     me = Principal("ws_local", "agt_local")
     created = store.create_tasks(me, CreateRequest(channel="general", tasks=[NewTask("二😀")]))
     assert created["tasks"][0]["title"] == "二😀"
-    assert store.get_task(me, Locator("general", 1))["task"]["title"] == "二😀"
+    assert store.get_task(me, GetRequest("general", 1))["task"]["title"] == "二😀"
     before = store.stats()
     with pytest.raises(ApiError):
         store.create_tasks(me, CreateRequest(channel="nope", tasks=[NewTask("x")]))

@@ -90,7 +90,15 @@ def table(inv: dict[str, Any]) -> str:
             f"`{t['upstream']['method']} …/runtime/tasks"
             f"{t['upstream']['route'].split('/runtime/tasks', 1)[1]}` |"
         )
-    lines += ["", "## Arguments", ""]
+    lines += [
+        "",
+        "## Arguments",
+        "",
+        "`nullable`: the argument takes `null`. Outside `task_update`'s `patch`, `null` is the",
+        "argument left out (its default), so clients in OpenAI strict mode can send it for every",
+        "optional argument they do not mean; inside a `patch`, `null` clears the field.",
+        "",
+    ]
     for t in inv["tools"]:
         schema = t["input_schema"]
         lines += [

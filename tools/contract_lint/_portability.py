@@ -3,8 +3,9 @@
 - **OpenAI strict mode** (what openai-agents' `ensure_strict_json_schema`, LangChain's
   `strict=True` and pydantic-ai do): every object gets `additionalProperties: false` and *every*
   property becomes required, with its type unchanged. A model then has to send each optional
-  field; the tool still works only if each such field accepts a value meaning "omitted". A tool
-  that cannot must be listed in STRICT_MODE_LIMITS with the reason (docs/clients.md shows it).
+  field; the tool still works only if each such field accepts a value meaning "omitted" (the
+  bridge's inputs take `null` as omitted wherever null has no other meaning). A tool that cannot
+  must be listed in STRICT_MODE_LIMITS with the reason (docs/clients.md shows it).
 - **Gemini function declarations** (google-genai's `JSONSchema`): keywords it refuses
   (`examples`) and references (`$ref`, `$defs`) must not appear.
 - **Anthropic tool input rules**: the tool name matches ``^[a-zA-Z0-9_-]{1,64}$`` and the input
@@ -26,14 +27,8 @@ GEMINI_REFUSED = ("examples", "$ref", "$defs")
 ANTHROPIC_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # Tools that cannot work under OpenAI strict conversion, and why (docs/clients.md).
 STRICT_MODE_LIMITS: dict[str, str] = {
-    "task_list": "its optional filters (`cursor`, `sort`, `filters.assignee`...) have no value "
-    "meaning omitted: a strict client must send a cursor, a sort and a filter it did not mean",
-    "task_create": "`channel`, `parent` and `parent_task_scope` are exclusive choices: a strict "
-    "client must send all three, which is refused",
     "task_update": "patch semantics: an omitted patch field stays unchanged and null clears it, "
     "so no value can mean 'leave this field alone'",
-    "task_delete": "`subtask_mode` has no value meaning omitted (it is required only for a task "
-    "with subtasks)",
 }
 
 

@@ -38,10 +38,11 @@ __all__ = [
 
 # Compact-JSON UTF-8 bytes of what a model sees of each tool (name, title, description,
 # inputSchema, annotations): a deterministic regression guard of persistent context (10.1).
+# task_create pays ~30 bytes a field for `null` as omitted (OpenAI strict mode, 13 fields).
 DEFINITION_BUDGET_BYTES = {
     "task_list": 2600,
-    "task_get": 900,
-    "task_create": 3900,
+    "task_get": 1050,  # with its continuation `cursor`
+    "task_create": 4200,
     "task_update": 4600,
     "task_set_claim": 1300,
     "task_checkpoint": 1200,
