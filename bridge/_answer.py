@@ -1,7 +1,7 @@
 """A tool call's answer, as the SDK's result model or directly as its JSON-RPC result.
 
 The call flow builds an `Answer` once. The SDK path turns it into `CallToolResult`; the direct
-path (`bridge._direct`) writes `wire()` without a pydantic round trip. Both carry the same
+path (`bridge._door`) writes `wire()` without a pydantic round trip. Both carry the same
 JSON: `tests/test_bridge_direct.py` compares `wire()` with the SDK's own serialization of
 `result()` at every protocol version the direct path serves.
 """
