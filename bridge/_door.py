@@ -108,6 +108,7 @@ class Door:
         self._flights: dict[int | str, _Flight] = {}
         self._emptied: trio.Event | None = None
         self._version: str | None = None  # the protocol version the SDK's handshake answered
+        self._initialized = False  # the client's `notifications/initialized` came
         self._direct = False  # plain tools/call are served here (handshake done, version fits)
         self._calls: trio.Nursery | None = None
         self._wire: Wire | None = None
@@ -184,6 +185,7 @@ class Door:
             if method == "notifications/cancelled":
                 self._peer_cancelled(frame)
             elif method == "notifications/initialized":
+                self._initialized = True
                 self._direct = self._direct_allowed and self._version in DIRECT_VERSIONS
         await _to_sdk(to_sdk, text)
 
@@ -272,6 +274,9 @@ class Door:
         """The SDK answered `initialize`: its version decides the direct path; who the client
         is goes to the journal before the answer does."""
         self._version = version if isinstance(version, str) else None
+        self._direct = (
+            self._direct_allowed and self._initialized and self._version in DIRECT_VERSIONS
+        )
         if self._on_handshake is None:
             return
         info = flight.params.get("clientInfo") if isinstance(flight.params, dict) else None
