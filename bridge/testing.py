@@ -23,8 +23,9 @@ The names, kept stable:
     ``httpx.MockTransport``), any ``httpx`` transport, or the URL of a real runtime (the
     bridge's own HTTP/1.1 pool). The journal defaults to a ``MemoryJournal``.
 ``serve_in_memory(bridge, journal)``
-    The session ``serve`` runs (session start and end journaled), with the real MCP server and
-    the SDK's client joined by memory streams instead of stdio; yields the client session.
+    The session ``serve`` runs (session start, handshake and end journaled): the SDK's client
+    speaks JSON lines over memory to the same front door as stdio (direct path included) and
+    the real MCP server behind it; yields the client session.
 
 Example (the call flow against a scripted upstream, nothing written to disk)::
 
