@@ -114,11 +114,6 @@ class _SessionLog:
             ),
             "initialize",
         )
-        # The secret rule set (~0.1 s of imports) was not needed for these records (the screen
-        # passes them): its import starts now, once the client is here, and is done before a
-        # first call needs it, as a client takes its time to make one. Not at an idle session's
-        # end: a thread still importing slows the exit.
-        warm_up_redaction()
 
     async def _append(self, payload: SessionStarted | SessionHandshake, method: str | None) -> None:
         try:
@@ -166,6 +161,11 @@ def build_server(bridge: Bridge, door: Door) -> Server[Any]:
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
         _freeze_start_up()
+        # The secret rule set (~0.1 s of imports) was not needed for the session's records (the
+        # screen passes them): its import starts now, once the client has its `initialize`
+        # answer, and is done before a first call needs it, as a client takes its time to make
+        # one. Not at an idle session's end: a thread still importing slows the exit.
+        warm_up_redaction()
 
     server: Server[Any] = Server(
         SERVER_NAME,
