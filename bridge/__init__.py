@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from ._cursor import PageState
     from ._doctor import doctor
+    from ._door import trio_stdio
     from ._errors import (
         BRIDGE_CODES,
         CODES,
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
     from ._paths import default_journal_dir, default_runtime_db, journal_setting, legacy_journal
     from ._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, TOOLS, ToolSpec, describe
     from ._server import ServeConfig, SessionJournalLost, serve
-    from ._stdio import trio_stdio
     from ._upstream import UpstreamClient
 
 # public name -> the private module defining it (".name" when it is named otherwise there)
@@ -147,7 +147,7 @@ _WHERE: dict[str, str] = {
         ["BUDGET_BYTES", "INSTRUCTIONS", "REGISTRY", "TOOLS", "ToolSpec", "describe"], "_registry"
     ),
     **dict.fromkeys(["ServeConfig", "SessionJournalLost", "serve"], "_server"),
-    **dict.fromkeys(["trio_stdio"], "_stdio"),
+    **dict.fromkeys(["trio_stdio"], "_door"),
     **dict.fromkeys(["UpstreamClient"], "_upstream"),
 }
 

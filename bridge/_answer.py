@@ -1,7 +1,7 @@
 """A tool call's answer, as the SDK's result model or directly as its JSON-RPC result.
 
 The call flow builds an `Answer` once. The SDK path turns it into `CallToolResult`; the direct
-path (`bridge._direct`) writes `wire()` without a pydantic round trip. Both carry the same
+path (`bridge._door`) writes `wire()` without a pydantic round trip. Both carry the same
 JSON: `tests/test_bridge_direct.py` compares `wire()` with the SDK's own serialization of
 `result()` at every protocol version the direct path serves.
 """
@@ -38,11 +38,11 @@ class Answer:
     def wire(self) -> dict[str, Any]:
         """The JSON-RPC `result` of this answer, as the SDK writes it on a 2024-11-05 to
         2025-11-25 connection (no `resultType`: those versions' schemas drop it)."""
-        wire: dict[str, Any] = {
-            "content": [{"type": "text", "text": self.text}],
-            "structuredContent": self.envelope,
-            "isError": self.is_error,
-        }
-        if self.meta is not None:
-            wire["_meta"] = self.meta
+        wire: dict[str, Any] = {} if self.meta is None else {"_meta": self.meta}
+        # The SDK's key order, so that both paths write the same bytes (the door's
+        # differential test): `_meta`, `content` (`text` before `type`), `isError`,
+        # `structuredContent`.
+        wire["content"] = [{"text": self.text, "type": "text"}]
+        wire["isError"] = self.is_error
+        wire["structuredContent"] = self.envelope
         return wire

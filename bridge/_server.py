@@ -28,6 +28,7 @@ from agentteam_task_bridge.journal import (
     AnswerUndelivered,
     Event,
     SessionEnded,
+    SessionHandshake,
     SessionStarted,
     announce_key,
     default_key_path,
@@ -39,13 +40,12 @@ from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
 from ._cursor import Cursors, load_cursor_key
-from ._direct import DirectCalls
+from ._door import Door, trio_stdio
 from ._journaling import open_journal
 from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
-from ._stdio import trio_stdio
 from ._upstream import TransportFailure, UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
@@ -73,7 +73,10 @@ class ServeConfig:
 
 
 class _SessionLog:
-    """Journals the session's start once, as soon as the client has said who it is."""
+    """Journals the session's start at process start, and who the client is once its handshake
+    arrives (`session_handshake`). Never raises: a journal that cannot take a record is the
+    degraded mode (reads answered with `meta.journal`, mutations refused), said on stderr, not a
+    failed request."""
 
     def __init__(
         self, journal: JournalPort, session: Session, launch: LaunchContext, compat: str
@@ -82,49 +85,49 @@ class _SessionLog:
         self._session = session
         self._launch = launch
         self._compat = compat
-        self.started = False
 
-    async def start(self, ctx: ServerRequestContext[Any] | None) -> None:
-        """Journal the start (once). Never raises: a journal that cannot take it is the
-        degraded mode (reads answered with `meta.journal`, mutations refused), said once on
-        stderr, not a failed request."""
-        if self.started:
-            return
-        self.started = True
-        client = ctx.session.client_params if ctx is not None else None
-        info = client.client_info if client is not None else None
-        self._session.client_name = info.name if info else None
-        self._session.client_version = info.version if info else None
+    async def start(self) -> None:
+        """Journal the session's start (before any frame is read)."""
+        await self._append(
+            SessionStarted(
+                bridge_version=__version__,
+                compat_policy=self._compat,
+                workspace_id=self._launch.workspace_id,
+                agent_id=self._launch.agent_id,
+                api_url=redact_url(self._launch.api_url),
+            ),
+            None,
+        )
+
+    async def handshake(
+        self, client_name: str | None, client_version: str | None, protocol_version: str | None
+    ) -> None:
+        """Journal who the client is and the protocol version answered to its `initialize`
+        (before that answer is written, so before any call of the session)."""
+        self._session.client_name = client_name
+        self._session.client_version = client_version
+        await self._append(
+            SessionHandshake(
+                client_name=client_name,
+                client_version=client_version,
+                protocol_version=protocol_version,
+            ),
+            "initialize",
+        )
+
+    async def _append(self, payload: SessionStarted | SessionHandshake, method: str | None) -> None:
         try:
             await self._journal.append(
-                Event(
-                    session_id=self._session.session_id,
-                    mcp_method_name="initialize",
-                    payload=SessionStarted(
-                        bridge_version=__version__,
-                        compat_policy=self._compat,
-                        client_name=self._session.client_name,
-                        client_version=self._session.client_version,
-                        protocol_version=ctx.protocol_version if ctx is not None else None,
-                        workspace_id=self._launch.workspace_id,
-                        agent_id=self._launch.agent_id,
-                        api_url=redact_url(self._launch.api_url),
-                    ),
-                ),
+                Event(session_id=self._session.session_id, mcp_method_name=method, payload=payload),
                 durable=True,
             )
         except JournalFailed as exc:
             log.warning(
-                "the journal cannot record this session's start (%s): reads are answered "
+                "the journal cannot record this session's %s (%s): reads are answered "
                 "with meta.journal, mutations are refused until it can",
+                "start" if isinstance(payload, SessionStarted) else "client",
                 exc.reason,
             )
-        if ctx is not None:
-            # The secret rule set (~0.1 s of imports) was not needed for this record (the
-            # screen passes it): its import starts now, once the client has its first answer,
-            # and is done before a first call needs it, as a client takes its time to make one.
-            # Not at the session's end (ctx None): a thread still importing slows the exit.
-            warm_up_redaction()
 
 
 _start_up_frozen = False
@@ -142,30 +145,27 @@ def _freeze_start_up() -> None:
         gc.freeze()
 
 
-def build_server(
-    bridge: Bridge, session_log: _SessionLog, direct: DirectCalls | None = None
-) -> Server[Any]:
-    """The SDK server over the call flow; its OpenTelemetry middleware only when tracing is live.
-    With `direct`, plain `tools/call` requests skip the SDK once the handshake is done (never
-    with tracing: the SDK's middleware makes the spans)."""
+def build_server(bridge: Bridge, door: Door) -> Server[Any]:
+    """The SDK server behind `door` over the call flow; its OpenTelemetry middleware only when
+    tracing is live."""
 
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        await session_log.start(ctx)
         return _LIST_RESULT
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        await session_log.start(ctx)
-        return await bridge.call(params.name, params.arguments, params.meta, ctx.request_id)
+        return await door.call(params.name, params.arguments, params.meta, ctx.request_id)
 
     async def on_initialized(ctx: ServerRequestContext[Any], params: Any) -> None:
-        await session_log.start(ctx)
         _freeze_start_up()
-        if direct is not None and bridge.tracing is None:
-            direct.enable(ctx.protocol_version)
+        # The secret rule set (~0.1 s of imports) was not needed for the session's records (the
+        # screen passes them): its import starts now, once the client has its `initialize`
+        # answer, and is done before a first call needs it, as a client takes its time to make
+        # one. Not at an idle session's end: a thread still importing slows the exit.
+        warm_up_redaction()
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -337,20 +337,24 @@ async def _serve(
                 journal.add_secret(secret)
                 bridge.screen.add(secret)
         session_log = _SessionLog(journal, session, launch, config.compat)
-        direct = DirectCalls(bridge.answer)
-        server = build_server(bridge, session_log, direct)
+        await session_log.start()
+        # The direct path is off with tracing: the SDK's middleware makes the spans.
+        door = Door(
+            bridge.answer,
+            shutdown=shutdown,
+            unanswered=session.unanswered,
+            direct=bridge.tracing is None,
+            on_handshake=session_log.handshake,
+        )
+        server = build_server(bridge, door)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(shutdown.watch, signals)
-            async with (
-                trio_stdio(direct, shutdown, session.unanswered) as (read_stream, write_stream),
-                direct.serving(),
-            ):
+            async with trio_stdio(door) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()
         shutdown.request(STDIN_CLOSED)  # the SDK ended the session on its own (a no-op otherwise)
         with trio.CancelScope(shield=True):
             try:
-                await session_log.start(None)
                 await _journal_undelivered(journal, session)
                 await journal.append(
                     Event(

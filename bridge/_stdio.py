@@ -1,10 +1,11 @@
-"""Trio-native stdin/stdout for the SDK's stdio transport.
+"""Trio-native stdin/stdout as the front door's wire, and the screen of what comes in.
 
 The SDK reads stdin through a worker thread, which a cancel scope cannot interrupt: SIGTERM
 would wait for the next line. Reading and writing the descriptors with trio's `FdStream`
 makes shutdown a plain cancellation and removes two thread hops per message. As the SDK does,
 fd 0 is pointed at the null device and fd 1 at stderr while serving, so child processes and
-stray prints can never touch the protocol stream.
+stray prints can never touch the protocol stream. Which request is in flight, and where it is
+served, is the door's (`bridge._door`); this module moves whole lines and screens them.
 """
 
 from __future__ import annotations
@@ -14,17 +15,12 @@ import logging
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeGuard, cast
+from typing import Any, TypeGuard
 
 import msgspec
 import trio
-from mcp.server.stdio import stdio_server
-from mcp.shared.dispatcher import coerce_request_id
-
-from ._direct import DirectCalls
-from ._lifecycle import STDIN_CLOSED, Shutdown, Unanswered
 
 log = logging.getLogger("agentteam.bridge.stdio")
 MAX_FRAME_BYTES = 16 << 20
@@ -32,25 +28,17 @@ _READ = 1 << 16
 
 
 class _Writer:
-    """The two methods the SDK's stdout writer uses, over a non-blocking descriptor.
+    """Whole frames to a non-blocking descriptor.
 
-    A lock keeps whole frames whole: the SDK and the frame screen both write here. Every frame
-    the SDK writes is shown to the screen, which learns from it which requests are answered.
-    A frame, once begun, is never cut by a cancellation (that would corrupt every later frame);
-    only the session's end bounds a write (`Shutdown.write_deadline`). When stdout is gone
-    (the client closed it, or a write outlived the deadline) frames are dropped: an answer the
-    journal holds is then reported by `serve` as undelivered.
+    A lock keeps whole frames whole: the door's tasks write concurrently. A frame, once begun,
+    is never cut by a cancellation (that would corrupt every later frame); only the session's
+    end bounds a write (`bound`). When stdout is gone (the client closed it, or a write outlived
+    the deadline) frames are dropped: the door then leaves a journaled answer to `serve`, which
+    reports it undelivered.
     """
 
-    def __init__(
-        self,
-        stream: trio.lowlevel.FdStream,
-        screen: FrameScreen,
-        unanswered: Unanswered | None = None,
-    ) -> None:
+    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
         self._stream = stream
-        self._screen = screen
-        self._unanswered = unanswered
         self._lock = trio.Lock()
         self._deadline = math.inf
         self._writing: set[trio.CancelScope] = set()
@@ -62,31 +50,11 @@ class _Writer:
         for scope in self._writing:
             scope.deadline = deadline
 
-    async def write(self, text: str) -> None:
-        rid = self._screen.answered(text)
-        if await self._write_bytes(text.encode("utf-8")) and rid is not None:
-            self._delivered(rid)
-
-    async def write_answer(self, rid: int | str, data: bytes) -> None:
-        """A whole answer frame of the direct path, which knows the id it answers."""
-        self._screen.release(rid)
-        if await self._write_bytes(data):
-            self._delivered(rid)
-
-    async def write_refusal(self, text: str) -> None:
-        await self._write_bytes(text.encode("utf-8"))
-
-    def _delivered(self, rid: int | str) -> None:
-        if self._unanswered is not None:
-            self._unanswered.delivered(rid)
-
     def _gone(self) -> None:
         self.closed = True
         log.debug("stdout is closed: frames are dropped from now on")
-        if self._unanswered is not None:
-            self._unanswered.stdout_closed = True
 
-    async def _write_bytes(self, data: bytes) -> bool:
+    async def send(self, data: bytes) -> bool:
         """Write one whole frame; whether it was written."""
         if self.closed:
             return False
@@ -129,33 +97,17 @@ class _Writer:
             self._gone()  # a frame cut by the deadline: nothing after it can be read
         return False
 
-    async def flush(self) -> None:
-        return None
-
 
 class _LineReader:
-    """Async iteration over newline-delimited frames, screened before the SDK sees them.
+    """Async iteration over newline-delimited frames (text; a byte-order mark dropped).
 
-    The SDK drops what it cannot parse without an answer, which leaves a client waiting
-    forever; frames that are not valid requests are answered here (see `FrameScreen`).
-    The session's end (stdin's end, or a signal through `Shutdown`) stops the reading; the
-    iteration then ends once every request in flight is answered or the drain deadline passes
-    (the SDK cancels what is still running when its input ends).
+    A frame over MAX_FRAME_BYTES is skipped and answered -32600 here (its id recovered from its
+    head). `stop` (the session's end) ends the iteration at once, buffered frames left unread.
     """
 
-    def __init__(
-        self,
-        stream: trio.lowlevel.FdStream,
-        writer: _Writer,
-        screen: FrameScreen,
-        take: Callable[[str, Any], bool] | None = None,
-        shutdown: Shutdown | None = None,
-    ) -> None:
+    def __init__(self, stream: trio.lowlevel.FdStream, writer: _Writer) -> None:
         self._stream = stream
         self._writer = writer
-        self._screen = screen
-        self._take = take  # the direct path's: True when it took the frame (bridge._direct)
-        self._shutdown = shutdown
         self._buffer = bytearray()
         self._oversized: bytes | None = None  # the head of a frame being skipped
         self._yield_first = False  # the last read found data at once: let others run first
@@ -163,46 +115,18 @@ class _LineReader:
 
     def stop(self) -> None:
         """Read nothing more (a signal): a wait for stdin ends now, buffered frames are left."""
-        self._stopped = True
-        trio.lowlevel.notify_closing(self._stream.fileno())
+        if not self._stopped:
+            self._stopped = True
+            trio.lowlevel.notify_closing(self._stream.fileno())
 
     def __aiter__(self) -> _LineReader:
         return self
 
     async def __anext__(self) -> str:
-        while True:
-            line = await self._next_line()
-            if line is None:
-                await self._drain()
-                raise StopAsyncIteration
-            text = line.decode("utf-8", errors="replace").lstrip("\ufeff")
-            try:
-                refusal = self._screen.screen(text)
-            except Exception:  # the screen must never stop the reader; the SDK still decides
-                log.exception("frame screen failed; passing the frame on")
-                refusal = None
-            if refusal is None:
-                if self._take is not None and self._taken(self._take, text):
-                    continue
-                return text
-            await self._writer.write_refusal(refusal)
-
-    async def _drain(self) -> None:
-        """At the end of input: wait for the requests in flight to be answered, until the
-        drain deadline."""
-        shutdown = self._shutdown
-        if shutdown is None:
-            return
-        shutdown.request(STDIN_CLOSED)  # a no-op when a signal came first
-        with trio.move_on_at(shutdown.drain_deadline):
-            await self._screen.drained()
-
-    def _taken(self, take: Callable[[str, Any], bool], text: str) -> bool:
-        try:
-            return take(text, self._screen.decoded)  # the screen's decoding, not a second one
-        except Exception:  # as the screen: never stop the reader; the SDK still answers
-            log.exception("direct path failed on a frame; passing the frame on")
-            return False
+        line = await self._next_line()
+        if line is None:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace").lstrip("\ufeff")
 
     async def _next_line(self) -> bytes | None:
         while True:
@@ -216,7 +140,7 @@ class _LineReader:
                     head, self._oversized = self._oversized, None
                     log.warning("refused a frame larger than %d bytes", MAX_FRAME_BYTES)
                     refusal = _error(_recover_id(head), -32600, "Frame too large")
-                    await self._writer.write_refusal(refusal)
+                    await self._writer.send(refusal.encode())
                     continue
                 return line
             if len(self._buffer) > MAX_FRAME_BYTES:
@@ -268,8 +192,6 @@ class _LineReader:
 
 MAX_DEPTH = 64
 _ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,256}")')
-# How the SDK (pydantic, compact) writes an answer: `{"jsonrpc":"2.0","id":<id>,"result"|"error"`.
-_ANSWER = re.compile(r'\{"jsonrpc":"2\.0","id":(-?\d+|"(?:[^"\\]|\\.)*"),"(?:result|error)":')
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 
@@ -283,9 +205,6 @@ class FrameScreen:
       -32600 Invalid Request with `"id": null`;
     * a request that is not 2.0, a method that is not a string, a frame over MAX_FRAME_BYTES:
       -32600 with the request's id; params not an object or nested deeper than MAX_DEPTH: -32602;
-    * a request whose id is already in flight (sent, not yet answered nor cancelled): -32600 with
-      that id; the first request is served and answered once. Ids are compared as the SDK
-      correlates them (`"7"` and `7` are one id), since it would otherwise confuse the two;
     * a batch: one array answer, an Invalid Request per request in it (MCP has no batches).
 
     Responses sent by the client (`result` or `error`, no `method`) and notifications are never
@@ -294,8 +213,6 @@ class FrameScreen:
     """
 
     def __init__(self) -> None:
-        self._in_flight: set[int | str] = set()
-        self._emptied: trio.Event | None = None  # set when the last request in flight ends
         self.decoded: Any = None  # the frame `screen` passed last, as it decoded it
 
     def screen(self, text: str) -> str | None:
@@ -319,7 +236,6 @@ class FrameScreen:
             return None  # a response: for the SDK to match or drop, never answered
         if "id" not in frame:
             if isinstance(frame.get("method"), str):
-                self._cancelled(frame)
                 self.decoded = frame
                 return None  # a notification: never answered
             return _error(None, -32600, "Invalid Request: method must be a string")
@@ -329,52 +245,8 @@ class FrameScreen:
         refusal = _refusal(text, frame, rid)
         if refusal is not None:
             return refusal
-        key = coerce_request_id(rid)
-        if key in self._in_flight:
-            log.warning("refused a request whose id is already in flight")
-            return _error(rid, -32600, "Invalid Request: a request with this id is in flight")
-        self._in_flight.add(key)
         self.decoded = frame
         return None
-
-    def answered(self, text: str) -> int | str | None:
-        """Note a frame the SDK writes: an answer ends its request's flight. Its id, if it is
-        an answer."""
-        found = _ANSWER.match(text)
-        if found is not None:
-            rid = _decode(found.group(1))
-        else:  # not the SDK's usual answer layout: look properly (notifications land here)
-            try:
-                frame = _decode(text)
-            except (msgspec.DecodeError, RecursionError):
-                return None
-            if not isinstance(frame, dict) or "method" in frame or not _is_id(frame.get("id")):
-                return None
-            rid = frame["id"]
-        self.release(rid)
-        return rid  # type: ignore[no-any-return]
-
-    def release(self, rid: int | str) -> None:
-        """A request's answer is being written: its id is free again."""
-        self._in_flight.discard(coerce_request_id(rid))
-        if not self._in_flight and self._emptied is not None:
-            self._emptied.set()
-
-    async def drained(self) -> None:
-        """Return once no request is in flight (each answered, or cancelled by the client)."""
-        while self._in_flight:
-            self._emptied = trio.Event()
-            await self._emptied.wait()
-        self._emptied = None
-
-    def _cancelled(self, frame: dict[str, Any]) -> None:
-        # A request the client cancels is never answered (MCP): its id is free again.
-        if frame["method"] != "notifications/cancelled":
-            return
-        params = frame.get("params")
-        rid = params.get("requestId") if isinstance(params, dict) else None
-        if _is_id(rid):
-            self.release(rid)
 
 
 def _refusal(text: str, frame: dict[str, Any], rid: int | str) -> str | None:
@@ -453,16 +325,29 @@ def _error(rid: int | str | None, code: int, message: str) -> str:
     return _encode(_error_object(rid, code, message)).decode() + "\n"
 
 
+class StdioWire:
+    """The door's wire over the process's standard streams (`bridge._door.Wire`)."""
+
+    def __init__(self, stdin: trio.lowlevel.FdStream, stdout: trio.lowlevel.FdStream) -> None:
+        self._writer = _Writer(stdout)
+        self._reader = _LineReader(stdin, self._writer)
+
+    def __aiter__(self) -> _LineReader:
+        return self._reader
+
+    async def send(self, data: bytes) -> bool:
+        return await self._writer.send(data)
+
+    def stop(self, write_deadline: float) -> None:
+        self._reader.stop()
+        self._writer.bound(write_deadline)
+
+
 @asynccontextmanager
-async def trio_stdio(
-    direct: DirectCalls | None = None,
-    shutdown: Shutdown | None = None,
-    unanswered: Unanswered | None = None,
-) -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's (read_stream, write_stream) over trio-native standard streams: the one door
-    every frame passes, both ways. `direct`, when given, is offered each screened frame first
-    and writes its answers here; `shutdown` stops the reading and bounds the writes at the
-    session's end; `unanswered` learns which journaled answers are written."""
+async def stdio_wire() -> AsyncIterator[StdioWire]:
+    """The standard streams as a wire: while it is open, fd 0 reads the null device and fd 1
+    writes to stderr (as the SDK does), so child processes and stray prints never touch the
+    protocol stream; both are restored after."""
     wire_in, wire_out = os.dup(0), os.dup(1)
     saved_in, saved_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -471,23 +356,8 @@ async def trio_stdio(
     os.dup2(2, 1)
     stdin = trio.lowlevel.FdStream(wire_in)
     stdout = trio.lowlevel.FdStream(wire_out)
-    screen = FrameScreen()
-    writer = _Writer(stdout, screen, unanswered)
-    if direct is not None:
-        direct.bind(writer.write_answer)  # its answers end their ids' flights, as the SDK's do
-    reader = _LineReader(
-        stdin, writer, screen, direct.take if direct is not None else None, shutdown
-    )
-    if shutdown is not None:
-
-        def end() -> None:
-            reader.stop()
-            writer.bound(shutdown.write_deadline)
-
-        shutdown.on_request(end)
     try:
-        async with stdio_server(stdin=cast(Any, reader), stdout=cast(Any, writer)) as streams:
-            yield streams
+        yield StdioWire(stdin, stdout)
     finally:
         with trio.CancelScope(shield=True):
             await stdin.aclose()

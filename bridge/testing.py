@@ -23,8 +23,9 @@ The names, kept stable:
     ``httpx.MockTransport``), any ``httpx`` transport, or the URL of a real runtime (the
     bridge's own HTTP/1.1 pool). The journal defaults to a ``MemoryJournal``.
 ``serve_in_memory(bridge, journal)``
-    The session ``serve`` runs (session start and end journaled), with the real MCP server and
-    the SDK's client joined by memory streams instead of stdio; yields the client session.
+    The session ``serve`` runs (session start, handshake and end journaled): the SDK's client
+    speaks JSON lines over memory to the same front door as stdio (direct path included) and
+    the real MCP server behind it; yields the client session.
 
 Example (the call flow against a scripted upstream, nothing written to disk)::
 
@@ -40,6 +41,7 @@ Example (the call flow against a scripted upstream, nothing written to disk)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -192,37 +194,82 @@ async def serve_in_memory(
     journal: JournalPort,
     *,
     client_info: types.Implementation | None = None,
+    direct: bool = True,
 ) -> AsyncIterator[ClientSession]:
-    """One MCP session as `serve` runs it, over memory streams: the SDK's server on the real call
-    flow, its client initialized; the session's start and end are journaled as `serve` does."""
+    """One MCP session as `serve` runs it, over memory instead of stdio: the SDK's client speaks
+    JSON lines to the same front door (`bridge._door`: the direct path on unless `direct` is
+    False or tracing is live) and the SDK's server on the real call flow; the session's start
+    and end are journaled as `serve` does. Leaving the block is stdin's end: calls in flight are
+    drained as `serve` drains them."""
     # Imported here: the MCP client is for tests; `rerun` uses the rest of this module.
     from mcp.client import ClientSession
-    from mcp.shared.memory import create_client_server_memory_streams
+    from mcp.shared._context_streams import create_context_streams
+    from mcp.shared.message import SessionMessage
+    from mcp_types import jsonrpc_message_adapter
 
-    from ._server import _SessionLog, build_server
+    from ._door import Door, MemoryWire
+    from ._lifecycle import STDIN_CLOSED, Shutdown, Unanswered
+    from ._server import _journal_undelivered, _SessionLog, build_server
 
     session = bridge.session
+    if session.unanswered is None:
+        session.unanswered = Unanswered()
     session_log = _SessionLog(journal, session, bridge.launch, bridge.compat)
-    server = build_server(bridge, session_log)
-    async with create_client_server_memory_streams() as (client_streams, server_streams):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                server.run,
-                server_streams[0],
-                server_streams[1],
-                server.create_initialization_options(),
-            )
-            async with ClientSession(*client_streams, client_info=client_info) as client:
-                with trio.fail_after(30):  # bounds a hang only
-                    await client.initialize()
-                yield client
-            nursery.cancel_scope.cancel()
+    await session_log.start()
+    shutdown = Shutdown()
+    door = Door(
+        bridge.answer,
+        shutdown=shutdown,
+        unanswered=session.unanswered,
+        direct=direct and bridge.tracing is None,
+        on_handshake=session_log.handshake,
+    )
+    server = build_server(bridge, door)
+    wire = MemoryWire()
+    to_client, client_read = create_context_streams[SessionMessage | Exception](math.inf)
+    client_write, from_client = create_context_streams[SessionMessage](math.inf)
+
+    async def run_server() -> None:
+        async with door.streams(wire) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        wire.end()
+
+    async def client_to_wire() -> None:
+        async with from_client:
+            async for message in from_client:
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await wire.feed(line)
+        wire.close()
+
+    async def wire_to_client() -> None:
+        async with to_client:
+            async for data in wire.frames:
+                for line in data.decode().splitlines():
+                    parsed = jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    try:
+                        await to_client.send(SessionMessage(parsed))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # the client is gone: as a closed stdout, the frame is dropped
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_server)
+        nursery.start_soon(client_to_wire)
+        nursery.start_soon(wire_to_client)
+        async with (
+            client_read,
+            ClientSession(client_read, client_write, client_info=client_info) as client,
+        ):
+            with trio.fail_after(30):  # bounds a hang only
+                await client.initialize()
+            yield client
+        await client_write.aclose()  # stdin's end: the door drains what is in flight
+    shutdown.request(STDIN_CLOSED)
     with trio.CancelScope(shield=True):
-        await session_log.start(None)
+        await _journal_undelivered(journal, session)
         await journal.append(
             Event(
                 session_id=session.session_id,
-                payload=SessionEnded(reason="stdin closed", calls=session.calls),
+                payload=SessionEnded(reason=STDIN_CLOSED, calls=session.calls),
             ),
             durable=True,
         )

@@ -41,13 +41,14 @@ __all__ = [
     "SegmentStarted",
     "SegmentsPruned",
     "SessionEnded",
+    "SessionHandshake",
     "SessionStarted",
     "TokenRefreshed",
     "UpstreamRequest",
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 6
+KIND_SET_VERSION: Final = 7
 
 # The session id of the events the writer itself appends (a key rotation, a segment start).
 WRITER_SESSION: Final = "journal-writer"
@@ -70,6 +71,7 @@ Kind: TypeAlias = Literal[
     "segment_started",
     "segments_pruned",
     "answer_undelivered",
+    "session_handshake",
 ]
 
 
@@ -90,6 +92,23 @@ class SessionStarted(_Payload, frozen=True, kw_only=True):
     workspace_id: str | None = None
     agent_id: str | None = None
     api_url: str | None = None
+
+
+class SessionHandshake(_Payload, frozen=True, kw_only=True):
+    """Who the client is, when its ``initialize`` is answered (kind set 7).
+
+    A session event, after the session's ``session_started`` (journaled at process start, whose
+    own client fields stay null from kind set 7 on) and before any call of the session: the
+    client's name and version as its ``clientInfo`` said (each cut to 256 characters) and the
+    protocol version the bridge answered. Readers take the client from here, else (journals
+    written before it existed) from ``session_started``.
+    """
+
+    kind: ClassVar[Kind] = "session_handshake"
+    description: ClassVar[str] = "the client said who it is; the protocol version answered"
+    client_name: str | None = None
+    client_version: str | None = None
+    protocol_version: str | None = None
 
 
 class SessionEnded(_Payload, frozen=True, kw_only=True):
@@ -328,6 +347,7 @@ Payload: TypeAlias = (
     | SegmentStarted
     | SegmentsPruned
     | AnswerUndelivered
+    | SessionHandshake
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -350,6 +370,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         SegmentStarted,
         SegmentsPruned,
         AnswerUndelivered,
+        SessionHandshake,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -47,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -227,15 +227,21 @@ SELECT
 FROM events e, json_each(e.payload, '$.fields') f
 WHERE e.kind = 'context_injected'
 ORDER BY e.seq, f.key""",
-    # One row per session: client, protocol, policy, and how it ended.
+    # One row per session: client, protocol, policy, and how it ended. The client and protocol
+    # come from the session's handshake (kind set 7), else from its start (older journals).
     "sessions": """
 SELECT
   s.session_id,
   s.seq AS started_seq,
   s.ts_wall AS started_at,
-  json_extract(s.payload, '$.client_name') AS client_name,
-  json_extract(s.payload, '$.client_version') AS client_version,
-  json_extract(s.payload, '$.protocol_version') AS protocol_version,
+  coalesce(json_extract(h.payload, '$.client_name'), json_extract(s.payload, '$.client_name'))
+    AS client_name,
+  coalesce(
+    json_extract(h.payload, '$.client_version'), json_extract(s.payload, '$.client_version')
+  ) AS client_version,
+  coalesce(
+    json_extract(h.payload, '$.protocol_version'), json_extract(s.payload, '$.protocol_version')
+  ) AS protocol_version,
   json_extract(s.payload, '$.bridge_version') AS bridge_version,
   json_extract(s.payload, '$.compat_policy') AS compat_policy,
   json_extract(s.payload, '$.agent_id') AS agent_id,
@@ -244,6 +250,7 @@ SELECT
   json_extract(x.payload, '$.calls') AS calls
 FROM events s
 LEFT JOIN events x ON x.session_id = s.session_id AND x.kind = 'session_ended'
+LEFT JOIN events h ON h.session_id = s.session_id AND h.kind = 'session_handshake'
 WHERE s.kind = 'session_started'
 ORDER BY s.seq""",
 }
@@ -262,6 +269,7 @@ def migrations() -> Migrations:
     registry(name="0005_segments_pruned")(_segments_pruned)
     registry(name="0006_merkle_log")(_merkle_log)
     registry(name="0007_answer_undelivered")(_answer_undelivered)
+    registry(name="0008_session_handshake")(_session_handshake)
     return registry
 
 
@@ -414,6 +422,15 @@ def _answer_undelivered(db: Database) -> None:
     """Kind set 6: ``answer_undelivered`` (a journaled outcome the client never received)."""
     _add_kind(db, "answer_undelivered", 6)
     db.execute("PRAGMA user_version = 7")
+
+
+def _session_handshake(db: Database) -> None:
+    """Kind set 7: ``session_handshake`` (who the client is, journaled when it says so; the
+    session starts before), and the ``sessions`` view reading the client from it."""
+    _add_kind(db, "session_handshake", 7)
+    db.execute("DROP VIEW IF EXISTS sessions")
+    db.create_view("sessions", VIEWS["sessions"].strip())
+    db.execute("PRAGMA user_version = 8")
 
 
 def create_private_file(path: Path) -> int:

@@ -209,8 +209,11 @@ def show_call(paths: Sequence[str | Path], call_id: str) -> CallDetail:
             raise ReplayInputError(
                 f"call {call_id!r} is in several journals ({', '.join(sorted(journal_ids))})"
             )
-        started = journals.session_started(records[0].journal_id, records[0].session_id)
-    session = SessionInfo.from_record(started) if started is not None else None
+        journal_id, session_id = records[0].journal_id, records[0].session_id
+        session = SessionInfo.of(
+            journals.session_started(journal_id, session_id),
+            journals.session_started(journal_id, session_id, "session_handshake"),
+        )
     story = CallStory(records[0].journal_id, call_id, records[0].session_id, session)
     for record in records:
         story.add(record)

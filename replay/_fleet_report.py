@@ -334,6 +334,15 @@ def _story(conn: Any, call_id: str, journal_id: str | None) -> CallDetail | None
         (first.journal_id, first.session_id, *((first.seq,) if iterated else ())),
     ).fetchone()
     session = SessionInfo.from_record(_record(tuple(started))) if started else None
+    if session is not None:  # the client, from the session's handshake (kind set 7)
+        handshake = conn.execute(
+            f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND session_id = %s"
+            " AND kind = 'session_handshake' AND call_id IS NULL AND seq > %s"
+            " ORDER BY seq LIMIT 1",
+            (session.journal_id, session.session_id, session.seq),
+        ).fetchone()
+        if handshake is not None:
+            session.handshake(_record(tuple(handshake)))
     if session is not None and iterated:
         ended = conn.execute(
             "SELECT ts_wall, doc ->> 'reason' FROM agentteam.events WHERE journal_id = %s"

@@ -38,7 +38,7 @@ from ._deprecations import (
     _report,
 )
 from ._fleet_idempotency import idempotency_from
-from ._fleet_store import connect
+from ._fleet_store import SESSION_DOC, connect
 from ._story import CallSummary
 
 if TYPE_CHECKING:
@@ -195,8 +195,9 @@ _AUDIT_SQL: Final = {
     " FROM lines GROUP BY 1, 2",
 }
 
-_SESSIONS: Final = """
-SELECT s.journal_id, s.session_id, s.ts_wall, s.doc, x.ts_wall, x.doc ->> 'reason'
+_SESSIONS: Final = f"""
+SELECT s.journal_id, s.session_id, s.ts_wall, {SESSION_DOC.format(s="s")}, x.ts_wall,
+  x.doc ->> 'reason'
 FROM agentteam.events s
 LEFT JOIN LATERAL (
   SELECT e.ts_wall, e.doc FROM agentteam.events e

@@ -226,9 +226,9 @@ SELECT
   s.session_id,
   s.seq AS started_seq,
   s.ts_wall AS started_at,
-  s.doc ->> 'client_name' AS client_name,
-  s.doc ->> 'client_version' AS client_version,
-  s.doc ->> 'protocol_version' AS protocol_version,
+  coalesce(h.doc ->> 'client_name', s.doc ->> 'client_name') AS client_name,
+  coalesce(h.doc ->> 'client_version', s.doc ->> 'client_version') AS client_version,
+  coalesce(h.doc ->> 'protocol_version', s.doc ->> 'protocol_version') AS protocol_version,
   s.doc ->> 'bridge_version' AS bridge_version,
   s.doc ->> 'compat_policy' AS compat_policy,
   s.doc ->> 'agent_id' AS agent_id,
@@ -238,6 +238,8 @@ SELECT
 FROM agentteam.events s
 LEFT JOIN agentteam.events x
   ON x.journal_id = s.journal_id AND x.session_id = s.session_id AND x.kind = 'session_ended'
+LEFT JOIN agentteam.events h
+  ON h.journal_id = s.journal_id AND h.session_id = s.session_id AND h.kind = 'session_handshake'
 WHERE s.kind = 'session_started'""",
 }
 

@@ -55,8 +55,16 @@ OUTCOME_KINDS: Final = "('call_result', 'call_error', 'call_rejected', 'call_can
 # Over a call's events: whether it sent a request that can change state (`_story.is_mutation`).
 MUTATION_FOLD: Final = """coalesce(bool_or(kind = 'upstream_request'
     AND upper(doc ->> 'method') <> 'GET' AND right(doc ->> 'route', 4) <> '/get'), false)"""
-SESSION_STARTED_OF_CALL: Final = """LEFT JOIN LATERAL (
-    SELECT st.doc FROM agentteam.events st
+# A session's start as one document: its `session_started`, with the client and protocol of
+# its `session_handshake` (kind set 7: the session starts before the client says who it is).
+SESSION_DOC: Final = """{s}.doc || coalesce((
+      SELECT jsonb_strip_nulls(h.doc) FROM agentteam.events h
+      WHERE h.journal_id = {s}.journal_id AND h.session_id = {s}.session_id
+        AND h.kind = 'session_handshake' AND h.call_id IS NULL AND h.seq > {s}.seq
+      ORDER BY h.seq LIMIT 1
+    ), '{{}}'::jsonb)"""
+SESSION_STARTED_OF_CALL: Final = f"""LEFT JOIN LATERAL (
+    SELECT {SESSION_DOC.format(s="st")} AS doc FROM agentteam.events st
     WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
       AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
     ORDER BY st.seq DESC LIMIT 1

@@ -224,8 +224,11 @@ def _read_story(journals: Journals, call_id: str) -> CallDetail | None:
     records = journals.events_of_call(call_id)
     if not records:
         return None
-    started = journals.session_started(records[0].journal_id, records[0].session_id)
-    session = SessionInfo.from_record(started) if started is not None else None
+    journal_id, session_id = records[0].journal_id, records[0].session_id
+    session = SessionInfo.of(
+        journals.session_started(journal_id, session_id),
+        journals.session_started(journal_id, session_id, "session_handshake"),
+    )
     story = CallStory(records[0].journal_id, call_id, records[0].session_id, session)
     for record in records:
         if record.journal_id == story.journal_id:

@@ -100,11 +100,14 @@ class Journals:
                 found.setdefault((record.journal_id, record.seq), record)
         return [found[k] for k in sorted(found)]
 
-    def session_started(self, journal_id: str, session_id: str) -> Record | None:
+    def session_started(
+        self, journal_id: str, session_id: str, kind: str = "session_started"
+    ) -> Record | None:
+        """A session's start (or its first event of `kind`: its `session_handshake`)."""
         for reader in self.readers:
             if reader.journal_id != journal_id:
                 continue
-            for record in reader.events(session_id=session_id, kind="session_started"):
+            for record in reader.events(session_id=session_id, kind=kind):
                 return record
         return None
 

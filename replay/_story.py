@@ -26,6 +26,7 @@ from agentteam_task_bridge.journal import (
     ContextInjected,
     Record,
     SessionEnded,
+    SessionHandshake,
     SessionStarted,
     UpstreamRequest,
     UpstreamResponse,
@@ -50,7 +51,8 @@ STATUSES: Final = ("result", "error", "rejected", "cancelled", "in_doubt", "inco
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
-    """One MCP session as its ``session_started`` (and ``session_ended``) tell it."""
+    """One MCP session as its ``session_started``, ``session_handshake`` and ``session_ended``
+    tell it."""
 
     journal_id: str
     session_id: str
@@ -81,6 +83,23 @@ class SessionInfo(msgspec.Struct, kw_only=True):
             info.client_name, info.client_version = p.client_name, p.client_version
             info.protocol_version, info.api_url = p.protocol_version, p.api_url
             info.workspace_id, info.agent_id = p.workspace_id, p.agent_id
+        return info
+
+    def handshake(self, record: Record) -> None:
+        """Who the client is, from the session's `session_handshake` (kind set 7)."""
+        p = record.payload
+        if isinstance(p, SessionHandshake):
+            self.client_name, self.client_version = p.client_name, p.client_version
+            self.protocol_version = p.protocol_version
+
+    @classmethod
+    def of(cls, started: Record | None, handshake: Record | None) -> SessionInfo | None:
+        """A session from its start and its handshake records (either may be missing)."""
+        if started is None:
+            return None
+        info = cls.from_record(started)
+        if handshake is not None:
+            info.handshake(handshake)
         return info
 
 
@@ -367,6 +386,8 @@ def _group(
             key = (record.journal_id, record.session_id)
             if record.kind == "session_started":
                 sessions[key] = SessionInfo.from_record(record)
+            elif record.kind == "session_handshake" and key in sessions:
+                sessions[key].handshake(record)
             elif record.kind == "session_ended":
                 info = sessions.pop(key, None)
                 for story in [s for k, s in open_calls.items() if s.session_id == key[1]]:

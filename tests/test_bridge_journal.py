@@ -51,9 +51,11 @@ async def test_session_start_records_client_protocol_and_policy(
         pass
     with journal.open_reader(path) as reader:
         started = next(iter(reader.events(kind="session_started"))).payload
+        hello = next(iter(reader.events(kind="session_handshake"))).payload
     assert isinstance(started, journal.SessionStarted)
-    assert (started.client_name, started.client_version) == ("agentteam-tests", "9.9.9")
-    assert started.protocol_version == "2025-11-25" and started.compat_policy == "strict"
+    assert isinstance(hello, journal.SessionHandshake)  # the client, once it said who it is
+    assert (hello.client_name, hello.client_version) == ("agentteam-tests", "9.9.9")
+    assert hello.protocol_version == "2025-11-25" and started.compat_policy == "strict"
     assert started.agent_id == file_runtime.agent_id
 
 

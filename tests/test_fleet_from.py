@@ -62,6 +62,20 @@ def test_calls_from_the_store_equal_the_local_list(
     assert to_json(reports.calls_from(url, where, limit=limit)) == to_json(local)
 
 
+def test_the_bridge_session_s_client_is_named_from_its_handshake_both_ways(
+    fleet: tuple[list[Path], str],
+) -> None:
+    # The real session journals its client in `session_handshake` (the written journals, in
+    # their `session_started`, as journals before it did): both readers name both.
+    paths, url = fleet
+    for listed in (
+        replay.list_calls(paths, replay.CallFilter()),
+        reports.calls_from(url, replay.CallFilter()),
+    ):
+        names = {call.client_name for call in listed.calls}
+        assert "agentteam-tests" in names and len(names - {None}) > 1
+
+
 def test_audit_from_the_store_equals_the_local_audit(fleet: tuple[list[Path], str]) -> None:
     paths, url = fleet
     local = replay.audit(paths)

@@ -70,8 +70,8 @@ def test_jsonl_holds_every_event_with_its_payload_decoded(everyday_journal: Buil
     with journal.open_reader(everyday_journal.path) as reader:
         assert len(lines) == result.events == reader.count()
     assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
-    assert lines[0]["kind"] == "session_started"
-    assert lines[0]["payload"]["client_name"] == "agentteam-tests"
+    assert [line["kind"] for line in lines[:2]] == ["session_started", "session_handshake"]
+    assert lines[1]["payload"]["client_name"] == "agentteam-tests"
     assert "payload_json" not in lines[0] and lines[0]["hash"]
 
 

@@ -24,6 +24,7 @@ from agentteam_task_bridge.journal import (
     SegmentsPruned,
     SegmentStarted,
     SessionEnded,
+    SessionHandshake,
     SessionStarted,
     TokenRefreshed,
     UpstreamRequest,
@@ -125,6 +126,9 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
     "answer_undelivered": AnswerUndelivered(
         call_id="s1.3", outcome="call_result", reason="stdout_closed"
     ),
+    "session_handshake": SessionHandshake(
+        client_name="claude-code", client_version="2.1.197", protocol_version="2025-11-25"
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
@@ -139,6 +143,7 @@ def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task
         "segment_started",
         "segments_pruned",
         "answer_undelivered",
+        "session_handshake",
     )
     return Event(
         session_id=SESSION,

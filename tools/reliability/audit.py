@@ -100,6 +100,12 @@ def read_journal(path: Path) -> Journaled:
             event = Event(int(row[0]), str(kind), str(session_id), payload)
             if kind == "session_started":
                 out.started[session_id] = payload
+            elif kind == "session_handshake" and session_id in out.started:
+                # Who the client is comes after the start (kind set 7): merged into it.
+                out.started[session_id] = {
+                    **out.started[session_id],
+                    **{k: v for k, v in payload.items() if v is not None},
+                }
             elif kind == "session_ended":
                 out.ended.add(session_id)
             if call_id is None:
