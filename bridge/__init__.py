@@ -9,7 +9,7 @@ its tests import; a test pins this set). Names (``testing`` too) resolve on firs
 
 Driving one call without a client (what ``agentteam-replay rerun`` does)::
 
-    upstream = bridge.UpstreamClient(api_url)            # or transport=httpx.MockTransport(...)
+    upstream = bridge.UpstreamClient(api_url)  # or transport=testing.ScriptedTransport(...)
     launch = bridge.load_launch_context(os.environ)      # bridge.ConfigError says what to set
     b = bridge.Bridge(launch, bridge.Credentials(launch.token_source), upstream, journal_adapter,
                       bridge.Session(session_id=..., client_name=..., client_version=...))

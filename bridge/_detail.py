@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from agentteam_task_bridge.journal import cut_point
 
 from ._budget import fit, grapheme_ends, profile_fit, size
-from ._cursor import Cursors
+from ._cursor import Cursors, PageState
 from ._errors import ToolError
 
 DETAIL_PREFIX = "bd1."
@@ -284,3 +284,21 @@ def _finish(
         meta["truncated_fields"] = list(fields)
         meta["truncation_note"] = " ".join([*notes[1:], meta["truncation_note"]])
     return True
+
+
+def fit_answer(
+    name: str,
+    budget: int,
+    envelope: dict[str, Any],
+    arguments: dict[str, Any],
+    list_state: PageState | None,
+    detail_state: DetailState | None,
+    cursors: Cursors,
+) -> bool:
+    """Bound an answer to its tool's budget (`_budget`), continuing what a cut or an upstream
+    bound leaves out where the tool can (`_cursor` pages, this module's sections)."""
+    if detail_state is not None:
+        return fit_detail(name, budget, envelope, detail_state, cursors)
+    return fit(
+        name, budget, envelope, list_state=list_state, list_arguments=arguments, cursors=cursors
+    )

@@ -12,8 +12,8 @@ of it is decided once per origin, when the pool is built: the per-request path i
 What it does need is to be cheap and to hold up under concurrency. httpx 0.28 over httpcore 1.0
 under trio was measured at about 0.25 ms of bridge CPU per request more than this, and under 16
 requests in flight its pool reassigns requests between connections (several connection attempts
-per request), so the bridge speaks HTTP/1.1 itself; ``httpx.MockTransport`` stays available for
-unit tests through ``UpstreamClient(transport=...)``.
+per request), so the bridge speaks HTTP/1.1 itself; tests and ``rerun`` give
+``UpstreamClient(transport=...)`` a scripted transport of the same shape (``bridge.testing``).
 
 The codec is the client half of RFC 9112 a bridge needs, and strict about what it accepts: a
 request is one ``bytes`` built from a header block fixed per origin (field values checked for

@@ -3,6 +3,12 @@
 `prepare` turns validated model input into the upstream request (camelCase DTO, hidden context
 injected, encoded once). `exchange` sends it and classifies transport failures; the call flow
 decides about refresh, replay and journaling, so every step stays visible in one place.
+
+The seam below `exchange` is one :class:`Transport`, shaped like ``Http11Pool.request``: the
+bridge's own pool in production, a scripted one (``bridge.testing``) in unit tests and in
+``agentteam-replay rerun``. Whichever it is, a request without an HTTP answer is a
+``TransportFailure`` whose kind and ``sent`` say how far it got, so every path below the call
+flow classifies failures the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
@@ -20,13 +26,11 @@ from ._http11 import Http11Pool, TransportFailure
 from ._network import Proxy, proxy_for, tls_context
 from ._registry import ToolSpec
 
-if TYPE_CHECKING:
-    import httpx
-
 __all__ = [
     "KEPT_HEADERS",
     "Prepared",
     "Reply",
+    "Transport",
     "TransportFailure",
     "UpstreamClient",
     "camelize",
@@ -101,10 +105,28 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
+class Transport(Protocol):
+    """What carries one request to the upstream: ``Http11Pool`` in production.
+
+    ``request`` answers (status, header fields with lower-case names, body) or raises
+    ``TransportFailure``; ``target`` is the route with its query, ``headers`` the per-request
+    fields (the transport adds its own fixed ones: host, user agent)."""
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class UpstreamClient:
-    """The HTTP client for one Agent Runtime base URL: the bridge's own HTTP/1.1 pool, or, given
-    an ``httpx`` transport (``httpx.MockTransport`` in unit tests, recorded answers in replay),
-    an ``httpx.AsyncClient`` over it. Either way failures come out as TransportFailure."""
+    """The HTTP client for one Agent Runtime base URL: the bridge's own HTTP/1.1 pool, or the
+    given ``transport`` (a scripted one from ``bridge.testing``). Failures come out as
+    TransportFailure either way."""
 
     def __init__(
         self,
@@ -113,17 +135,15 @@ class UpstreamClient:
         timeout_seconds: float = 10.0,
         keepalive_seconds: float = 4.0,
         env: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: Transport | None = None,
     ) -> None:
         """``env`` holds the proxy and CA variables (see :mod:`bridge._network`); without it
         the connection is direct and trusts the system store. Raises NetworkConfigError for a
         proxy or CA setting that cannot be used."""
-        self._pool: Http11Pool | None = None
-        self._client: httpx.AsyncClient | None = None
         if transport is None:
             env = env or {}
             https = urlsplit(base_url).scheme == "https"
-            self._pool = Http11Pool(
+            transport = Http11Pool(
                 base_url,
                 timeout_seconds=timeout_seconds,
                 connect_timeout_seconds=3.0,
@@ -132,84 +152,38 @@ class UpstreamClient:
                 proxy=proxy_for(base_url, env),
                 ssl_context=tls_context(env) if https else None,
             )
-        else:
-            import httpx  # only tests and replay reach this: keep it off the start-up path
-
-            self._client = httpx.AsyncClient(
-                base_url=base_url,
-                timeout=httpx.Timeout(timeout_seconds, connect=min(3.0, timeout_seconds)),
-                headers={"user-agent": _USER_AGENT, "accept": "application/json"},
-                transport=transport,
-                trust_env=False,
-            )
+        self._transport = transport
 
     @property
     def proxy(self) -> Proxy | None:
         """The proxy every request goes through, if the environment chose one."""
-        return self._pool.proxy if self._pool is not None else None
+        transport = self._transport
+        return transport.proxy if isinstance(transport, Http11Pool) else None
 
     async def probe(self) -> None:
         """Open a connection now (proxy, tunnel, TLS); TransportFailure says why it cannot."""
-        if self._pool is not None:
-            await self._pool.probe()
+        if isinstance(self._transport, Http11Pool):
+            await self._transport.probe()
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._transport.aclose()
 
     async def exchange(
         self, prepared: Prepared, token: str, trace: list[tuple[bytes, bytes]] | None = None
     ) -> Reply:
         """One request; `trace` is the W3C trace context headers to send with it, if any."""
         started = time.perf_counter()
-        if self._pool is None:
-            status, body, kept = await self._via_httpx(prepared, token, trace)
-        else:
-            headers = [(b"authorization", b"Bearer " + token.encode())]
-            if prepared.body is not None:
-                headers.append(_JSON_CONTENT)
-            if trace:
-                headers += trace
-            status, raw_headers, body = await self._pool.request(
-                prepared.method, prepared.target(), headers, prepared.body
-            )
-            kept = _kept_headers(raw_headers)
-        return Reply(status, body, kept, (time.perf_counter() - started) * 1000)
-
-    async def _via_httpx(
-        self, prepared: Prepared, token: str, trace: list[tuple[bytes, bytes]] | None
-    ) -> tuple[int, bytes, dict[str, str]]:
-        import httpx
-
-        assert self._client is not None
-        headers = {"authorization": f"Bearer {token}"}
-        headers.update((k.decode(), v.decode()) for k, v in trace or ())
+        headers = [(b"authorization", b"Bearer " + token.encode())]
         if prepared.body is not None:
-            headers["content-type"] = "application/json"
-        request = self._client.build_request(
-            prepared.method,
-            prepared.route,
-            params=prepared.params,
-            content=prepared.body,
-            headers=headers,
+            headers.append(_JSON_CONTENT)
+        if trace:
+            headers += trace
+        status, raw_headers, body = await self._transport.request(
+            prepared.method, prepared.target(), headers, prepared.body
         )
-        try:
-            response = await self._client.send(request)
-            body = response.content
-        except httpx.ConnectError:
-            raise TransportFailure("connect_failed", sent=False) from None
-        except httpx.ConnectTimeout:
-            raise TransportFailure("connect_timeout", sent=False) from None
-        except httpx.PoolTimeout:
-            raise TransportFailure("pool_timeout", sent=False) from None
-        except httpx.TimeoutException:
-            raise TransportFailure("timeout", sent=True) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            raise TransportFailure("connection_dropped", sent=True) from None
-        kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
-        return response.status_code, body, kept
+        return Reply(
+            status, body, _kept_headers(raw_headers), (time.perf_counter() - started) * 1000
+        )
 
 
 def _kept_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -3,7 +3,8 @@
 Like ``trio.testing`` and httpx's ``MockTransport``, this module is public so that every user of
 the bridge (its tests, ``agentteam-replay rerun``, the benchmarks) shares one set of fakes. What
 is faked is only what sits at a seam: the journal port, the token source and the upstream
-transport. The :class:`~bridge._call.Bridge` in the middle is always the real one.
+transport (the ``Transport`` of :mod:`bridge._upstream`, ``Http11Pool`` in production). The
+:class:`~bridge._call.Bridge` in the middle is always the real one.
 
 The names, kept stable:
 
@@ -14,14 +15,26 @@ The names, kept stable:
 ``ScriptedTokens``
     A token source answering from a list (the last one repeats) or from a function of the
     fetch number (1, 2, ...); ``fetched`` counts the fetches, ``kind`` is what is journaled.
+``ScriptedTransport(script)``
+    A transport answering each request (a ``Sent``: method, target, headers, body) from a
+    script: a function of the request, or a list used in order. An answer is a ``Recorded``
+    exchange (status, headers, body) or a ``Fail``: a failure *kind*, one of the retry table's
+    transport rows (``connect_refused``, ``dropped_before_send``, ``timeout_before_send``,
+    ``timeout_after_send``, ``dropped_after_send`` for a reset, ``unusable_answer`` for a body
+    over the size limit), with the reason the pool would give, raised as the pool raises it.
+    ``transport_row(message)`` names the row a journaled error message was written for.
+``HttpxTransport(base_url, upstream)``
+    httpx as the transport: a handler ``httpx.Request -> httpx.Response`` or any ``httpx``
+    transport, httpx's exceptions turned into the pool's failure kinds (httpx is the oracle the
+    pool's own tests compare with).
 ``upstream_task(**fields)``
     One task as the Agent Runtime's DTO shapes it (camelCase), for scripted transports.
 ``launch_context(url, tokens, ...)``
     The launch context ``serve`` would read from the environment (same journaled sources).
 ``bridge_over(upstream, ...)``
     A :class:`Bridge` over ``upstream``: a handler ``request -> response`` (wrapped in an
-    ``httpx.MockTransport``), any ``httpx`` transport, or the URL of a real runtime (the
-    bridge's own HTTP/1.1 pool). The journal defaults to a ``MemoryJournal``.
+    ``httpx.MockTransport``), any ``httpx`` transport, a ``ScriptedTransport``, or the URL of a
+    real runtime (the bridge's own HTTP/1.1 pool). The journal defaults to a ``MemoryJournal``.
 ``serve_in_memory(bridge, journal)``
     The session ``serve`` runs (session start, handshake and end journaled): the SDK's client
     speaks JSON lines over memory to the same front door as stdio (direct path included) and
@@ -42,10 +55,12 @@ Example (the call flow against a scripted upstream, nothing written to disk)::
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import parse_qsl
 
 import httpx
 import trio
@@ -56,18 +71,26 @@ from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import Credentials, LaunchContext, TokenSource
 from ._cursor import Cursors
-from ._upstream import UpstreamClient
+from ._errors import FAILURES
+from ._upstream import Transport, TransportFailure, UpstreamClient
 
 if TYPE_CHECKING:
     import mcp_types as types
     from mcp.client import ClientSession
 
 __all__ = [
+    "Fail",
+    "FailureKind",
+    "HttpxTransport",
     "MemoryJournal",
+    "Recorded",
     "ScriptedTokens",
+    "ScriptedTransport",
+    "Sent",
     "bridge_over",
     "launch_context",
     "serve_in_memory",
+    "transport_row",
     "upstream_task",
 ]
 
@@ -113,6 +136,166 @@ class ScriptedTokens:
         return self.tokens[min(self.fetched, len(self.tokens)) - 1]
 
 
+# The retry table's rows for a request without an HTTP answer, and the pool's failure that is
+# each (kind, sent): what `transport_error` reads back into the row.
+FailureKind = Literal[
+    "connect_refused",
+    "dropped_before_send",
+    "timeout_before_send",
+    "timeout_after_send",
+    "dropped_after_send",
+    "unusable_answer",
+]
+_POOL_FAILURE: Final[dict[FailureKind, tuple[str, bool]]] = {
+    "connect_refused": ("connect_failed", False),
+    "dropped_before_send": ("closed", False),
+    "timeout_before_send": ("connect_timeout", False),
+    "timeout_after_send": ("timeout", True),
+    "dropped_after_send": ("connection_dropped", True),  # a reset, or broken framing
+    "unusable_answer": ("response_too_large", True),
+}
+_UNSAFE_VALUE: Final = re.compile(rb"[\r\n\0]")
+
+
+def transport_row(message: str) -> FailureKind | None:
+    """The transport row whose text a journaled error message starts with (None: another)."""
+    for kind in _POOL_FAILURE:
+        if message.startswith(FAILURES[kind]):
+            return kind
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One request as the transport received it."""
+
+    method: str
+    target: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes | None
+
+    @property
+    def path(self) -> str:
+        return self.target.partition("?")[0]
+
+    @property
+    def query(self) -> dict[str, str]:
+        return dict(parse_qsl(self.target.partition("?")[2], keep_blank_values=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An HTTP answer: status, headers (any case), body."""
+
+    status: int
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """No HTTP answer, of one kind, with the reason the pool gave (or none)."""
+
+    kind: FailureKind
+    reason: str | None = None
+
+    def error(self) -> TransportFailure:
+        kind, sent = _POOL_FAILURE[self.kind]
+        return TransportFailure(kind, sent=sent, reason=self.reason)
+
+
+class ScriptedTransport:
+    """A Transport answering from a script (a function of the request, or a list in order);
+    every request is kept in ``sent``. Header values are checked as the pool checks them."""
+
+    def __init__(self, script: Callable[[Sent], Recorded | Fail] | Sequence[Recorded | Fail]):
+        self._script = script
+        self._next = 0
+        self.sent: list[Sent] = []
+        self.closed = False
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if self.closed:
+            raise TransportFailure("closed", sent=False)
+        if any(_UNSAFE_VALUE.search(value) for _, value in headers):
+            raise TransportFailure("invalid_request", sent=False)
+        sent = Sent(method, target, list(headers), body)
+        self.sent.append(sent)
+        if callable(self._script):
+            answer = self._script(sent)
+        else:
+            answer = self._script[min(self._next, len(self._script) - 1)]
+            self._next += 1
+        await trio.lowlevel.checkpoint()
+        if isinstance(answer, Fail):
+            raise answer.error()
+        fields = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()
+        ]
+        return answer.status, fields, answer.body
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class HttpxTransport:
+    """httpx as a Transport (a handler or an ``httpx`` transport under an ``AsyncClient``), its
+    exceptions turned into the pool's failure kinds; a TransportFailure passes as raised."""
+
+    def __init__(
+        self,
+        base_url: str,
+        upstream: Handler | httpx.AsyncBaseTransport,
+        *,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        if not isinstance(upstream, httpx.AsyncBaseTransport):
+            upstream = httpx.MockTransport(upstream)
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=httpx.Timeout(timeout_seconds, connect=min(3.0, timeout_seconds)),
+            headers={"user-agent": "agentteam-task-bridge", "accept": "application/json"},
+            transport=upstream,
+            trust_env=False,
+        )
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        request = self._client.build_request(method, target, content=body, headers=headers)
+        try:
+            response = await self._client.send(request)
+            content = response.content
+        except httpx.ConnectError:
+            raise TransportFailure("connect_failed", sent=False) from None
+        except httpx.ConnectTimeout:
+            raise TransportFailure("connect_timeout", sent=False) from None
+        except httpx.PoolTimeout:
+            raise TransportFailure("pool_timeout", sent=False) from None
+        except httpx.TimeoutException:
+            raise TransportFailure("timeout", sent=True) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            raise TransportFailure("connection_dropped", sent=True) from None
+        fields = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in response.headers.multi_items()
+        ]
+        return response.status_code, fields, content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
 def upstream_task(**fields: Any) -> dict[str, Any]:
     """One task as the Agent Runtime answers it (camelCase DTO); `fields` override the defaults."""
     task: dict[str, Any] = {
@@ -152,7 +335,7 @@ def launch_context(
 
 
 def bridge_over(
-    upstream: Handler | httpx.AsyncBaseTransport | str,
+    upstream: Handler | httpx.AsyncBaseTransport | Transport | str,
     *,
     journal: JournalPort | None = None,
     tokens: TokenSource | None = None,
@@ -167,16 +350,16 @@ def bridge_over(
 ) -> Bridge:
     """The real call flow over a fake or real upstream (close it with ``bridge.upstream.aclose``
     when ``upstream`` is a URL: the bridge's pool holds connections)."""
-    transport: httpx.AsyncBaseTransport | None = None
-    if isinstance(upstream, httpx.AsyncBaseTransport):
-        transport = upstream
-    elif not isinstance(upstream, str):
-        transport = httpx.MockTransport(upstream)
     tokens = tokens or ScriptedTokens(["tok-1", "tok-2", "tok-3"])
     if launch is None:
         url = upstream if isinstance(upstream, str) else "http://upstream.test"
         launch = launch_context(url, tokens, workspace_id=workspace_id, agent_id=agent_id)
     base_url = upstream if isinstance(upstream, str) else launch.api_url
+    transport: Transport | None = None
+    if isinstance(upstream, httpx.AsyncBaseTransport) or callable(upstream):
+        transport = HttpxTransport(base_url, upstream, timeout_seconds=timeout_seconds)
+    elif not isinstance(upstream, str):
+        transport = upstream
     return Bridge(
         launch,
         credentials or Credentials(launch.token_source),

@@ -9,13 +9,16 @@ events are compared with the recorded ones: the story (event kinds), the injecte
 upstream requests (method, route, body) and the outcome (result envelope and truncation, or error
 code, message and retryability; durations are ignored).
 
-Upstream, by default, is an ``httpx.MockTransport`` that answers from the recorded responses of
-that call: a request matches a recorded one on method, route and canonical body (for ``GET``,
-the query built from the recorded DTO), first exactly, then after the normalization of
+Upstream, by default, is a ``bridge.testing.ScriptedTransport`` that answers from the recorded
+responses of that call: a request matches a recorded one on method, route and canonical body (for
+``GET``, the query built from the recorded DTO), first exactly, then after the normalization of
 :mod:`replay._diff`; each recorded answer is used once, in order. A recorded transport failure
-(no response) is raised again as the matching httpx error. A request that matches nothing is
-answered ``502 replay_unmatched`` and shows as a difference. Tokens are ``replay-token-N`` from a
-refreshable source of the recorded kind, so a recorded 401-refresh-replay replays the same way.
+(no response) is raised again as the same failure kind (the retry-table row the recorded error
+message names: refused, dropped or timed out before sending, timed out after, reset) with the
+recorded reason, so it gives the recorded code, message and reason. A request that matches
+nothing is answered ``502 replay_unmatched`` and shows as a difference. Tokens are
+``replay-token-N`` from a refreshable source of the recorded kind, so a recorded
+401-refresh-replay replays the same way.
 
 With ``against`` (a live Agent Runtime URL), requests go there instead, with the credential of
 the environment (``AGENTTEAM_TOKEN_COMMAND``, ``_FILE`` or ``AGENTTEAM_TOKEN``); mutations are
@@ -35,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-import httpx
 import msgspec
 import trio
 
@@ -248,6 +250,8 @@ def _image(payloads: list[Payload]) -> dict[str, Any]:
                 "message": p.message,
                 "retryable": p.retryable,
             }
+            if p.reason is not None:
+                image["outcome"]["reason"] = p.reason
         elif isinstance(p, CallRejected):
             image["outcome"] = {
                 "rejected": p.error_code,
@@ -278,38 +282,41 @@ class _Recorded:
     """The recorded upstream exchanges of the call being re-driven, consumed in order."""
 
     exchanges: list[tuple[UpstreamRequest, UpstreamResponse | None]] = field(default_factory=list)
-    failure: str | None = None  # the error code when a request got no response
+    # What a request without a recorded response gets: the recorded failure, same kind and reason.
+    failure: bridge.testing.Fail = field(
+        default_factory=lambda: bridge.testing.Fail("dropped_after_send")
+    )
 
-    def answer(self, request: httpx.Request) -> httpx.Response:
+    def answer(self, request: bridge.testing.Sent) -> bridge.testing.Recorded | bridge.testing.Fail:
         today = _REDACTOR.redact(_request_key(request))
         for loose in (False, True):
             for i, (req, resp) in enumerate(self.exchanges):
                 if _recorded_key(req, loose) == (normalize(today) if loose else today):
                     del self.exchanges[i]
-                    if resp is None:
-                        raise _transport_failure(self.failure, request)
-                    return _response(resp)
-        return httpx.Response(
+                    return self.failure if resp is None else _response(resp)
+        return bridge.testing.Recorded(
             502,
-            json={
-                "error": {
-                    "code": "replay_unmatched",
-                    "message": "No recorded upstream answer matches this request.",
+            msgspec.json.encode(
+                {
+                    "error": {
+                        "code": "replay_unmatched",
+                        "message": "No recorded upstream answer matches this request.",
+                    }
                 }
-            },
+            ),
+            {"content-type": "application/json"},
         )
 
 
-def _request_key(request: httpx.Request) -> Any:
-    path = request.url.raw_path.decode("ascii", "replace").partition("?")[0]
+def _request_key(request: bridge.testing.Sent) -> Any:
     if request.method == "GET":
-        body: Any = dict(request.url.params)
+        body: Any = request.query
     else:
         try:
-            body = msgspec.json.decode(request.content) if request.content else None
+            body = msgspec.json.decode(request.body) if request.body else None
         except msgspec.DecodeError:
-            body = request.content.decode("utf-8", "replace")
-    return [request.method, path, body]
+            body = (request.body or b"").decode("utf-8", "replace")
+    return [request.method, request.path, body]
 
 
 def _recorded_key(req: UpstreamRequest, loose: bool) -> Any:
@@ -329,21 +336,32 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def _response(resp: UpstreamResponse) -> httpx.Response:
+def _response(resp: UpstreamResponse) -> bridge.testing.Recorded:
     body = resp.body
     if isinstance(body, dict) and set(body) == {"unparsed"}:
         content = str(body["unparsed"]).encode()
     else:
         content = b"" if body is None else msgspec.json.encode(body)
-    return httpx.Response(resp.status, content=content, headers=dict(resp.headers))
+    return bridge.testing.Recorded(resp.status, content, dict(resp.headers))
 
 
-def _transport_failure(code: str | None, request: httpx.Request) -> Exception:
-    if code == "upstream_unreachable":
-        return httpx.ConnectError("replayed: connection refused", request=request)
-    if code == "upstream_timeout":
-        return httpx.ReadTimeout("replayed: timed out", request=request)
-    return httpx.RemoteProtocolError("replayed: connection dropped", request=request)
+def _failure(story: CallStory) -> bridge.testing.Fail:
+    """The recorded transport failure: the row its message was written for (by its code for a
+    message of another wording), with the recorded reason."""
+    outcome = story.outcome
+    payload = outcome.payload if outcome is not None else None
+    message = payload.message if isinstance(payload, CallError) else ""
+    reason = payload.reason if isinstance(payload, CallError) else None
+    kind = bridge.testing.transport_row(message)
+    if kind is None:
+        kind = _BY_CODE.get(story.error_code or "", "dropped_after_send")
+    return bridge.testing.Fail(kind, reason)
+
+
+_BY_CODE: Final[dict[str, bridge.testing.FailureKind]] = {
+    "upstream_unreachable": "connect_refused",
+    "upstream_timeout": "timeout_after_send",
+}
 
 
 class _Driver:
@@ -370,7 +388,7 @@ class _Driver:
         self.tokens.kind = self.sources["bearer_token"]
         if self.recorded is not None:
             self.recorded.exchanges = _exchanges(story)
-            self.recorded.failure = story.error_code
+            self.recorded.failure = _failure(story)
         self.journal.clear()
         first = story.records[0]
         request_id: str | int | None = received.jsonrpc_request_id
@@ -449,7 +467,7 @@ class _Drivers:
         recorded: _Recorded | None = None
         if self.against is None:
             recorded = _Recorded()
-            transport = httpx.MockTransport(recorded.answer)
+            transport = bridge.testing.ScriptedTransport(recorded.answer)
             upstream = bridge.UpstreamClient(
                 info.api_url or "http://replay.invalid", transport=transport
             )

@@ -39,6 +39,7 @@ from agentteam_task_bridge.bridge._context import TokenSource, load_launch_conte
 from agentteam_task_bridge.bridge._cursor import Cursors, load_cursor_key
 from agentteam_task_bridge.bridge._journaling import JournalAdapter, open_journal
 from agentteam_task_bridge.bridge._lifecycle import STOP_SIGNALS
+from agentteam_task_bridge.bridge._upstream import Transport
 from agentteam_task_bridge.bridge.testing import (
     ScriptedTokens,
     bridge_over,
@@ -58,7 +59,7 @@ SESSION = "s_inproc"
 @asynccontextmanager
 async def inprocess_bridge(
     path: Path,
-    transport: httpx.AsyncBaseTransport | None,
+    transport: httpx.AsyncBaseTransport | Transport | None,
     *,
     tokens: TokenSource | None = None,
     url: str = "http://upstream.test",

@@ -12,11 +12,23 @@ import trio
 import trio.testing
 
 from agentteam_task_bridge.bridge._call import Bridge
+from agentteam_task_bridge.bridge._call_record import CallRecord, OutOfOrder
+from agentteam_task_bridge.bridge._call_upstream import UpstreamStage
 from agentteam_task_bridge.bridge.testing import (
     MemoryJournal,
     ScriptedTokens,
     bridge_over,
     upstream_task,
+)
+from agentteam_task_bridge.journal import (
+    CallCancelled,
+    CallError,
+    CallReceived,
+    CallRejected,
+    CallResult,
+    ContextInjected,
+    TokenRefreshed,
+    UpstreamRequest,
 )
 
 TASK = upstream_task()
@@ -243,3 +255,46 @@ async def test_workflow_ids_are_measured_in_utf8_bytes_and_never_cut(
     else:
         assert not result.is_error
         assert (bodies[0]["workflowRunId"], bodies[0]["callbackEffectId"]) == (run, callback)
+
+
+async def test_an_event_out_of_the_call_grammar_fails_at_once_and_is_never_written() -> None:
+    journal = MemoryJournal()
+    call = CallRecord(journal, "s_test", "s_test.1", "task_get", 1)
+    with pytest.raises(OutOfOrder, match="upstream_request after start"):
+        await call.record(UpstreamRequest(method="GET", route="/x", body={}))
+    with pytest.raises(OutOfOrder, match="call_result after received"):  # received goes first
+        await call.record(CallResult(result={}, truncated=False, duration_ms=0.0))
+    assert call.position == "start" and journal.kinds() == []
+    assert await call.record(CallReceived(arguments={}))
+    with pytest.raises(OutOfOrder, match="upstream_request after received"):
+        await call.record(UpstreamRequest(method="GET", route="/x", body={}))
+    with pytest.raises(OutOfOrder, match="call_error after received"):  # an error needs a stage
+        await call.record(CallError(error_code="internal_error", retryable=False, message="m"))
+    assert await call.record(CallRejected(error_code="unknown_tool", message="m"), durable=True)
+    # The one outcome is in: a late cancellation changes nothing, any other event is a bug.
+    assert not await call.record(CallCancelled(reason="late"))
+    with pytest.raises(OutOfOrder, match="nothing \\(the call had ended\\)"):
+        await call.record(ContextInjected(fields=[]))
+    assert journal.kinds() == ["call_received", "call_rejected"]
+
+
+async def test_the_call_flow_stepping_out_of_order_ends_in_an_internal_error_at_that_event(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    honest = UpstreamStage.exchange
+
+    async def refreshed_too_early(self: UpstreamStage, call: CallRecord, *args: Any) -> Any:
+        await call.record(TokenRefreshed(source="test", reason="before any request"))
+        return await honest(self, call, *args)
+
+    monkeypatch.setattr(UpstreamStage, "exchange", refreshed_too_early)
+    sent: list[httpx.Request] = []
+    journal = MemoryJournal()
+    bridge, _ = make_bridge(
+        lambda r: sent.append(r) or httpx.Response(200, json={"task": TASK}), journal
+    )
+    result = await bridge.call("task_get", {"channel": "general", "number": 1}, {}, 1)
+    assert result.structured_content["error"]["code"] == "internal_error"  # type: ignore[index]
+    assert sent == []  # failed at the event, before the request
+    assert journal.kinds() == ["call_received", "context_injected", "call_error"]
+    assert "OutOfOrder" in caplog.text

@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 
-from agentteam_task_bridge import replay
+from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.bridge import _call
+from agentteam_task_bridge.bridge.testing import Fail, FailureKind, ScriptedTransport
+from agentteam_task_bridge.journal import CallError
 from agentteam_task_bridge.runtime import FaultSpec, Runtime
 
 from .bridge_harness import BridgeSession
+from .bridge_inprocess import inprocess_bridge
 from .replay_helpers import Built, drive, everyday_journal
 
 __all__ = ["everyday_journal"]  # a fixture, shared through the helpers
@@ -85,6 +88,45 @@ async def test_recorded_transport_failures_replay_the_same(tmp_path: Path) -> No
     built = await drive(tmp_path, script)
     result = await replay.rerun_async([built.path])
     assert (result.same, result.differs, result.skipped) == (3, 0, 0), result.calls
+
+
+_GET = ("task_get", {"channel": "general", "number": 1})
+_CREATE = ("task_create", {"channel": "general", "tasks": [{"title": "a"}]})
+
+
+@pytest.mark.parametrize(
+    ("kind", "call", "code"),
+    [
+        ("connect_refused", _GET, "upstream_unreachable"),
+        ("connect_refused", _CREATE, "upstream_unreachable"),
+        ("dropped_before_send", _GET, "upstream_unreachable"),
+        ("dropped_before_send", _CREATE, "upstream_unreachable"),
+        ("timeout_before_send", _GET, "upstream_timeout"),
+        ("timeout_before_send", _CREATE, "upstream_timeout"),  # not outcome_unknown
+        ("timeout_after_send", _GET, "upstream_timeout"),
+        ("timeout_after_send", _CREATE, "outcome_unknown"),
+        ("dropped_after_send", _GET, "upstream_failure"),  # a reset mid-exchange
+        ("dropped_after_send", _CREATE, "outcome_unknown"),
+        ("unusable_answer", _GET, "upstream_malformed"),  # a body over the size limit
+        ("unusable_answer", _CREATE, "outcome_unknown"),
+    ],
+)
+async def test_each_recorded_failure_kind_reruns_with_its_recorded_code_and_reason(
+    tmp_path: Path, kind: FailureKind, call: tuple[str, dict[str, Any]], code: str
+) -> None:
+    path = tmp_path / "journal.db"
+    reason = f"recorded: {kind} on 127.0.0.1"
+    async with inprocess_bridge(path, ScriptedTransport([Fail(kind, reason)])) as (bridge, _):
+        answer = await bridge.answer(*call, {}, 7)
+    assert answer.envelope["error"]["code"] == code
+    with journal.open_reader(path) as reader:
+        [error] = [r.payload for r in reader.events(kind="call_error")]
+    assert isinstance(error, CallError) and (error.error_code, error.reason) == (code, reason)
+
+    result = await replay.rerun_async([path], include_same=True)
+    [rerun] = result.calls
+    assert rerun.verdict == "same", rerun.differences
+    assert rerun.recorded == rerun.today == code
 
 
 async def test_against_a_live_runtime_mutations_need_a_flag(

@@ -26,7 +26,7 @@ from . import procs
 
 # (layer, substring of a frame's file) in match order; a frame's first match names its layer.
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("bridge: call flow", "bridge/_call.py"),
+    ("bridge: call flow", "bridge/_call"),  # _call.py and its stages, _call_*.py
     ("bridge: validation", "bridge/_validate.py"),
     ("bridge: budgets", "bridge/_budget.py"),
     ("bridge: rendering", "bridge/_render.py"),
