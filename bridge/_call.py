@@ -66,6 +66,7 @@ from ._errors import (
     transport_error,
 )
 from ._lifecycle import Unanswered
+from ._metrics import Metrics
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._screen import Screen, cut
@@ -129,12 +130,14 @@ class Bridge:
         compat: Policy = "hint",
         tracing: Tracing | None = None,
         cursors: Cursors | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.compat = compat
         # Signs the cursors of the pages it cuts: the installation's key (`serve`), or one of
         # this process only.
         self.cursors = cursors or Cursors.ephemeral()
         self.tracing = tracing
+        self.metrics = metrics  # told each call's outcome (`_Call._record_outcome`)
         self.launch = launch
         self.credentials = credentials
         self.upstream = upstream
@@ -168,7 +171,9 @@ class Bridge:
     ) -> Answer:
         """One tool call, answered as an `Answer` (the direct stdio path writes its JSON)."""
         started = time.perf_counter()
-        call = _Call(self, f"{self.session.session_id}.{next(self._ids)}", name, request_id)
+        call = _Call(
+            self, f"{self.session.session_id}.{next(self._ids)}", name, request_id, started
+        )
         self.session.calls += 1
         # Trace context with a control character is dropped (and said so), never sent upstream.
         meta, trace_dropped = screened_trace(meta or {})
@@ -677,8 +682,16 @@ class _Call:
     of a call that lost an event, so its story stays a clean prefix) and `journal_note` says so.
     """
 
-    def __init__(self, bridge: Bridge, call_id: str, tool: str, request_id: str | int | None):
+    def __init__(
+        self,
+        bridge: Bridge,
+        call_id: str,
+        tool: str,
+        request_id: str | int | None,
+        started: float,
+    ):
         self._bridge = bridge
+        self.started = started  # time.perf_counter() at arrival (the call's metrics)
         self.call_id = call_id
         self.tool = tool
         self.request_id = request_id
@@ -694,11 +707,11 @@ class _Call:
         self.tool = tool
 
     async def record(self, payload: Payload, *, durable: bool = False) -> bool:
-        if self.lost is not None:
-            return False
         kind = payload.kind
         if kind in _OUTCOMES:
             return await self._record_outcome(payload, durable)
+        if self.lost is not None:
+            return False
         ok = await self._append(payload, durable=durable)
         if ok and kind == "call_received":
             self.received_recorded = True
@@ -712,6 +725,13 @@ class _Call:
         if self.outcome_appended:
             return False
         self.outcome_appended = True  # before the await: a cancellation must not add one
+        metrics = self._bridge.metrics
+        if metrics is not None:  # the call's one outcome, journaled or not
+            metrics.call(
+                self.tool, payload.kind, getattr(payload, "error_code", None), self.started
+            )
+        if self.lost is not None:
+            return False
         with trio.CancelScope(shield=True):
             if not self.received_recorded and self.received is not None:
                 # Refused before its first event landed (cancelled in the queue's wait): the
