@@ -13,12 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import open_bridge
+from .bridge_inprocess import inprocess_bridge
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 from agentteam_task_bridge.bridge import _metrics
@@ -218,3 +220,77 @@ def test_the_settings_as_the_sdk_reads_them() -> None:
     )
     assert not _metrics.wanted({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
     assert _metrics.check({"OTEL_METRICS_EXPORTER": "otlp,console"}) is None
+
+
+def _collected(reader: Any) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    return {
+        metric.name: list(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+
+async def test_a_call_whose_outcome_the_journal_lost_is_counted_and_the_spell_measured(
+    tmp_path: Path,
+) -> None:
+    """Metrics say what happened when the journal cannot: a mutation's result the journal lost,
+    the refusals while it is down, the seconds it spent degraded and the events it lost."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from agentteam_task_bridge.bridge._journaling import JournalAdapter
+
+    from .test_bridge_journal_degraded import CREATE, Locked, _wait_until_healthy
+
+    path = tmp_path / "j.db"
+    breaker = Locked(path)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    async with inprocess_bridge(path, httpx.MockTransport(breaker.handler), busy_timeout=0.1) as (
+        bridge,
+        writer,
+    ):
+        bridge.metrics = _metrics.Metrics(provider, JournalAdapter(writer).health)
+        breaker.armed = True
+        try:
+            first = await bridge.call("task_create", CREATE, {}, 1)
+            refused = await bridge.call("task_create", CREATE, {}, 2)
+            during = _collected(reader)
+        finally:
+            breaker.repair()
+        assert first.structured_content["meta"]["journal"]["recorded"] is False  # type: ignore[index]
+        assert refused.is_error
+        await _wait_until_healthy(writer)
+        await bridge.call("task_create", CREATE, {}, 3)
+        after = _collected(reader)
+    provider.shutdown()
+    calls = Counter[tuple[str, str | None]]()
+    for point in after[_metrics.CALLS]:
+        attributes = dict(point.attributes)
+        calls[(attributes["agentteam.call.outcome"], attributes.get("agentteam.error.code"))] += (
+            point.value
+        )
+    assert calls == {("result", None): 2, ("error", "journal_unavailable"): 1}
+    [lost_while_down] = during[_metrics.JOURNAL_DEGRADED]
+    assert lost_while_down.value > 0  # the open spell counts
+    [degraded] = after[_metrics.JOURNAL_DEGRADED]
+    assert degraded.value >= lost_while_down.value
+    [depth] = after[_metrics.JOURNAL_QUEUE]
+    assert depth.value == 0  # what was lost is not "queued"
+    with journal.open_reader(path) as reader_:
+        [gap] = list(reader_.events(kind="journal_gap"))
+    assert isinstance(gap.payload, journal.JournalGap) and gap.payload.events_lost >= 1
+
+
+def test_the_readme_names_every_metric() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for name in (
+        _metrics.DURATION,
+        _metrics.CALLS,
+        _metrics.JOURNAL_EVENTS,
+        _metrics.JOURNAL_QUEUE,
+        _metrics.JOURNAL_DEGRADED,
+    ):
+        assert f"| `{name}` |" in readme, name
