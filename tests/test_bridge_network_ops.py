@@ -231,6 +231,45 @@ async def test_tinyproxys_401_for_a_wrong_password_is_named_as_the_proxy_at_star
     assert "token" not in line.lower() and "credential_" not in line
 
 
+@pytest.mark.slow
+async def test_a_mutation_tinyproxy_refuses_mid_session_is_the_proxys_error_not_in_doubt(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    """The proxy's password changes under a live session: the call's error and its journaled
+    reason name the proxy (never the agent's credential), and the create is not in doubt."""
+    path = tmp_path / "journal.db"
+    first = tinyproxy(tmp_path / "p1", basic_auth=("agent", "first"))
+    port = first.__enter__().port
+    env = {**file_runtime.bridge_env(), "http_proxy": f"http://agent:first@127.0.0.1:{port}"}
+    try:
+        async with open_bridge(env, path) as bridge:
+            await bridge.ok("task_create", CREATE)  # through the proxy, its password taken
+            first.__exit__(None, None, None)  # the proxy stops ...
+            # ... and starts again on its port with a password the session does not have.
+            with tinyproxy(tmp_path / "p2", basic_auth=("agent", "second"), port=port):
+                error = await bridge.fails("task_create", CREATE, code="upstream_unreachable")
+                await bridge.fails(
+                    "task_get", {"channel": "general", "number": 1}, code="upstream_unreachable"
+                )
+    finally:
+        first.__exit__(None, None, None)
+    # The model is told nothing was sent (as for squid's 407); never that its credential failed.
+    assert "nothing was sent" in error["message"], error
+    assert "credential" not in str(error).lower() and "token" not in str(error).lower(), error
+    events = _events(path, "call_error")
+    reasons = [e.get("reason") or "" for e in events]
+    assert len(reasons) == 2 and all("answered 401 (proxy authentication" in r for r in reasons)
+    assert not _events(path, "token_refreshed")  # the agent's token was never blamed
+    with journal.open_reader(path) as reader:
+        refused_calls = {r.call_id for r in reader.events() if r.kind == "call_error"}
+        upstream = [r for r in reader.events(kind="upstream_request") if r.call_id in refused_calls]
+    assert upstream  # the request was journaled write-ahead, then refused before the API
+    from agentteam_task_bridge import replay
+
+    result = replay.verify([path])
+    assert not [c for c in result.in_doubt if c.call_id in refused_calls], result.in_doubt
+
+
 async def test_a_request_tinyproxy_refused_with_401_is_not_in_doubt(tmp_path: Path) -> None:
     """A mutation tinyproxy answered 401 never reached the API: not sent, named the proxy's."""
     with tinyproxy(tmp_path / "proxy", basic_auth=("agent", "right")) as proxy:
