@@ -156,8 +156,11 @@ class Metrics:
             appended, committed, lost, _ = journal()
             return [Observation(max(0, appended - committed - lost))]
 
+        reported = [0.0]  # a cumulative counter never goes back (a spell closing mid-read)
+
         def degraded(options: CallbackOptions) -> list[Observation]:
-            return [Observation(journal()[3])]
+            reported[0] = max(reported[0], journal()[3])
+            return [Observation(reported[0])]
 
         meter.create_observable_counter(
             JOURNAL_EVENTS,
