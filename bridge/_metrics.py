@@ -25,10 +25,11 @@ What is measured (the MCP and GenAI semantic conventions where they name it):
   until its ``journal_gap`` is committed).
 
 Invariants: with metrics off nothing of the SDK is imported and a call pays one ``is None`` test;
-on, a call pays one histogram record and one counter add with attributes made once per (tool,
-outcome, code). Every attribute value comes from a closed set (the registry's tool names, the
-error codes, fixed words): a tool name the bridge does not serve is ``_OTHER``, so nothing a model
-or an upstream wrote, no secret and no hidden context (workspace, agent, token) can be exported.
+on, a call pays one histogram record (the SDK's) and one dict increment (the calls counter, read
+when the reader collects), with attributes made once per (tool, outcome, code). Every attribute
+value comes from a closed set (the registry's tool names, the error codes, fixed words): a tool
+name the bridge does not serve is ``_OTHER``, so nothing a model or an upstream wrote, no secret
+and no hidden context (workspace, agent, token) can be exported.
 """
 
 from __future__ import annotations
@@ -144,10 +145,15 @@ class Metrics:
             "received until the result is sent",
             explicit_bucket_boundaries_advisory=list(BUCKETS),
         )
-        self._calls = meter.create_counter(
-            CALLS, unit="{call}", description="Tool calls by tool, outcome and error code"
-        )
         self._attributes: dict[tuple[str, str, str | None], dict[str, str]] = {}
+        # The calls counter is counted here, a dict entry per (tool, outcome, code), and read
+        # when the reader collects: an SDK counter add would cost as much as the record.
+        self._counts: dict[tuple[str, str, str | None], int] = {}
+        attributes_of = self._attributes
+        counts = self._counts
+
+        def calls(options: CallbackOptions) -> list[Observation]:
+            return [Observation(n, attributes_of[key]) for key, n in list(counts.items())]
 
         def events(options: CallbackOptions) -> list[Observation]:
             return [Observation(journal()[0])]
@@ -162,6 +168,9 @@ class Metrics:
             reported[0] = max(reported[0], journal()[3])
             return [Observation(reported[0])]
 
+        meter.create_observable_counter(
+            CALLS, [calls], unit="{call}", description="Tool calls by tool, outcome and error code"
+        )
         meter.create_observable_counter(
             JOURNAL_EVENTS,
             [events],
@@ -191,7 +200,7 @@ class Metrics:
             if attributes is None:
                 attributes = self._attributes[key] = _attributes(tool, kind, code)
             self._duration.record(time.perf_counter() - started, attributes)
-            self._calls.add(1, attributes)
+            self._counts[key] = self._counts.get(key, 0) + 1
         except Exception:
             log.warning("recording a call's metrics failed", exc_info=True)
 
