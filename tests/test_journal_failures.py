@@ -221,7 +221,6 @@ async def test_the_writer_counts_the_time_it_spent_failed_and_the_events_it_lost
         during = writer.stats
         # The call's event, and each journal_gap row a re-probe tried while the lock held.
         assert during.lost >= 1 and during.degraded_seconds >= 0.2, during
-        assert during.appended - during.committed - during.lost == 0  # nothing queued
         other.execute("ROLLBACK")
         other.close()
         await writer.recover()
