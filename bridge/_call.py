@@ -65,6 +65,7 @@ from ._errors import (
     suggest,
 )
 from ._lifecycle import Unanswered
+from ._metrics import Metrics
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
 from ._screen import Screen
@@ -119,12 +120,14 @@ class Bridge:
         compat: Policy = "hint",
         tracing: Tracing | None = None,
         cursors: Cursors | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.compat = compat
         # Signs the cursors of the pages it cuts: the installation's key (`serve`), or one of
         # this process only.
         self.cursors = cursors or Cursors.ephemeral()
         self.tracing = tracing
+        self.metrics = metrics  # told each call's outcome (`CallRecord._record_outcome`)
         self.launch = launch
         self.upstream = upstream
         self.journal = journal
@@ -177,6 +180,8 @@ class Bridge:
             name,
             request_id,
             session.unanswered,
+            self.metrics,
+            started,
         )
         notices: list[dict[str, str]] = []
         try:

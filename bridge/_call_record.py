@@ -40,6 +40,7 @@ from agentteam_task_bridge.journal import (
 
 if TYPE_CHECKING:
     from ._lifecycle import Unanswered
+    from ._metrics import Metrics
 
 log = logging.getLogger("agentteam.bridge")
 
@@ -89,11 +90,13 @@ class CallRecord:
         "call_id",
         "journal",
         "lost",
+        "metrics",
         "mutation",
         "received",
         "request_id",
         "sent",
         "session_id",
+        "started",
         "tool",
         "trace_headers",
         "unanswered",
@@ -107,6 +110,8 @@ class CallRecord:
         tool: str,
         request_id: str | int | None,
         unanswered: Unanswered | None = None,
+        metrics: Metrics | None = None,
+        started: float = 0.0,
     ) -> None:
         self.journal = journal
         self.session_id = session_id
@@ -115,6 +120,8 @@ class CallRecord:
         self.request_id = request_id
         # With a door that writes the answers: told of each journaled outcome.
         self.unanswered = unanswered
+        self.metrics = metrics  # told the call's one outcome, journaled or not
+        self.started = started  # time.perf_counter() at arrival (the call's duration)
         self.trace_headers: list[tuple[bytes, bytes]] = []  # the client's, when tracing is off
         self.received: CallReceived | None = None  # written first, whenever the call ends
         self.mutation = False
@@ -171,6 +178,9 @@ class CallRecord:
         except OutOfOrder:
             self._grammar.state = position  # nothing was written
             raise
+        if self.metrics is not None:
+            code = getattr(payload, "error_code", None)
+            self.metrics.call(self.tool, payload.kind, code, self.started)
         if self.lost is not None:
             return False
         with trio.CancelScope(shield=True):

@@ -91,12 +91,15 @@ def _field_line(line: bytes) -> tuple[bytes, bytes]:
 
 
 class _Connection:
-    __slots__ = ("buffer", "idle_since", "stream")
+    __slots__ = ("answered", "buffer", "idle_since", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.buffer = bytearray()  # received and not yet consumed
         self.idle_since = 0.0
+        # The status and fields of the current exchange's head, once read: a proxy that refuses a
+        # request may close before reading its body (tinyproxy), and the reset ends the answer.
+        self.answered: tuple[int, list[tuple[bytes, bytes]]] | None = None
 
     async def send(self, data: bytes) -> None:
         """Send a request. Over plain TCP the socket takes it at once (it is small and the
@@ -148,6 +151,7 @@ class _Connection:
                 break
             if status == 101:
                 raise _Malformed("an upgrade nobody asked for")
+        self.answered = status, headers
         lengths = [value for name, value in headers if name == b"content-length"]
         codings = [value for name, value in headers if name == b"transfer-encoding"]
         reusable = minor == 1 and not any(
@@ -261,14 +265,24 @@ _CLIENT_CERT_ALERTS: Final = (
     "ACCESS_DENIED",
 )
 _HOSTNAME_MISMATCH: Final = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+# The Bearer scheme among a WWW-Authenticate value's challenges (RFC 9110: a scheme starts the
+# value or follows a comma; a quoted parameter holding the word only errs towards the API's).
+_BEARER: Final = re.compile(rb"(?:^|,)\s*bearer(?:[\s,]|$)", re.IGNORECASE)
 
 
-def _from_proxy(status: int, fields: list[tuple[bytes, bytes]]) -> bool:
-    """A 407, or a 401 that challenges for the proxy only (tinyproxy's answer), is the proxy's."""
+def _from_proxy(status: int, fields: list[tuple[bytes, bytes]], credentials_sent: bool) -> bool:
+    """Whether a forwarding proxy answered for itself. A 407 is the proxy's; so is a 401 that
+    challenges for the proxy only (``Proxy-Authenticate``, no ``WWW-Authenticate``) and, when the
+    bridge sent the proxy credentials, a 401 whose challenges offer no ``Bearer``: the bridge
+    authenticates to the API with a bearer token only, and tinyproxy answers a wrong password with
+    ``401`` and ``WWW-Authenticate: Basic realm="Tinyproxy"``. A 401 without any challenge (the
+    reference runtime's) or one offering Bearer is the API's."""
     if status == 407:
         return True
-    names = {name for name, _ in fields}
-    return b"proxy-authenticate" in names and b"www-authenticate" not in names
+    challenges = [value for name, value in fields if name == b"www-authenticate"]
+    if not challenges:
+        return any(name == b"proxy-authenticate" for name, _ in fields)
+    return credentials_sent and not any(_BEARER.search(value) for value in challenges)
 
 
 def connect_failure_reason(exc: BaseException, where: str) -> str:
@@ -377,6 +391,7 @@ class Http11Pool:
         self._dial = (proxy.host, proxy.port) if proxy else (self._host, self._port)
         self._tunnel = proxy is not None and self._https
         self._forwarded = proxy is not None and not self._https  # the proxy answers requests
+        self._proxy_credentials = bool(self._forwarded and proxy and proxy.authorization)
         fixed = b"host: %s\r\nuser-agent: %s\r\naccept: application/json\r\n" % (
             self._host_header,
             user_agent.encode(),
@@ -457,6 +472,10 @@ class Http11Pool:
                     # TLS 1.3: the server checks the client's certificate before it reads any
                     # application data, so the request was not acted on.
                     raise TransportFailure("connect_failed", sent=False, reason=refused) from None
+                answered = connection.answered  # the head came, then the connection ended
+                refusal = self._proxy_refusal(*answered) if answered is not None else None
+                if refusal is not None:
+                    raise refusal from None
                 reason = connect_failure_reason(exc, "") if cause is not None else None
                 raise TransportFailure("connection_dropped", sent=True, reason=reason) from None
             except BaseException:  # cancelled mid-exchange: the connection is in an unknown state
@@ -467,18 +486,28 @@ class Http11Pool:
                 raise TransportFailure("timeout", sent=True)
             status, fields, content, reusable = exchanged
             await self._release(connection, reusable)
-            if status in (401, 407) and self._forwarded and _from_proxy(status, fields):
-                assert self.proxy is not None
-                # The proxy answered for itself: the request never reached the API.
-                raise TransportFailure(
-                    "connect_failed",
-                    sent=False,
-                    reason=f"the proxy {self.proxy} answered {status} (proxy authentication "
-                    f"required); check the credentials in {self.proxy.variable}",
-                )
+            if status in (401, 407) and (refusal := self._proxy_refusal(status, fields)):
+                raise refusal
             return status, fields, content
         finally:
             self._slots.release()
+
+    def _proxy_refusal(
+        self, status: int, fields: list[tuple[bytes, bytes]]
+    ) -> TransportFailure | None:
+        """The failure to raise when a forwarding proxy answered for itself: the request never
+        reached the API (not sent, so a mutation is not in doubt)."""
+        if status not in (401, 407) or not self._forwarded:
+            return None
+        if not _from_proxy(status, fields, self._proxy_credentials):
+            return None
+        assert self.proxy is not None
+        return TransportFailure(
+            "connect_failed",
+            sent=False,
+            reason=f"the proxy {self.proxy} answered {status} (proxy authentication "
+            f"required); check the credentials in {self.proxy.variable}",
+        )
 
     def _encode(
         self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes | None
@@ -569,6 +598,7 @@ class Http11Pool:
     async def _exchange(
         self, connection: _Connection, request: bytes, method: str
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        connection.answered = None
         await connection.send(request)
         return await connection.read_response(method, self._max_body)
 

@@ -63,6 +63,12 @@ class JournalAdapter:
     def add_secret(self, value: str) -> None:
         self._writer.add_secret(value)
 
+    def health(self) -> tuple[int, int, int, float]:
+        """(events appended, committed, lost, seconds degraded) so far: the metrics' journal
+        health, read from the exporter's thread (plain counters, no lock needed)."""
+        stats = self._writer.stats
+        return stats.appended, stats.committed, stats.lost, stats.degraded_seconds
+
     async def append(self, event: Event, *, durable: bool = False) -> None:
         try:
             await self._writer.append(event, durable=durable)

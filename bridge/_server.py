@@ -16,6 +16,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from agentteam_task_bridge.journal import (
     warm_up_redaction,
 )
 
-from . import __version__, _telemetry
+from . import __version__, _metrics, _telemetry
 from ._call import Bridge, JournalFailed, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
@@ -278,15 +279,16 @@ async def serve(
     `early_signals`: the stop signals received before this ran (`note_early_signals`).
     """
     shutdown = Shutdown()
-    tracing: list[_telemetry.Tracing] = []  # set once started: flushed after the journal closed
+    # Set once started: traces and metrics, flushed after the journal closed.
+    telemetry: list[_telemetry.Tracing | _metrics.Metrics] = []
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         if early_signals:
             shutdown.request(early_signals[0])
         try:
-            await _serve(config, os.environ if env is None else env, shutdown, signals, tracing)
+            await _serve(config, os.environ if env is None else env, shutdown, signals, telemetry)
         finally:
-            if tracing:
-                await _shutdown_tracing(tracing[0], shutdown.deadline)
+            if telemetry:
+                await _shutdown_telemetry(telemetry, shutdown.deadline)
 
 
 async def _serve(
@@ -294,11 +296,11 @@ async def _serve(
     env: Mapping[str, str],
     shutdown: Shutdown,
     signals: AsyncIterator[int],
-    tracing_out: list[_telemetry.Tracing],
+    telemetry: list[_telemetry.Tracing | _metrics.Metrics],
 ) -> None:
     session = Session(session_id="s" + secrets.token_hex(6), unanswered=Unanswered())
     check_paths(config)
-    refused = _telemetry.check(env)
+    refused = _telemetry.check(env) or _metrics.check(env)
     if refused is not None:
         raise ConfigError(refused)
     lost: str | None = None
@@ -328,9 +330,20 @@ async def _serve(
         stack.push_async_callback(upstream.aclose)
         tracing = _telemetry.start(env, launch.api_url, __version__)
         if tracing is not None:
-            tracing_out.append(tracing)
+            telemetry.append(tracing)
+        metrics = _metrics.start(env, __version__, journal.health)
+        if metrics is not None:
+            telemetry.append(metrics)
         bridge = Bridge(
-            launch, credentials, upstream, journal, session, config.compat, tracing, cursors
+            launch,
+            credentials,
+            upstream,
+            journal,
+            session,
+            config.compat,
+            tracing,
+            cursors,
+            metrics,
         )
         if upstream.proxy is not None:  # a proxy password is a known secret too
             for secret in upstream.proxy.secrets:
@@ -400,8 +413,15 @@ async def _journal_undelivered(journal: JournalPort, session: Session) -> None:
         )
 
 
-async def _shutdown_tracing(tracing: _telemetry.Tracing, deadline: float) -> None:
-    """Export what is batched before the process ends, until the session's deadline (the
-    exporter blocks: off the loop, abandoned at the deadline; the journal is closed by then)."""
+async def _shutdown_telemetry(
+    parts: Sequence[_telemetry.Tracing | _metrics.Metrics], deadline: float
+) -> None:
+    """Export what is batched (spans) and what was measured (metrics, the journal's last counts
+    among them) before the process ends, each at once and all until the session's deadline (the
+    exporters block: off the loop, abandoned at the deadline; the journal is closed by then)."""
     with trio.CancelScope(shield=True), trio.move_on_at(deadline):
-        await trio.to_thread.run_sync(tracing.shutdown, abandon_on_cancel=True)
+        async with trio.open_nursery() as nursery:
+            for part in parts:
+                nursery.start_soon(
+                    partial(trio.to_thread.run_sync, abandon_on_cancel=True), part.shutdown
+                )

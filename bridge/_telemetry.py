@@ -1,4 +1,4 @@
-"""Live OpenTelemetry from the running bridge, free when off.
+"""Live OpenTelemetry traces from the running bridge, free when off (metrics: `_metrics`).
 
 On only when both hold: the ``[otel]`` extra is installed (the OpenTelemetry SDK and its OTLP
 exporter) and the standard environment asks for traces (``OTEL_EXPORTER_OTLP_ENDPOINT`` or

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -77,6 +78,10 @@ class WriterStats(msgspec.Struct, frozen=True, kw_only=True):
     durable_commits: int
     checkpoints: int
     largest_batch: int
+    lost: int = 0  # appended, then lost with a failed commit (never committed)
+    # Time spent degraded, the current spell too: from a failure until its journal_gap row is
+    # committed (the writer refuses appends, then takes them behind the gap while it commits).
+    degraded_seconds: float = 0.0
 
 
 class AsyncWriter:
@@ -98,7 +103,11 @@ class AsyncWriter:
         self._closed_calls: dict[str, JournalUnavailable] = {}
         self._closed = False
         self._appended = self._committed = self._commits = self._durable_commits = 0
-        self._checkpoints = self._largest_batch = 0
+        self._checkpoints = self._largest_batch = self._lost = 0
+        # Time spent degraded (a gap open): closed spells summed, and the open one's start
+        # (monotonic seconds, not trio's clock: metrics read it from their exporter's thread).
+        self._degraded_s = 0.0
+        self._failed_since: float | None = None
 
     @property
     def journal_id(self) -> str:
@@ -136,7 +145,13 @@ class AsyncWriter:
             durable_commits=self._durable_commits,
             checkpoints=self._checkpoints,
             largest_batch=self._largest_batch,
+            lost=self._lost,
+            degraded_seconds=self._degraded_s + self._failed_for(),
         )
+
+    def _failed_for(self) -> float:
+        since = self._failed_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def add_secret(self, value: str) -> None:
         """Register a secret (e.g. the current bearer token) to be replaced in later events."""
@@ -322,7 +337,9 @@ class AsyncWriter:
             if isinstance(item, _Append):
                 self._slots.release()
                 if failure is None and isinstance(item, _GapAppend) and self._gap is item.gap:
-                    self._gap = None  # written down
+                    self._gap = None  # written down: the degraded spell ends
+                    self._degraded_s += self._failed_for()
+                    self._failed_since = None
 
     def _on_committed(self, items: list[_Item], rows: int, durable: bool, signed: bool) -> None:
         if rows or signed:
@@ -336,8 +353,11 @@ class AsyncWriter:
     def _on_failed(self, items: list[_Item], failure: JournalUnavailable) -> None:
         if self._gap is None:
             self._gap = _Gap(failure)
+            self._failed_since = time.monotonic()
         gap = self._gap
         for item in items:
+            if isinstance(item, _Append):
+                self._lost += 1
             if isinstance(item, _Append) and not isinstance(item, _GapAppend):
                 call_id = item.row[3]
                 gap.lost += 1

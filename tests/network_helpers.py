@@ -52,13 +52,16 @@ class Tinyproxy:
 
 
 @contextmanager
-def tinyproxy(directory: Path, basic_auth: tuple[str, str] | None = None) -> Iterator[Tinyproxy]:
-    """Debian's tinyproxy in the foreground on a free loopback port (.ci/run installs it)."""
+def tinyproxy(
+    directory: Path, basic_auth: tuple[str, str] | None = None, port: int | None = None
+) -> Iterator[Tinyproxy]:
+    """Debian's tinyproxy in the foreground on a free loopback port, or `port` (a proxy started
+    again there with other settings) (.ci/run installs it)."""
     binary = shutil.which("tinyproxy")
     if binary is None:
         pytest.skip("tinyproxy is not installed (apt-get install tinyproxy; .ci/run does)")
     directory.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = port or _free_port()
     proxy = Tinyproxy(port, directory / "tinyproxy.log")
     lines = [
         f"Port {port}",

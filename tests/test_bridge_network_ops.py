@@ -14,12 +14,12 @@ import pytest
 import trio
 
 from agentteam_task_bridge import journal
-from agentteam_task_bridge.bridge._http11 import Http11Pool, TransportFailure
+from agentteam_task_bridge.bridge._http11 import Http11Pool, TransportFailure, _from_proxy
 from agentteam_task_bridge.bridge._network import parse_proxy
 from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import open_bridge
-from .network_helpers import make_client_pki, make_pki, mtls_front, squid
+from .network_helpers import make_client_pki, make_pki, mtls_front, squid, tinyproxy
 
 CREATE = {"channel": "general", "tasks": [{"title": "behind the proxy"}]}
 
@@ -205,3 +205,110 @@ async def test_a_request_the_proxy_refused_is_not_in_doubt(tmp_path: Path) -> No
             assert "answered 407 (proxy authentication required)" in (failure.value.reason or "")
         await pool.aclose()
         assert all("TCP_DENIED/407" in line for line in proxy.requests() if "http://" in line)
+
+
+# --- tinyproxy answers a wrong password with 401 and WWW-Authenticate: Basic, not 407
+
+
+@pytest.mark.slow
+async def test_tinyproxys_401_for_a_wrong_password_is_named_as_the_proxy_at_start(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    password = "tp-pr0xy-s3cret"
+    with tinyproxy(tmp_path / "proxy", basic_auth=("agent", password)) as proxy:
+        right = f"http://agent:{password}@127.0.0.1:{proxy.port}"
+        env = {**file_runtime.bridge_env(), "http_proxy": right}
+        async with open_bridge(env, tmp_path / "journal.db") as bridge:
+            await bridge.ok("task_create", CREATE)
+        assert any(line.startswith("POST http://") for line in proxy.requests())
+
+        wrong = {**env, "http_proxy": right.replace(password, "wrong-" + password)}
+        done = await _serve_once(wrong, tmp_path)
+    line = _one_line(done)
+    assert f"the proxy http://agent:***@127.0.0.1:{proxy.port} answered 401" in line, line
+    assert "(proxy authentication required)" in line and "http_proxy" in line, line
+    assert password not in done.stderr
+    assert "token" not in line.lower() and "credential_" not in line
+
+
+@pytest.mark.slow
+async def test_a_mutation_tinyproxy_refuses_mid_session_is_the_proxys_error_not_in_doubt(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    """The proxy's password changes under a live session: the call's error and its journaled
+    reason name the proxy (never the agent's credential), and the create is not in doubt."""
+    path = tmp_path / "journal.db"
+    first = tinyproxy(tmp_path / "p1", basic_auth=("agent", "first"))
+    port = first.__enter__().port
+    env = {**file_runtime.bridge_env(), "http_proxy": f"http://agent:first@127.0.0.1:{port}"}
+    try:
+        async with open_bridge(env, path) as bridge:
+            await bridge.ok("task_create", CREATE)  # through the proxy, its password taken
+            first.__exit__(None, None, None)  # the proxy stops ...
+            # ... and starts again on its port with a password the session does not have.
+            with tinyproxy(tmp_path / "p2", basic_auth=("agent", "second"), port=port):
+                error = await bridge.fails("task_create", CREATE, code="upstream_unreachable")
+                await bridge.fails(
+                    "task_get", {"channel": "general", "number": 1}, code="upstream_unreachable"
+                )
+    finally:
+        first.__exit__(None, None, None)
+    # The model is told nothing was sent (as for squid's 407); never that its credential failed.
+    assert "nothing was sent" in error["message"], error
+    assert "credential" not in str(error).lower() and "token" not in str(error).lower(), error
+    events = _events(path, "call_error")
+    reasons = [e.get("reason") or "" for e in events]
+    assert len(reasons) == 2 and all("answered 401 (proxy authentication" in r for r in reasons)
+    assert not _events(path, "token_refreshed")  # the agent's token was never blamed
+    with journal.open_reader(path) as reader:
+        refused_calls = {r.call_id for r in reader.events() if r.kind == "call_error"}
+        upstream = [r for r in reader.events(kind="upstream_request") if r.call_id in refused_calls]
+    assert upstream  # the request was journaled write-ahead, then refused before the API
+    from agentteam_task_bridge import replay
+
+    result = replay.verify([path])
+    assert not [c for c in result.in_doubt if c.call_id in refused_calls], result.in_doubt
+
+
+async def test_a_request_tinyproxy_refused_with_401_is_not_in_doubt(tmp_path: Path) -> None:
+    """A mutation tinyproxy answered 401 never reached the API: not sent, named the proxy's."""
+    with tinyproxy(tmp_path / "proxy", basic_auth=("agent", "right")) as proxy:
+        pool = Http11Pool(
+            "http://127.0.0.1:9/base",  # never reached: the proxy refuses first
+            timeout_seconds=10,
+            connect_timeout_seconds=10,
+            user_agent="t",
+            proxy=parse_proxy("HTTP_PROXY", f"http://agent:wrong@127.0.0.1:{proxy.port}"),
+        )
+        for method, body in (("POST", b"{}"), ("PATCH", b"{}"), ("GET", None)):
+            with pytest.raises(TransportFailure) as failure:
+                await pool.request(method, "/tasks", [(b"content-type", b"x/y")], body)
+            assert failure.value.kind == "connect_failed" and not failure.value.sent
+            reason = failure.value.reason or ""
+            assert "answered 401 (proxy authentication required)" in reason, reason
+            assert "HTTP_PROXY" in reason and "wrong" not in reason
+        await pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("fields", "credentials_sent", "proxys"),
+    [
+        ([(b"www-authenticate", b'Basic realm="Tinyproxy"')], True, True),
+        ([(b"www-authenticate", b'Digest realm="p", nonce="x"')], True, True),
+        ([(b"www-authenticate", b"Negotiate"), (b"www-authenticate", b"NTLM")], True, True),
+        ([(b"proxy-authenticate", b'Basic realm="p"')], False, True),
+        # The API's: it challenges for a bearer token, or not at all (the reference runtime).
+        ([(b"www-authenticate", b'Bearer realm="api", error="invalid_token"')], True, False),
+        ([(b"www-authenticate", b"bearer")], True, False),
+        ([(b"www-authenticate", b'Basic realm="a", Bearer realm="b"')], True, False),
+        ([(b"www-authenticate", b"Basic"), (b"www-authenticate", b"Bearer")], True, False),
+        ([], True, False),
+        # No proxy credentials were sent: a proxy would have asked with 407, so this is the API.
+        ([(b"www-authenticate", b'Basic realm="api"')], False, False),
+    ],
+)
+def test_whose_401_it_is(
+    fields: list[tuple[bytes, bytes]], credentials_sent: bool, proxys: bool
+) -> None:
+    assert _from_proxy(401, fields, credentials_sent) is proxys
+    assert _from_proxy(407, fields, credentials_sent) is True

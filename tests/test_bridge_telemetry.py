@@ -20,6 +20,10 @@ from .bridge_harness import open_bridge
 from .replay_helpers import replay_cli
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -31,10 +35,13 @@ META = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": "vendor=1"
 
 
 class Receiver:
-    """An OTLP/HTTP trace receiver: decodes each protobuf request and keeps its spans."""
+    """An OTLP/HTTP receiver: decodes each protobuf request by its path, keeps the spans
+    (`/v1/traces`) and the metrics export requests (`/v1/metrics`, raw bodies too)."""
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
+        self.metrics: list[ExportMetricsServiceRequest] = []
+        self.bodies: list[bytes] = []
         self.requests = 0
         self.arrived = threading.Condition()
         spans, lock = self.spans, self.arrived
@@ -43,15 +50,28 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
+                if self.path == "/v1/metrics":
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    with lock:
+                        receiver.metrics.append(metrics)
+                        receiver.bodies.append(body)
+                        lock.notify_all()
+                    self._answer(ExportMetricsServiceResponse().SerializeToString())
+                    return
+                assert self.path == "/v1/traces", self.path
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 with lock:
                     receiver.requests += 1
+                    receiver.bodies.append(body)
                     for resource in request.resource_spans:
                         for scope in resource.scope_spans:
                             spans.extend(scope.spans)
                     lock.notify_all()
-                answer = ExportTraceServiceResponse().SerializeToString()
+                self._answer(ExportTraceServiceResponse().SerializeToString())
+
+            def _answer(self, answer: bytes) -> None:
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", str(len(answer)))
@@ -180,4 +200,4 @@ async def test_otel_environment_without_the_extra_is_one_warning_and_no_spans(
         await bridge.ok("task_list", {"channel": "general"})
         stderr = bridge.stderr()
     assert "the [otel] extra is not installed" in stderr
-    assert receiver.requests == 0
+    assert receiver.requests == 0 and not receiver.metrics

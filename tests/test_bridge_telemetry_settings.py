@@ -112,6 +112,7 @@ def test_a_setting_the_bridge_cannot_honour_is_one_line_at_start(
 def test_none_turns_tracing_off_whatever_else_is_set(tmp_path: Path) -> None:
     env = {
         "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",  # each signal has its own switch, as in the SDK
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",  # not checked: nothing is exported
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
         "PYTHONPROFILEIMPORTTIME": "1",

@@ -203,3 +203,29 @@ async def test_an_unencodable_event_is_the_callers_error_and_takes_no_seq(tmp_pa
         assert writer.failed is None
         assert await writer.append(event("call_received")) == 1
         await trio.lowlevel.checkpoint()
+
+
+async def test_the_writer_counts_the_time_it_spent_failed_and_the_events_it_lost(
+    tmp_path: Path,
+) -> None:
+    """Journal health for metrics: seconds degraded (the open spell included), events lost."""
+    path = tmp_path / "j.db"
+    async with journal.open_writer(path, key=KEY, busy_timeout=0.05) as writer:
+        await writer.append(event("call_received"))
+        assert (writer.stats.degraded_seconds, writer.stats.lost) == (0.0, 0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(journal.JournalUnavailable, match="locked"):
+            await writer.append(event("call_result"))
+        await trio.sleep(0.2)  # real time: the spell is measured on the monotonic clock
+        during = writer.stats
+        # The call's event, and each journal_gap row a re-probe tried while the lock held.
+        assert during.lost >= 1 and during.degraded_seconds >= 0.2, during
+        other.execute("ROLLBACK")
+        other.close()
+        await writer.recover()
+        after = writer.stats
+        assert after.degraded_seconds >= during.degraded_seconds
+        await trio.sleep(0.05)
+        assert writer.stats.degraded_seconds == after.degraded_seconds  # the spell is closed
+        assert after.appended - after.committed - after.lost == 0, after
