@@ -32,7 +32,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -269,8 +269,8 @@ GRANT USAGE ON SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
 GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam
   FROM {SHIP_ROLE}, {READ_ROLE};
-REVOKE ALL ON FUNCTION agentteam.ensure_partition(date), agentteam.owned_head(text, boolean)
-  FROM PUBLIC;
+REVOKE ALL ON FUNCTION agentteam.ensure_partition(date), agentteam.owned_head(text, boolean),
+  agentteam.staged_by_owner() FROM PUBLIC;
 {grants}
 """
 
