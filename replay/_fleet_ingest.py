@@ -89,6 +89,31 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     || ',"ts_wall":' || agentteam.json_text(ts_wall)
     || '}'
 $$;
+-- The Merkle leaf of a v2 journal's event (journal/_tlog.py): the canonical encoding of its
+-- columns without payload, prev_hash and hash, plus its salted payload digest.
+CREATE OR REPLACE FUNCTION agentteam.leaf(
+  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
+  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
+  jsonrpc_request_id text, http_response_status_code integer, error_type text,
+  duration_ms double precision, payload_sha256 text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT '{"call_id":' || agentteam.json_text(call_id)
+    || ',"duration_ms":' || agentteam.json_float(duration_ms)
+    || ',"error_type":' || agentteam.json_text(error_type)
+    || ',"gen_ai_tool_name":' || agentteam.json_text(gen_ai_tool_name)
+    || ',"http_response_status_code":' || coalesce(http_response_status_code::text, 'null')
+    || ',"journal_id":' || agentteam.json_text(journal_id)
+    || ',"jsonrpc_request_id":' || agentteam.json_text(jsonrpc_request_id)
+    || ',"kind":' || agentteam.json_text(kind)
+    || ',"kind_version":' || kind_version::text
+    || ',"mcp_method_name":' || agentteam.json_text(mcp_method_name)
+    || ',"payload_sha256":' || agentteam.json_text(payload_sha256)
+    || ',"seq":' || seq::text
+    || ',"session_id":' || agentteam.json_text(session_id)
+    || ',"ts_mono_ns":' || ts_mono_ns::text
+    || ',"ts_wall":' || agentteam.json_text(ts_wall)
+    || '}'
+$$;
 """
 
 # Indexes (journal.COLUMNS) of the text columns a model or client fills, sent escaped
@@ -114,6 +139,8 @@ _STAGED: Final = (
     ("payload", "text"),
     ("prev_hash", "text"),
     ("hash", "text"),
+    ("salt", "text"),
+    ("payload_sha256", "text"),
 )
 STAGE_CALL: Final = "SELECT agentteam.stage_batch()"
 STAGE_COPY: Final = (
@@ -199,6 +226,15 @@ END $$;
 # RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall): its shape
 # here (LIKE costs a twentieth of a regular expression), its digits by the cast to ts below.
 _WALL: Final = "r.ts_wall LIKE '____-__-__T__:__:__.______Z' AND strpos(r.ts_wall, ' ') = 0"
+_HASH: Final = """encode(sha256(convert_to(agentteam.canonical(
+          a_journal, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
+          r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
+          r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
+          'UTF8')), 'hex')"""
+# A v2 leaf's payload digest: sha256(salt || payload), the salt 16 bytes in lowercase hex.
+_DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = ''
+     AND r.payload_sha256 = encode(sha256(decode(r.salt, 'hex') || convert_to(r.payload, 'UTF8')),
+                                   'hex')"""
 _INGEST: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -207,6 +243,15 @@ DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, true);
   last record;
   bad record;
+  leaf record;
+  size bigint := head.tree_size;
+  tree bytea[] := head.border;
+  h bytea;
+  stored bytea;
+  level integer;
+  m bigint;
+  seqs bigint[] := ARRAY[]::bigint[];
+  trees bytea[] := ARRAY[]::bytea[];
 BEGIN
   PERFORM agentteam.staged_by_owner();
   -- The whole batch in one query: in seq order, the i-th row must be seq head + i, chained to
@@ -215,6 +260,7 @@ BEGIN
       WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
       WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
       WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
+      WHEN r.hash IS NOT DISTINCT FROM {_HASH} THEN 'leaf_mismatch'
       ELSE 'hash_mismatch' END AS rule
   INTO bad
   FROM (SELECT s.*, row_number() OVER w AS i, coalesce(lag(s.hash) OVER w, head.hash) AS before
@@ -222,11 +268,8 @@ BEGIN
   WHERE r.seq IS DISTINCT FROM head.seq + r.i
      OR r.prev_hash IS DISTINCT FROM r.before
      OR NOT coalesce({_WALL}, false)
-     OR r.hash IS DISTINCT FROM encode(sha256(convert_to(agentteam.canonical(
-          a_journal, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
-          r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
-          r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
-          'UTF8')), 'hex')
+     OR r.hash IS DISTINCT FROM {_HASH}
+     OR (r.salt IS NOT NULL AND NOT coalesce({_DIGEST}, false))
   ORDER BY r.i LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'the store refuses event % of journal %: %', bad.seq, a_journal, bad.rule
@@ -236,11 +279,45 @@ BEGIN
   IF NOT FOUND THEN
     RETURN head.seq;
   END IF;
+  -- The Merkle state: each leaf appended to the journal's tree (Go tlog's stored hashes, kept
+  -- with the event; the border, one hash per set bit of the size, kept with the head). A v2
+  -- journal has a leaf for every event from seq 1; a v1 journal none.
+  FOR leaf IN
+    SELECT s.seq, s.salt IS NOT NULL AS v2, sha256('\\x00'::bytea || convert_to(agentteam.leaf(
+             a_journal, s.seq, s.session_id, s.call_id, s.ts_mono_ns, s.ts_wall, s.kind,
+             s.kind_version, s.mcp_method_name, s.gen_ai_tool_name, s.jsonrpc_request_id,
+             s.http_response_status_code, s.error_type, s.duration_ms, s.payload_sha256),
+             'UTF8')) AS hash
+    FROM pg_temp.ship_batch s ORDER BY s.seq
+  LOOP
+    IF (leaf.v2 AND size <> leaf.seq - 1) OR (NOT leaf.v2 AND size > 0) THEN
+      RAISE EXCEPTION 'the store refuses event % of journal %: leaf_missing', leaf.seq, a_journal
+        USING ERRCODE = 'check_violation', DETAIL = 'leaf_missing ' || leaf.seq;
+    END IF;
+    CONTINUE WHEN NOT leaf.v2;
+    h := leaf.hash;
+    stored := h;
+    level := 0;
+    m := size;
+    WHILE m & 1 = 1 LOOP
+      h := sha256('\\x01'::bytea || tree[level + 1] || h);
+      stored := stored || h;
+      tree[level + 1] := NULL;
+      level := level + 1;
+      m := m >> 1;
+    END LOOP;
+    tree[level + 1] := h;
+    size := size + 1;
+    seqs := seqs || leaf.seq;
+    trees := trees || stored;
+  END LOOP;
   BEGIN
-    PERFORM agentteam.ensure_partition(m)
-    FROM (SELECT DISTINCT (left(s.ts_wall, 7) || '-01')::date AS m FROM pg_temp.ship_batch s) x;
-    INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS})
-    SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS} FROM pg_temp.ship_batch s;
+    PERFORM agentteam.ensure_partition(x.month)
+    FROM (SELECT DISTINCT (left(s.ts_wall, 7) || '-01')::date AS month
+          FROM pg_temp.ship_batch s) x;
+    INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS}, tree_hashes)
+    SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS}, t.stored
+    FROM pg_temp.ship_batch s LEFT JOIN unnest(seqs, trees) AS t(seq, stored) ON t.seq = s.seq;
   EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
     RAISE EXCEPTION 'the store refuses a batch of journal %: a ts_wall is not a time', a_journal
       USING ERRCODE = 'check_violation', DETAIL = 'row_malformed';
@@ -251,17 +328,49 @@ BEGIN
   WHERE s.kind = 'key_rotated' AND agentteam.payload_doc(s.payload) ->> 'vkey' IS NOT NULL;
   -- After the batch is accepted: what is kept per batch (beside the events) goes here, read
   -- from pg_temp.ship_batch (its rows checked above) before it is emptied below.
-  UPDATE agentteam.heads SET seq = last.seq, hash = last.hash, updated_at = now()
+  UPDATE agentteam.heads
+  SET seq = last.seq, hash = last.hash, tree_size = size, border = tree, updated_at = now()
   WHERE journal_id = a_journal;
   TRUNCATE pg_temp.ship_batch;
   RETURN last.seq;
 END $$;
 """
 
-_CHECKPOINT: Final = """
+_CHECKPOINT: Final = r"""
+-- The RFC 6962 tree hash of a journal's first a_size leaves, from the stored hashes the ingest
+-- kept (one per set bit of a_size: O(log n) reads); NULL when the store holds no such tree.
+CREATE OR REPLACE FUNCTION agentteam.tree_root(a_journal text, a_size bigint) RETURNS bytea
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  nodes bytea[] := '{}';
+  pos bigint := 0;
+  node bytea;
+  root bytea;
+BEGIN
+  IF a_size = 0 THEN
+    RETURN sha256(''::bytea);
+  END IF;
+  FOR level IN REVERSE 62..0 LOOP
+    IF a_size & (1::bigint << level) <> 0 THEN
+      pos := pos + (1::bigint << level);
+      node := NULL;
+      SELECT substring(e.tree_hashes FROM level * 32 + 1 FOR 32) INTO node
+      FROM agentteam.events e WHERE e.journal_id = a_journal AND e.seq = pos;
+      IF node IS NULL OR length(node) <> 32 THEN
+        RETURN NULL;
+      END IF;
+      nodes := nodes || node;
+    END IF;
+  END LOOP;
+  root := nodes[cardinality(nodes)];
+  FOR i IN REVERSE cardinality(nodes) - 1 .. 1 LOOP
+    root := sha256('\x01'::bytea || nodes[i] || root);
+  END LOOP;
+  RETURN root;
+END $$;
 CREATE OR REPLACE FUNCTION agentteam.add_checkpoint(
   a_journal text, a_seq bigint, a_head_hash text, a_ts_wall text, a_key_id text,
-  a_signature text) RETURNS boolean
+  a_signature text, a_root_hash text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
 DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, false);
@@ -283,8 +392,17 @@ BEGIN
       a_seq, a_journal
       USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_unverified ' || a_seq;
   END IF;
-  INSERT INTO agentteam.checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)
-  VALUES (a_journal, a_seq, a_head_hash, a_ts_wall, a_key_id, a_signature)
+  -- A v2 journal's checkpoint signs its tree hash: the one the store computed at that size.
+  IF (head.tree_size > 0 OR a_root_hash IS NOT NULL) AND (a_root_hash IS NULL
+      OR head.tree_size < a_seq
+      OR encode(agentteam.tree_root(a_journal, a_seq), 'hex') IS DISTINCT FROM a_root_hash) THEN
+    RAISE EXCEPTION 'checkpoint % of journal % does not name the tree hash the store computed',
+      a_seq, a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_root_mismatch ' || a_seq;
+  END IF;
+  INSERT INTO agentteam.checkpoints
+    (journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash)
+  VALUES (a_journal, a_seq, a_head_hash, a_ts_wall, a_key_id, a_signature, a_root_hash)
   ON CONFLICT DO NOTHING;
   RETURN FOUND;
 END $$;
@@ -304,7 +422,7 @@ SHIP_FUNCTIONS: Final = (
     "agentteam.register_journal(text, text, text, text)",
     "agentteam.stage_batch()",
     "agentteam.ingest(text)",
-    "agentteam.add_checkpoint(text, bigint, text, text, text, text)",
+    "agentteam.add_checkpoint(text, bigint, text, text, text, text, text)",
     "agentteam.record_finding(text, bigint, text, text, text)",
 )
 

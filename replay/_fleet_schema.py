@@ -64,7 +64,9 @@ CREATE TABLE IF NOT EXISTS agentteam.heads (
   journal_id text PRIMARY KEY REFERENCES agentteam.journals,
   seq bigint NOT NULL,
   hash text NOT NULL,
-  updated_at timestamptz NOT NULL DEFAULT now()
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  tree_size bigint NOT NULL DEFAULT 0,
+  border bytea[] NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS agentteam.journal_keys (
   journal_id text NOT NULL REFERENCES agentteam.journals,
@@ -81,6 +83,7 @@ CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
   key_id text NOT NULL,
   signature text NOT NULL,
   received_at timestamptz NOT NULL DEFAULT now(),
+  root_hash text,
   PRIMARY KEY (journal_id, seq, key_id)
 );
 CREATE TABLE IF NOT EXISTS agentteam.findings (
@@ -113,6 +116,9 @@ CREATE TABLE IF NOT EXISTS agentteam.events (
   payload text COLLATE "C" NOT NULL,
   prev_hash text COLLATE "C" NOT NULL,
   hash text COLLATE "C" NOT NULL,
+  salt text COLLATE "C",
+  payload_sha256 text COLLATE "C",
+  tree_hashes bytea,
   doc jsonb GENERATED ALWAYS AS (agentteam.payload_doc(payload)) STORED,
   PRIMARY KEY (journal_id, seq, ts)
 ) PARTITION BY RANGE (ts);

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["JournalShipped", "ShipReport", "send_batch", "ship"]
 
 BATCH_SIZE: Final = 5_000
-_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)"
+_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s, %s)"
 # Rules of journal.ChainVerifier that make a row unacceptable.
 _REFUSED: Final = {
     "sequence_gap",
@@ -199,7 +199,7 @@ def _ship_journal(
         journal_id, start_seq=head_seq, start_hash=head_hash, check_payloads=False
     )
     # Reading and checking the next batch overlaps with the server taking this one.
-    checked = _checked_batches(reader.rows(since_seq=head_seq), chain, batch_size)
+    checked = _checked_batches(reader.rows(since_seq=head_seq, leaves=True), chain, batch_size)
     with closing(_prefetched(checked)) as batches:
         for batch in batches:
             _take(conn, journal_id, batch, keys, later, refuse, result)
@@ -468,7 +468,15 @@ def _commit_batch(
         for cp in checkpoints:
             conn.execute(
                 _ADD_CHECKPOINT,
-                (journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+                (
+                    journal_id,
+                    cp.seq,
+                    cp.head_hash,
+                    cp.ts_wall,
+                    cp.key_id,
+                    cp.signature,
+                    cp.root_hash,
+                ),
             )
     if refused.finding is not None:
         raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
@@ -493,8 +501,9 @@ def send_batch(
 
 
 def _staged(row: Sequence[Any]) -> Sequence[Any]:
-    """A row as staged: without journal_id, its text columns escaped for the store."""
-    staged = [*row[:1], *row[2:]]
+    """A row as staged: without journal_id, its text columns escaped for the store, then its
+    leaf's salt and payload digest (a v2 journal's; None for v1)."""
+    staged = [*row[:1], *row[2:17], *(row[17:19] if len(row) > 17 else (None, None))]
     for index in ESCAPED_COLUMNS:
         value = row[index]
         if isinstance(value, str) and ("\x00" in value or "\uffff" in value):
