@@ -8,27 +8,33 @@ and refuse what breaks a rule, whatever the client sent:
   journal registers it to the calling login (``session_user``), with its head at seq 0 and its
   creation key (trust on first use). Every later call by another login is refused
   (``insufficient_privilege``): a login writes only the journals registered to it.
-* ``ingest(journal_id, seq[], session_id[], ...)``: one batch of consecutive events, one array
-  per column (COLUMNS order, without ``journal_id`` and ``ts``). Refused as a whole unless the
-  first seq is the journal's head + 1 and each next one + 1 (``sequence_gap``), each
-  ``prev_hash`` is the hash before it (``chain_broken``), each hash is the SHA-256 of the row's
-  canonical encoding rebuilt in SQL (``hash_mismatch``, see ``journal/_canonical.py``: the
-  same text byte for byte, so the server recomputes what the writer hashed) and ``ts_wall`` is
-  RFC 3339 UTC with microseconds (``row_malformed``). ``ts`` (the partition key) is derived from
-  ``ts_wall``, so no row can be placed at another instant than the one its hash covers. The
-  journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for the
-  batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the only
-  way in appends at the head. A ``key_rotated`` event registers the key it names at its seq:
-  keys enter only through the journal's own chain.
+* ``stage_batch()``: this session's staging table ``pg_temp.ship_batch``, made by the owner
+  (rows gone at commit); the login may only INSERT (COPY) into it, so nothing it adds runs as
+  the owner. A relation of that name the login made itself is refused, never read.
+* ``ingest(journal_id)``: the staged batch, checked as a whole in one query and moved with one
+  INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th row is the journal's
+  head + i (``sequence_gap``), each ``prev_hash`` is the hash before it (``chain_broken``),
+  each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL (``hash_mismatch``,
+  see ``journal/_canonical.py``: the same text byte for byte, so the server recomputes what
+  the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time (``row_malformed``),
+  and a v2 journal's payload digest is ``sha256(salt || payload)`` (``leaf_mismatch``) with a
+  leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the partition key) is derived
+  from ``ts_wall``, so no row can be placed at another instant than the one its hash covers.
+  The journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for
+  the batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the
+  only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s, rebuilt in SQL) is
+  appended to the journal's tree: the stored hashes its append makes (Go tlog's layout) are
+  kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
+  key it names at its seq: keys enter only through the journal's own chain.
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
-  hash it names (``checkpoint_hash_mismatch``) and its key id is the registered key in force
-  at that seq (``checkpoint_unverified``). The Ed25519 signature itself is verified by the
-  shipper (core PostgreSQL has no Ed25519); the store's own cosignature is the later check.
+  hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
+  that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
+  computed at that size (``tree_root``; ``checkpoint_root_mismatch``). The Ed25519 signature
+  itself is verified by the shipper (core PostgreSQL has no Ed25519).
 * ``record_finding(...)``: what a shipper refused, with the login that reported it.
 
 A refusal is ``check_violation`` (SQLSTATE 23514) whose DETAIL is ``<rule> <seq>``, so the
-shipper records it as the same finding the client-side check would have made. The leaf hash of
-the Merkle log will be checked in ``ingest`` beside the chain hash.
+shipper records it as the same finding the client-side check would have made.
 """
 
 from __future__ import annotations
