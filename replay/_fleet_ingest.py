@@ -8,34 +8,47 @@ and refuse what breaks a rule, whatever the client sent:
   journal registers it to the calling login (``session_user``), with its head at seq 0 and its
   creation key (trust on first use). Every later call by another login is refused
   (``insufficient_privilege``): a login writes only the journals registered to it.
-* ``ingest(journal_id, seq[], session_id[], ...)``: one batch of consecutive events, one array
-  per column (COLUMNS order, without ``journal_id`` and ``ts``). Refused as a whole unless the
-  first seq is the journal's head + 1 and each next one + 1 (``sequence_gap``), each
-  ``prev_hash`` is the hash before it (``chain_broken``), each hash is the SHA-256 of the row's
-  canonical encoding rebuilt in SQL (``hash_mismatch``, see ``journal/_canonical.py``: the
-  same text byte for byte, so the server recomputes what the writer hashed) and ``ts_wall`` is
-  RFC 3339 UTC with microseconds (``row_malformed``). ``ts`` (the partition key) is derived from
-  ``ts_wall``, so no row can be placed at another instant than the one its hash covers. The
-  journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for the
-  batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the only
-  way in appends at the head. A ``key_rotated`` event registers the key it names at its seq:
-  keys enter only through the journal's own chain.
+* ``stage_batch()``: this session's staging table ``pg_temp.ship_batch``, made by the owner
+  (rows gone at commit); the login may only INSERT (COPY) into it, so nothing it adds runs as
+  the owner. A relation of that name the login made itself is refused, never read.
+* ``ingest(journal_id)``: the staged batch, checked as a whole in one query and moved with one
+  INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th row is the journal's
+  head + i (``sequence_gap``), each ``prev_hash`` is the hash before it (``chain_broken``),
+  each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL (``hash_mismatch``,
+  see ``journal/_canonical.py``: the same text byte for byte, so the server recomputes what
+  the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time (``row_malformed``),
+  and a v2 journal's payload digest is ``sha256(salt || payload)`` (``leaf_mismatch``) with a
+  leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the partition key) is derived
+  from ``ts_wall``, so no row can be placed at another instant than the one its hash covers.
+  The journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for
+  the batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the
+  only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s, rebuilt in SQL) is
+  appended to the journal's tree: the stored hashes its append makes (Go tlog's layout) are
+  kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
+  key it names at its seq: keys enter only through the journal's own chain.
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
-  hash it names (``checkpoint_hash_mismatch``) and its key id is the registered key in force
-  at that seq (``checkpoint_unverified``). The Ed25519 signature itself is verified by the
-  shipper (core PostgreSQL has no Ed25519); the store's own cosignature is the later check.
+  hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
+  that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
+  computed at that size (``tree_root``; ``checkpoint_root_mismatch``). The Ed25519 signature
+  itself is verified by the shipper (core PostgreSQL has no Ed25519).
 * ``record_finding(...)``: what a shipper refused, with the login that reported it.
 
 A refusal is ``check_violation`` (SQLSTATE 23514) whose DETAIL is ``<rule> <seq>``, so the
-shipper records it as the same finding the client-side check would have made. The leaf hash of
-the Merkle log will be checked in ``ingest`` beside the chain hash.
+shipper records it as the same finding the client-side check would have made.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ESCAPED_COLUMNS", "INGEST", "INGEST_CALL", "SHIP_FUNCTIONS"]
+__all__ = [
+    "ESCAPED_COLUMNS",
+    "INGEST",
+    "INGEST_CALL",
+    "SHIP_FUNCTIONS",
+    "STAGE_CALL",
+    "STAGE_COPY",
+]
 
 # The canonical encoding (journal/_canonical.py) of a row, in SQL: keys sorted, compact, the
 # payload verbatim. PostgreSQL's JSON string escaping is msgspec's (", \\, \b \f \n \r \t, other
@@ -82,6 +95,31 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     || ',"ts_wall":' || agentteam.json_text(ts_wall)
     || '}'
 $$;
+-- The Merkle leaf of a v2 journal's event (journal/_tlog.py): the canonical encoding of its
+-- columns without payload, prev_hash and hash, plus its salted payload digest.
+CREATE OR REPLACE FUNCTION agentteam.leaf(
+  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
+  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
+  jsonrpc_request_id text, http_response_status_code integer, error_type text,
+  duration_ms double precision, payload_sha256 text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT '{"call_id":' || agentteam.json_text(call_id)
+    || ',"duration_ms":' || agentteam.json_float(duration_ms)
+    || ',"error_type":' || agentteam.json_text(error_type)
+    || ',"gen_ai_tool_name":' || agentteam.json_text(gen_ai_tool_name)
+    || ',"http_response_status_code":' || coalesce(http_response_status_code::text, 'null')
+    || ',"journal_id":' || agentteam.json_text(journal_id)
+    || ',"jsonrpc_request_id":' || agentteam.json_text(jsonrpc_request_id)
+    || ',"kind":' || agentteam.json_text(kind)
+    || ',"kind_version":' || kind_version::text
+    || ',"mcp_method_name":' || agentteam.json_text(mcp_method_name)
+    || ',"payload_sha256":' || agentteam.json_text(payload_sha256)
+    || ',"seq":' || seq::text
+    || ',"session_id":' || agentteam.json_text(session_id)
+    || ',"ts_mono_ns":' || ts_mono_ns::text
+    || ',"ts_wall":' || agentteam.json_text(ts_wall)
+    || '}'
+$$;
 """
 
 # Indexes (journal.COLUMNS) of the text columns a model or client fills, sent escaped
@@ -89,8 +127,8 @@ $$;
 # error_type. The payload goes as it is (JSON text: its U+0000 is already the escape \u0000).
 ESCAPED_COLUMNS: Final = frozenset({2, 3, 8, 9, 10, 12})
 
-# The batch's arrays, in COLUMNS order without journal_id (the function's first argument).
-_ARRAYS: Final = (
+# The staging table's columns, in COLUMNS order without journal_id (the ingest's argument).
+_STAGED: Final = (
     ("seq", "bigint"),
     ("session_id", "text"),
     ("call_id", "text"),
@@ -107,21 +145,19 @@ _ARRAYS: Final = (
     ("payload", "text"),
     ("prev_hash", "text"),
     ("hash", "text"),
+    ("salt", "text"),
+    ("payload_sha256", "text"),
 )
-INGEST_ARGS: Final = ", ".join(f"{t}[]" for _, t in _ARRAYS)
-INGEST_CALL: Final = (
-    "SELECT agentteam.ingest(%s, " + ", ".join(f"%s::{t}[]" for _, t in _ARRAYS) + ")"
+STAGE_CALL: Final = "SELECT agentteam.stage_batch()"
+STAGE_COPY: Final = (
+    "COPY pg_temp.ship_batch (" + ", ".join(name for name, _ in _STAGED) + ") FROM STDIN"
 )
-_PARAMS: Final = ", ".join(f"a_{name} {t}[]" for name, t in _ARRAYS)
-_UNNEST: Final = (
-    "unnest("
-    + ", ".join(f"a_{name}" for name, _ in _ARRAYS)
-    + ") WITH ORDINALITY AS r("
-    + ", ".join(name for name, _ in _ARRAYS)
-    + ", i)"
+INGEST_CALL: Final = "SELECT agentteam.ingest(%s)"
+_COLUMNS: Final = ", ".join(name for name, _ in _STAGED)
+_S_COLUMNS: Final = ", ".join(f"s.{name}" for name, _ in _STAGED)
+_STAGE_DEFINITION: Final = ", ".join(
+    f'{name} {t} COLLATE "C"' if t == "text" else f"{name} {t}" for name, t in _STAGED
 )
-_COLUMNS: Final = ", ".join(name for name, _ in _ARRAYS)
-_R_COLUMNS: Final = ", ".join(f"r.{name}" for name, _ in _ARRAYS)
 
 _OWNER: Final = """
 -- Called by the functions below as the owner; nobody else may (a lock held by a stranger).
@@ -167,61 +203,182 @@ BEGIN
 END $$;
 """
 
-# RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall).
-_WALL: Final = r"'^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z$'"
-_INGEST: Final = f"""
-CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text, {_PARAMS}) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, agentteam SET extra_float_digits = 1 AS $$
-DECLARE
-  head agentteam.heads := agentteam.owned_head(a_journal, true);
-  n integer := coalesce(cardinality(a_seq), 0);
-  bad record;
+# The staging table of this session: created by the owner (so the shipping login, which may
+# only INSERT into it, can add no trigger, rule or policy that would run as the owner), its rows
+# gone at commit. A relation of that name the login made itself is refused, never read.
+_STAGE: Final = f"""
+CREATE OR REPLACE FUNCTION agentteam.staged_by_owner() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
-  IF n = 0 THEN
-    RETURN head.seq;
+  IF NOT EXISTS (SELECT 1 FROM pg_class c
+                 WHERE c.oid = to_regclass('pg_temp.ship_batch') AND c.relkind = 'r'
+                   AND c.relowner = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)
+                   AND NOT c.relhastriggers AND NOT c.relhasrules AND NOT c.relrowsecurity) THEN
+    RAISE EXCEPTION 'pg_temp.ship_batch is not the store''s staging table'
+      USING ERRCODE = 'insufficient_privilege';
   END IF;
-  SELECT r.seq, CASE
-      WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
-      WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
-      WHEN r.ts_wall IS NULL OR r.ts_wall !~ {_WALL} THEN 'row_malformed'
-      ELSE 'hash_mismatch' END AS rule
-  INTO bad
-  FROM (SELECT u.*, coalesce(lag(u.hash) OVER (ORDER BY u.i), head.hash) AS before
-        FROM {_UNNEST.replace(" AS r(", " AS u(")}) r
-  WHERE r.seq IS DISTINCT FROM head.seq + r.i
-     OR r.prev_hash IS DISTINCT FROM r.before
-     OR r.ts_wall IS NULL OR r.ts_wall !~ {_WALL}
-     OR r.hash IS DISTINCT FROM encode(sha256(convert_to(agentteam.canonical(
+END $$;
+CREATE OR REPLACE FUNCTION agentteam.stage_batch() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
+BEGIN
+  IF to_regclass('pg_temp.ship_batch') IS NULL THEN
+    CREATE TEMP TABLE ship_batch ({_STAGE_DEFINITION}) ON COMMIT DELETE ROWS;
+    EXECUTE format('GRANT INSERT ON pg_temp.ship_batch TO %I', session_user);
+  END IF;
+  PERFORM agentteam.staged_by_owner();
+END $$;
+"""
+
+# RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall): its shape
+# here (LIKE costs a twentieth of a regular expression), its digits by the cast to ts below.
+_WALL: Final = "r.ts_wall LIKE '____-__-__T__:__:__.______Z' AND strpos(r.ts_wall, ' ') = 0"
+_HASH: Final = """encode(sha256(convert_to(agentteam.canonical(
           a_journal, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
           r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
           r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
-          'UTF8')), 'hex')
+          'UTF8')), 'hex')"""
+# A v2 leaf's payload digest: sha256(salt || payload), the salt 16 bytes in lowercase hex.
+_DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = ''
+     AND r.payload_sha256 = encode(sha256(decode(r.salt, 'hex') || convert_to(r.payload, 'UTF8')),
+                                   'hex')"""
+_INGEST: Final = f"""
+CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, agentteam, pg_temp SET extra_float_digits = 1 AS $$
+DECLARE
+  head agentteam.heads := agentteam.owned_head(a_journal, true);
+  last record;
+  bad record;
+  leaf record;
+  size bigint := head.tree_size;
+  tree bytea[] := head.border;
+  h bytea;
+  stored bytea;
+  level integer;
+  m bigint;
+  seqs bigint[] := ARRAY[]::bigint[];
+  trees bytea[] := ARRAY[]::bytea[];
+BEGIN
+  PERFORM agentteam.staged_by_owner();
+  -- The whole batch in one query: in seq order, the i-th row must be seq head + i, chained to
+  -- the one before it (the head's hash for the first), well formed, and hash to its hash.
+  SELECT r.seq, CASE
+      WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
+      WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
+      WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
+      WHEN r.hash IS NOT DISTINCT FROM {_HASH} THEN 'leaf_mismatch'
+      ELSE 'hash_mismatch' END AS rule
+  INTO bad
+  FROM (SELECT s.*, row_number() OVER w AS i, coalesce(lag(s.hash) OVER w, head.hash) AS before
+        FROM pg_temp.ship_batch s WINDOW w AS (ORDER BY s.seq)) r
+  WHERE r.seq IS DISTINCT FROM head.seq + r.i
+     OR r.prev_hash IS DISTINCT FROM r.before
+     OR NOT coalesce({_WALL}, false)
+     OR r.hash IS DISTINCT FROM {_HASH}
+     OR (r.salt IS NOT NULL AND NOT coalesce({_DIGEST}, false))
   ORDER BY r.i LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'the store refuses event % of journal %: %', bad.seq, a_journal, bad.rule
       USING ERRCODE = 'check_violation', DETAIL = bad.rule || ' ' || coalesce(bad.seq::text, '');
   END IF;
-  PERFORM agentteam.ensure_partition(m)
-  FROM (SELECT DISTINCT (left(w, 7) || '-01')::date AS m FROM unnest(a_ts_wall) w) months;
-  INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS})
-  SELECT a_journal, r.ts_wall::timestamptz, {_R_COLUMNS} FROM {_UNNEST};
-  -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
-  PERFORM agentteam.fold_calls(a_journal, a_seq[1], a_seq[n]);
+  SELECT s.seq, s.hash INTO last FROM pg_temp.ship_batch s ORDER BY s.seq DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN head.seq;
+  END IF;
+  -- The Merkle state: each leaf appended to the journal's tree (Go tlog's stored hashes, kept
+  -- with the event; the border, one hash per set bit of the size, kept with the head). A v2
+  -- journal has a leaf for every event from seq 1; a v1 journal none.
+  FOR leaf IN
+    SELECT s.seq, s.salt IS NOT NULL AS v2, sha256('\\x00'::bytea || convert_to(agentteam.leaf(
+             a_journal, s.seq, s.session_id, s.call_id, s.ts_mono_ns, s.ts_wall, s.kind,
+             s.kind_version, s.mcp_method_name, s.gen_ai_tool_name, s.jsonrpc_request_id,
+             s.http_response_status_code, s.error_type, s.duration_ms, s.payload_sha256),
+             'UTF8')) AS hash
+    FROM pg_temp.ship_batch s ORDER BY s.seq
+  LOOP
+    IF (leaf.v2 AND size <> leaf.seq - 1) OR (NOT leaf.v2 AND size > 0) THEN
+      RAISE EXCEPTION 'the store refuses event % of journal %: leaf_missing', leaf.seq, a_journal
+        USING ERRCODE = 'check_violation', DETAIL = 'leaf_missing ' || leaf.seq;
+    END IF;
+    CONTINUE WHEN NOT leaf.v2;
+    h := leaf.hash;
+    stored := h;
+    level := 0;
+    m := size;
+    WHILE m & 1 = 1 LOOP
+      h := sha256('\\x01'::bytea || tree[level + 1] || h);
+      stored := stored || h;
+      tree[level + 1] := NULL;
+      level := level + 1;
+      m := m >> 1;
+    END LOOP;
+    tree[level + 1] := h;
+    size := size + 1;
+    seqs := seqs || leaf.seq;
+    trees := trees || stored;
+  END LOOP;
+  BEGIN
+    PERFORM agentteam.ensure_partition(x.month)
+    FROM (SELECT DISTINCT (left(s.ts_wall, 7) || '-01')::date AS month
+          FROM pg_temp.ship_batch s) x;
+    INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS}, tree_hashes)
+    SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS}, t.stored
+    FROM pg_temp.ship_batch s LEFT JOIN unnest(seqs, trees) AS t(seq, stored) ON t.seq = s.seq;
+  EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+    RAISE EXCEPTION 'the store refuses a batch of journal %: a ts_wall is not a time', a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'row_malformed';
+  END;
   INSERT INTO agentteam.journal_keys (journal_id, seq, vkey)
-  SELECT a_journal, r.seq, agentteam.payload_doc(r.payload) ->> 'vkey'
-  FROM unnest(a_seq, a_kind, a_payload) AS r(seq, kind, payload)
-  WHERE r.kind = 'key_rotated' AND agentteam.payload_doc(r.payload) ->> 'vkey' IS NOT NULL;
-  UPDATE agentteam.heads SET seq = a_seq[n], hash = a_hash[n], updated_at = now()
+  SELECT a_journal, s.seq, agentteam.payload_doc(s.payload) ->> 'vkey'
+  FROM pg_temp.ship_batch s
+  WHERE s.kind = 'key_rotated' AND agentteam.payload_doc(s.payload) ->> 'vkey' IS NOT NULL;
+  -- After the batch is accepted: what is kept per batch (beside the events) goes here, read
+  -- from pg_temp.ship_batch (its rows checked above) before it is emptied below.
+  -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
+  PERFORM agentteam.fold_calls(a_journal, head.seq + 1, last.seq);
+  UPDATE agentteam.heads
+  SET seq = last.seq, hash = last.hash, tree_size = size, border = tree, updated_at = now()
   WHERE journal_id = a_journal;
-  RETURN a_seq[n];
+  TRUNCATE pg_temp.ship_batch;
+  RETURN last.seq;
 END $$;
 """
 
-_CHECKPOINT: Final = """
+_CHECKPOINT: Final = r"""
+-- The RFC 6962 tree hash of a journal's first a_size leaves, from the stored hashes the ingest
+-- kept (one per set bit of a_size: O(log n) reads); NULL when the store holds no such tree.
+CREATE OR REPLACE FUNCTION agentteam.tree_root(a_journal text, a_size bigint) RETURNS bytea
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  nodes bytea[] := '{}';
+  pos bigint := 0;
+  node bytea;
+  root bytea;
+BEGIN
+  IF a_size = 0 THEN
+    RETURN sha256(''::bytea);
+  END IF;
+  FOR level IN REVERSE 62..0 LOOP
+    IF a_size & (1::bigint << level) <> 0 THEN
+      pos := pos + (1::bigint << level);
+      node := NULL;
+      SELECT substring(e.tree_hashes FROM level * 32 + 1 FOR 32) INTO node
+      FROM agentteam.events e WHERE e.journal_id = a_journal AND e.seq = pos;
+      IF node IS NULL OR length(node) <> 32 THEN
+        RETURN NULL;
+      END IF;
+      nodes := nodes || node;
+    END IF;
+  END LOOP;
+  root := nodes[cardinality(nodes)];
+  FOR i IN REVERSE cardinality(nodes) - 1 .. 1 LOOP
+    root := sha256('\x01'::bytea || nodes[i] || root);
+  END LOOP;
+  RETURN root;
+END $$;
 CREATE OR REPLACE FUNCTION agentteam.add_checkpoint(
   a_journal text, a_seq bigint, a_head_hash text, a_ts_wall text, a_key_id text,
-  a_signature text) RETURNS boolean
+  a_signature text, a_root_hash text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
 DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, false);
@@ -243,8 +400,17 @@ BEGIN
       a_seq, a_journal
       USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_unverified ' || a_seq;
   END IF;
-  INSERT INTO agentteam.checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature)
-  VALUES (a_journal, a_seq, a_head_hash, a_ts_wall, a_key_id, a_signature)
+  -- A v2 journal's checkpoint signs its tree hash: the one the store computed at that size.
+  IF (head.tree_size > 0 OR a_root_hash IS NOT NULL) AND (a_root_hash IS NULL
+      OR head.tree_size < a_seq
+      OR encode(agentteam.tree_root(a_journal, a_seq), 'hex') IS DISTINCT FROM a_root_hash) THEN
+    RAISE EXCEPTION 'checkpoint % of journal % does not name the tree hash the store computed',
+      a_seq, a_journal
+      USING ERRCODE = 'check_violation', DETAIL = 'checkpoint_root_mismatch ' || a_seq;
+  END IF;
+  INSERT INTO agentteam.checkpoints
+    (journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash)
+  VALUES (a_journal, a_seq, a_head_hash, a_ts_wall, a_key_id, a_signature, a_root_hash)
   ON CONFLICT DO NOTHING;
   RETURN FOUND;
 END $$;
@@ -262,9 +428,10 @@ $$;
 # Functions a shipping login may call; everything else it may only read.
 SHIP_FUNCTIONS: Final = (
     "agentteam.register_journal(text, text, text, text)",
-    f"agentteam.ingest(text, {INGEST_ARGS})",
-    "agentteam.add_checkpoint(text, bigint, text, text, text, text)",
+    "agentteam.stage_batch()",
+    "agentteam.ingest(text)",
+    "agentteam.add_checkpoint(text, bigint, text, text, text, text, text)",
     "agentteam.record_finding(text, bigint, text, text, text)",
 )
 
-INGEST: Final = "\n".join((_CANONICAL, _OWNER, _REGISTER, _INGEST, _CHECKPOINT, _FINDING))
+INGEST: Final = "\n".join((_CANONICAL, _OWNER, _REGISTER, _STAGE, _INGEST, _CHECKPOINT, _FINDING))

@@ -66,7 +66,9 @@ CREATE TABLE IF NOT EXISTS agentteam.heads (
   journal_id text PRIMARY KEY REFERENCES agentteam.journals,
   seq bigint NOT NULL,
   hash text NOT NULL,
-  updated_at timestamptz NOT NULL DEFAULT now()
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  tree_size bigint NOT NULL DEFAULT 0,
+  border bytea[] NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS agentteam.journal_keys (
   journal_id text NOT NULL REFERENCES agentteam.journals,
@@ -83,6 +85,7 @@ CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
   key_id text NOT NULL,
   signature text NOT NULL,
   received_at timestamptz NOT NULL DEFAULT now(),
+  root_hash text,
   PRIMARY KEY (journal_id, seq, key_id)
 );
 CREATE TABLE IF NOT EXISTS agentteam.findings (
@@ -115,6 +118,9 @@ CREATE TABLE IF NOT EXISTS agentteam.events (
   payload text COLLATE "C" NOT NULL,
   prev_hash text COLLATE "C" NOT NULL,
   hash text COLLATE "C" NOT NULL,
+  salt text COLLATE "C",
+  payload_sha256 text COLLATE "C",
+  tree_hashes bytea,
   doc jsonb GENERATED ALWAYS AS (agentteam.payload_doc(payload)) STORED,
   PRIMARY KEY (journal_id, seq, ts)
 ) PARTITION BY RANGE (ts);
@@ -273,8 +279,8 @@ GRANT USAGE ON SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
 GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam
   FROM {SHIP_ROLE}, {READ_ROLE};
-REVOKE ALL ON FUNCTION agentteam.ensure_partition(date), agentteam.owned_head(text, boolean)
-  FROM PUBLIC;
+REVOKE ALL ON FUNCTION agentteam.ensure_partition(date), agentteam.owned_head(text, boolean),
+  agentteam.staged_by_owner() FROM PUBLIC;
 {grants}
 """
 

@@ -33,7 +33,7 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint, Reader
 
-from ._fleet_ingest import ESCAPED_COLUMNS, INGEST_CALL
+from ._fleet_ingest import ESCAPED_COLUMNS, INGEST_CALL, STAGE_CALL, STAGE_COPY
 from ._fleet_store import (
     StoreFinding,
     connect,
@@ -49,12 +49,10 @@ from ._source import Progress, ReplayInputError, journal_files, open_reader
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["JournalShipped", "ShipReport", "ship"]
+__all__ = ["JournalShipped", "ShipReport", "send_batch", "ship"]
 
 BATCH_SIZE: Final = 5_000
-# The ingest function's arrays in binary (psycopg's %b): a third of the text format's cost.
-_INGEST: Final = INGEST_CALL.replace("%s", "%b")
-_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)"
+_ADD_CHECKPOINT: Final = "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s, %s)"
 # Rules of journal.ChainVerifier that make a row unacceptable.
 _REFUSED: Final = {
     "sequence_gap",
@@ -201,7 +199,7 @@ def _ship_journal(
         journal_id, start_seq=head_seq, start_hash=head_hash, check_payloads=False
     )
     # Reading and checking the next batch overlaps with the server taking this one.
-    checked = _checked_batches(reader.rows(since_seq=head_seq), chain, batch_size)
+    checked = _checked_batches(reader.rows(since_seq=head_seq, leaves=True), chain, batch_size)
     with closing(_prefetched(checked)) as batches:
         for batch in batches:
             _take(conn, journal_id, batch, keys, later, refuse, result)
@@ -466,11 +464,19 @@ def _commit_batch(
         return
     with refusal() as refused, conn.transaction():
         if rows:
-            conn.execute(_INGEST, [journal_id, *_arrays(rows)])
+            send_batch(conn, journal_id, rows)
         for cp in checkpoints:
             conn.execute(
                 _ADD_CHECKPOINT,
-                (journal_id, cp.seq, cp.head_hash, cp.ts_wall, cp.key_id, cp.signature),
+                (
+                    journal_id,
+                    cp.seq,
+                    cp.head_hash,
+                    cp.ts_wall,
+                    cp.key_id,
+                    cp.signature,
+                    cp.root_hash,
+                ),
             )
     if refused.finding is not None:
         raise refuse(refused.finding.seq, refused.finding.rule, refused.finding.detail)
@@ -480,19 +486,29 @@ def _commit_batch(
         result.store_head = int(rows[-1][0])
 
 
-def _arrays(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    """The ingest function's arrays: one per column but journal_id, text escaped for the store."""
-    arrays = []
-    for index, column in enumerate(zip(*rows, strict=True)):
-        if index == 1:
-            continue
-        values = list(column)
-        if index in ESCAPED_COLUMNS and any(
-            isinstance(v, str) and ("\x00" in v or "\uffff" in v) for v in values
-        ):
-            values = [store_text(v) if isinstance(v, str) else v for v in values]
-        arrays.append(values)
-    return arrays
+def send_batch(
+    conn: psycopg.Connection[Any], journal_id: str, rows: Sequence[Sequence[Any]]
+) -> int:
+    """Rows (COLUMNS order) through the store's checked ingest, inside the caller's transaction:
+    COPY into this session's staging table, then one call that checks and moves them all.
+    The store's head after them (what it refuses raises, as ``refusal`` reads it)."""
+    conn.execute(STAGE_CALL)
+    with conn.cursor() as cur, cur.copy(STAGE_COPY) as copy:
+        for row in rows:
+            copy.write_row(_staged(row))
+    done = conn.execute(INGEST_CALL, (journal_id,)).fetchone()
+    return int(done[0]) if done else 0
+
+
+def _staged(row: Sequence[Any]) -> Sequence[Any]:
+    """A row as staged: without journal_id, its text columns escaped for the store, then its
+    leaf's salt and payload digest (a v2 journal's; None for v1)."""
+    staged = [*row[:1], *row[2:17], *(row[17:19] if len(row) > 17 else (None, None))]
+    for index in ESCAPED_COLUMNS:
+        value = row[index]
+        if isinstance(value, str) and ("\x00" in value or "\uffff" in value):
+            staged[index - 1] = store_text(value)
+    return staged
 
 
 def _store_hash(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:

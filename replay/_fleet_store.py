@@ -275,9 +275,6 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
                 f"the store's schema version {version[0]} is newer than this code's"
                 f" ({SCHEMA_VERSION})"
             )
-        if version is not None and int(version[0]) == 2 and SCHEMA_VERSION == 3:
-            _add_call_lines(conn)
-            return
         if version is not None and int(version[0]) < SCHEMA_VERSION:
             # Version 1 let a shipping login write rows directly: what it holds cannot be
             # trusted as a witness, so it is not upgraded in place.
@@ -295,34 +292,6 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> None:
     except psycopg.errors.InsufficientPrivilege as exc:
         raise StoreError(
             f"the store has no agentteam schema and this role cannot create it: {exc}"
-        ) from None
-
-
-def _add_call_lines(conn: psycopg.Connection[Any]) -> None:
-    """Version 2 to 3: the call lines (``_fleet_calls``) created and folded from the events the
-    store holds, in one transaction, by a role allowed to (the owner); StoreError otherwise."""
-    psycopg = _psycopg()
-    try:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentteam.ensure_schema'))")
-            row = conn.execute(
-                "SELECT value FROM agentteam.store_meta WHERE key = 'schema_version'"
-            ).fetchone()
-            if row is not None and row[0] == str(SCHEMA_VERSION):
-                return  # another process upgraded it meanwhile
-            for statement in ddl():
-                conn.execute(statement)
-            conn.execute(
-                "SELECT agentteam.fold_calls(journal_id, 1, seq) FROM agentteam.heads WHERE seq > 0"
-            )
-            conn.execute(
-                "UPDATE agentteam.store_meta SET value = %s WHERE key = 'schema_version'",
-                (str(SCHEMA_VERSION),),
-            )
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise StoreError(
-            f"the store's schema version 2 needs its call lines added (version"
-            f" {SCHEMA_VERSION}) by its owner: {exc}"
         ) from None
 
 

@@ -116,6 +116,13 @@ class _Journal:
     def head(self) -> int:
         return self.readers[-1].head()[0]
 
+    def held(self, seq: int) -> None:
+        """ReplayInputError when the event at ``seq`` is not held here (pruned)."""
+        self.reader_of(seq)
+
+    def call_seqs(self, call_id: str) -> list[int]:
+        return [s for r in self.readers for s in r.call_seqs(call_id)]
+
     def reader_of(self, seq: int) -> Reader:
         holding = [r for r in self.readers if r.segment.first_seq <= seq]
         if not holding:
@@ -219,59 +226,74 @@ def _event(log: _Journal, seq: int, size: int) -> EventProof:
 
 def prove_seq(path: Path, seq: int, *, checkpoint: Path | None = None) -> InclusionProof:
     with _open(path) as log:
-        if not 1 <= seq <= log.head():
-            raise ReplayInputError(f"no event {seq}: the journal holds 1..{log.head()}")
-        log.reader_of(seq)  # a pruned event says so
-        cp, root = _covering(log, seq, checkpoint)
-        event = _event(log, seq, cp.seq)
-        return InclusionProof(
-            origin=log.origin,
-            tree_size=cp.seq,
-            root_hash=_b64(root),
-            checkpoint=cp.note(),
-            leaf_index=event.leaf_index,
-            leaf=event.leaf,
-            inclusion_proof=event.inclusion_proof,
-        )
+        return log_seq(log, seq, checkpoint)
+
+
+def log_seq(log: _Journal, seq: int, checkpoint: Path | None) -> InclusionProof:
+    """``prove --seq`` over an opened log (these files, or the fleet store's copy)."""
+    if not 1 <= seq <= log.head():
+        raise ReplayInputError(f"no event {seq}: the journal holds 1..{log.head()}")
+    log.held(seq)  # a pruned event says so
+    cp, root = _covering(log, seq, checkpoint)
+    event = _event(log, seq, cp.seq)
+    return InclusionProof(
+        origin=log.origin,
+        tree_size=cp.seq,
+        root_hash=_b64(root),
+        checkpoint=cp.note(),
+        leaf_index=event.leaf_index,
+        leaf=event.leaf,
+        inclusion_proof=event.inclusion_proof,
+    )
 
 
 def prove_call(path: Path, call_id: str, *, checkpoint: Path | None = None) -> CallProof:
     with _open(path) as log:
-        seqs = [s for r in log.readers for s in r.call_seqs(call_id)]
-        if not seqs:
-            raise ReplayInputError(f"no call {call_id} in {log.journal_id}")
-        cp, root = _covering(log, max(seqs), checkpoint)
-        return CallProof(
-            origin=log.origin,
-            tree_size=cp.seq,
-            root_hash=_b64(root),
-            checkpoint=cp.note(),
-            call_id=call_id,
-            events=[_event(log, s, cp.seq) for s in sorted(set(seqs))],
-        )
+        return log_call(log, call_id, checkpoint)
+
+
+def log_call(log: _Journal, call_id: str, checkpoint: Path | None) -> CallProof:
+    """``prove --call`` over an opened log (these files, or the fleet store's copy)."""
+    seqs = log.call_seqs(call_id)
+    if not seqs:
+        raise ReplayInputError(f"no call {call_id} in {log.journal_id}")
+    cp, root = _covering(log, max(seqs), checkpoint)
+    return CallProof(
+        origin=log.origin,
+        tree_size=cp.seq,
+        root_hash=_b64(root),
+        checkpoint=cp.note(),
+        call_id=call_id,
+        events=[_event(log, s, cp.seq) for s in sorted(set(seqs))],
+    )
 
 
 def prove_consistency(path: Path, old: int, new: int) -> ConsistencyProof:
     with _open(path) as log:
-        if not 0 < old <= new <= log.head():
-            raise ReplayInputError(
-                f"sizes must be 1 <= OLD <= NEW <= {log.head()} (the journal's events)"
-            )
-        try:
-            proof = journal.consistency_proof(old, new, log.read)
-        except journal.ProofError as exc:
-            raise ReplayInputError(str(exc)) from None
-        notes = log.notes_at(old, new)
-        return ConsistencyProof(
-            origin=log.origin,
-            old_size=old,
-            new_size=new,
-            old_root=_b64(log.root(old)),
-            new_root=_b64(log.root(new)),
-            consistency_proof=[_b64(h) for h in proof],
-            old_checkpoint=notes.get(old),
-            new_checkpoint=notes.get(new),
+        return log_consistency(log, old, new)
+
+
+def log_consistency(log: _Journal, old: int, new: int) -> ConsistencyProof:
+    """``prove --consistency`` over an opened log (these files, or the fleet store's copy)."""
+    if not 0 < old <= new <= log.head():
+        raise ReplayInputError(
+            f"sizes must be 1 <= OLD <= NEW <= {log.head()} (the journal's events)"
         )
+    try:
+        proof = journal.consistency_proof(old, new, log.read)
+    except journal.ProofError as exc:
+        raise ReplayInputError(str(exc)) from None
+    notes = log.notes_at(old, new)
+    return ConsistencyProof(
+        origin=log.origin,
+        old_size=old,
+        new_size=new,
+        old_root=_b64(log.root(old)),
+        new_root=_b64(log.root(new)),
+        consistency_proof=[_b64(h) for h in proof],
+        old_checkpoint=notes.get(old),
+        new_checkpoint=notes.get(new),
+    )
 
 
 # --- check-proof: no journal, the proof file and a key ---------------------------------------

@@ -10,6 +10,7 @@ import argparse
 import base64
 import os
 import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,7 +60,16 @@ def add_prove(sub: Any) -> None:
         epilog=_PROVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("journal", type=Path, metavar="JOURNAL", help="the journal file")
+    p.add_argument(
+        "journal", type=Path, nargs="?", metavar="JOURNAL", help="the journal file (or --from)"
+    )
+    p.add_argument(
+        "--from",
+        dest="store",
+        metavar="URL",
+        help="prove from the fleet store (postgresql://...), its copy of --journal ID",
+    )
+    p.add_argument("--journal", dest="journal_id", metavar="ID", help="the journal id (--from)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--seq", type=int, metavar="N", help="the event with this seq")
     what.add_argument("--call", metavar="CALL_ID", help="every event of this call")
@@ -111,6 +121,19 @@ def _to_json(value: msgspec.Struct) -> str:
     return msgspec.json.encode(fields).decode()
 
 
+def _opened(args: argparse.Namespace) -> AbstractContextManager[_prove._Journal]:
+    """The log to prove from: the journal's files, or the fleet store's copy (--from)."""
+    if args.store is None:
+        if args.journal is None or args.journal_id is not None:
+            raise ReplayInputError("give a JOURNAL file, or --from URL --journal ID")
+        return _prove._open(args.journal)
+    if args.journal is not None or args.journal_id is None:
+        raise ReplayInputError("--from URL takes --journal ID, not a JOURNAL file")
+    from ._fleet_prove import open_store_log
+
+    return open_store_log(args.store, args.journal_id)
+
+
 def run(args: argparse.Namespace, out: Console) -> int:
     if args.command == "check-proof":
         from ._verify import load_trusted_key
@@ -127,15 +150,15 @@ def run(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK if checked.ok else EXIT_FAILED
     proof: msgspec.Struct
     try:
-        if args.seq is not None:
-            proof = _prove.prove_seq(args.journal, args.seq, checkpoint=args.checkpoint)
-        elif args.call is not None:
-            proof = _prove.prove_call(args.journal, args.call, checkpoint=args.checkpoint)
-        else:
-            if args.checkpoint is not None:
-                raise ReplayInputError("--checkpoint applies to --seq and --call")
-            old, new = args.consistency
-            proof = _prove.prove_consistency(args.journal, old, new)
+        if args.checkpoint is not None and args.consistency is not None:
+            raise ReplayInputError("--checkpoint applies to --seq and --call")
+        with _opened(args) as log:
+            if args.seq is not None:
+                proof = _prove.log_seq(log, args.seq, args.checkpoint)
+            elif args.call is not None:
+                proof = _prove.log_call(log, args.call, args.checkpoint)
+            else:
+                proof = _prove.log_consistency(log, *args.consistency)
     except _prove.ProofMismatch as exc:
         print(f"agentteam-replay: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -181,18 +181,18 @@ def test_a_session_and_a_window_are_index_lookups(shipped: str) -> None:
     assert by_time == {"call_lines_2026_12_started_ts_idx"}
 
 
-def test_a_version_2_store_gets_its_call_lines_on_the_next_ship(
+def test_a_version_2_store_is_refused_with_a_reason_not_patched(
     paths: list[Path], pg_url: str
 ) -> None:
-    assert replay.ship(paths, pg_url).ok
-    with psycopg.connect(pg_url, autocommit=True) as owner:  # what version 2 had
-        owner.execute("DROP TABLE agentteam.call_lines, agentteam.call_counts")
-        owner.execute("DROP FUNCTION agentteam.fold_calls, agentteam.ensure_call_partition")
+    """Version 2 held no leaves (nothing to prove from, no root to check): it is not upgraded
+    in place, its call lines included; the next ship says why in one line."""
+    assert replay.ship(paths[:1], pg_url).ok
+    with psycopg.connect(pg_url, autocommit=True) as owner:
         owner.execute("UPDATE agentteam.store_meta SET value = '2' WHERE key = 'schema_version'")
-    assert replay.ship(paths, pg_url).ok
-    kept, folded = stored_lines(pg_url)
-    assert len(kept) > 100 and kept == folded
-    assert to_json(reports.calls_from(pg_url)) == to_json(replay.list_calls(paths))
+    with pytest.raises(replay.StoreError, match="schema version 2 is older"):
+        replay.ship(paths, pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute("UPDATE agentteam.store_meta SET value = '3' WHERE key = 'schema_version'")
 
 
 def test_only_the_ingest_writes_the_lines(paths: list[Path], pg_url: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _fleet_reports as reports
-from agentteam_task_bridge.replay._fleet_ingest import INGEST_CALL
+from agentteam_task_bridge.replay._fleet_ship import send_batch
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
 from .fleet_helpers import append_calls, consolidated_copy, rewrite_payload, write_fleet_journal
@@ -46,15 +46,15 @@ def login(pg_url: str) -> Iterator[Any]:
 
 
 def rows_of(path: Path) -> list[tuple[Any, ...]]:
+    """Its rows (COLUMNS order) with their leaf columns (salt, digest, stored hashes)."""
     with journal.open_reader(path) as reader:
-        return list(reader.rows())
+        return list(reader.rows(leaves=True))
 
 
 def ingest(conn: psycopg.Connection[Any], journal_id: str, rows: list[tuple[Any, ...]]) -> Any:
-    """The store's ingest function called directly, as a modified shipper would."""
-    columns = list(zip(*rows, strict=True))
-    args = [journal_id, *(list(c) for i, c in enumerate(columns) if i != 1)]
-    return conn.execute(INGEST_CALL, args).fetchone()
+    """The store's staging and ingest functions called directly, as a modified shipper would."""
+    with conn.transaction():
+        return send_batch(conn, journal_id, rows)
 
 
 def checkpoint_row(cp: journal.Checkpoint) -> tuple[Any, ...]:
@@ -81,7 +81,7 @@ def test_a_forged_row_at_an_existing_seq_is_refused_whatever_its_ts(
     # The attack: the journal rewritten at seq 12 and re-chained, its row sent again.
     forged = consolidated_copy(path, tmp_path / "forged.db")
     rewrite_payload(forged, 12, '{"arguments":{"channel":"evil"},"meta_keys":[]}')
-    row = rows_of(forged)[11]
+    row = rows_of(forged)[11][:17]
     with psycopg.connect(alice, autocommit=True) as conn:
         columns = ", ".join(("ts", *journal.COLUMNS))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -266,3 +266,127 @@ def test_the_sql_hash_is_the_writers_for_every_shape_of_row(pg_url: str, tmp_pat
     report = replay.ship([path], pg_url)
     assert report.ok, report.journals[0].refused
     assert store_rows(pg_url, jid) == [(r[0], r[16]) for r in rows_of(path)]
+
+
+def test_the_staging_table_is_the_stores_and_what_it_holds_is_checked(
+    pg_url: str, login: Any, tmp_path: Path
+) -> None:
+    """A batch is COPYed into the session's staging table, which the owner makes: a relation of
+    that name the login made itself (a view calling its own function, run as the owner if read)
+    is refused; the login may only INSERT into the real one, and every row staged is checked."""
+    alice = login()
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 6, 2)
+    assert replay.ship([path], alice).ok
+    honest = store_rows(pg_url, jid)
+    append_calls(path, jid, 60, 2)
+    new = rows_of(path)[len(honest) :]
+    with psycopg.connect(alice, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION pg_temp.grab() RETURNS bigint LANGUAGE sql"
+            " AS 'SELECT count(*) FROM agentteam.heads'"
+        )
+        conn.execute("CREATE TEMP VIEW ship_batch AS SELECT pg_temp.grab() AS seq")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="staging table"):
+            conn.execute("SELECT agentteam.stage_batch()")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="staging table"):
+            conn.execute("SELECT agentteam.ingest(%s)", (jid,))
+    with psycopg.connect(alice, autocommit=True) as conn:
+        conn.execute("SELECT agentteam.stage_batch()")
+        for statement in (
+            "CREATE RULE r AS ON INSERT TO pg_temp.ship_batch DO INSTEAD NOTHING",
+            "ALTER TABLE pg_temp.ship_batch ENABLE ROW LEVEL SECURITY",
+            "DELETE FROM pg_temp.ship_batch",
+            "SELECT * FROM pg_temp.ship_batch",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+        twice = [new[0], new[0], *new[1:]]
+        # A ts_wall that is not a time (its digits; then its shape), its hash recomputed over it.
+        late = [list(new[0]), list(new[0])]
+        late[0][5] = late[0][5].replace("2", "x", 1)
+        late[1][5] = late[1][5].replace("T", " ", 1)
+        for row in late:
+            row[16] = journal.row_hash(tuple(row[:17]))
+        for bad, rule, seq in (
+            (twice, "sequence_gap", new[0][0]),
+            ([*new[1:], new[0]][::-1][1:], "sequence_gap", new[1][0]),
+            ([tuple(late[0])], "row_malformed", None),
+            ([tuple(late[1])], "row_malformed", new[0][0]),
+        ):
+            with pytest.raises(psycopg.errors.CheckViolation) as caught:
+                ingest(conn, jid, bad)
+            detail = caught.value.diag.message_detail or ""
+            assert detail.split(" ")[0] == rule, detail
+            if seq is not None:
+                assert detail == f"{rule} {seq}"
+        assert conn.execute("SELECT agentteam.ingest(%s)", (jid,)).fetchone() == (honest[-1][0],)
+    assert store_rows(pg_url, jid) == honest, "nothing of a refused batch is kept"
+    assert replay.ship([path], alice).ok
+    assert store_rows(pg_url, jid) == [(r[0], r[16]) for r in rows_of(path)]
+
+
+def test_the_store_keeps_the_merkle_state_and_checks_each_checkpoints_root(
+    pg_url: str, login: Any, tmp_path: Path
+) -> None:
+    """The ingest appends each leaf (recomputed in SQL from the row and its salted payload
+    digest) to the journal's tree: its stored hashes are the writer's, the tree hash at every
+    size is the local one, and a checkpoint is kept only when its root is the store's."""
+    alice = login()
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 7, 9, checkpoint_every=7)
+    assert replay.ship([path], alice).ok
+    rows = rows_of(path)
+    with journal.open_reader(path) as reader:
+        roots = {
+            n: journal._merkle.tree_hash(
+                n, lambda ix: [reader.stored_hash(i) or b"" for i in ix]
+            ).hex()
+            for n in range(len(rows) + 1)
+        }
+        local_cps = {cp.seq: cp.root_hash for cp in reader.checkpoints()}
+    with psycopg.connect(alice, autocommit=True) as conn:
+        stored = conn.execute(
+            "SELECT seq, tree_hashes FROM agentteam.events WHERE journal_id = %s ORDER BY seq",
+            (jid,),
+        ).fetchall()
+        assert [(s, bytes(t)) for s, t in stored] == [(r[0], r[19]) for r in rows]
+        for n, root in roots.items():
+            got = conn.execute("SELECT agentteam.tree_root(%s, %s)", (jid, n)).fetchone()
+            assert got is not None and bytes(got[0]).hex() == root, n
+        kept = conn.execute(
+            "SELECT seq, root_hash FROM agentteam.checkpoints WHERE journal_id = %s", (jid,)
+        ).fetchall()
+        assert kept and all(root == roots[seq] == local_cps[seq] for seq, root in kept)
+        head = rows[-1]
+        lying = journal.sign_checkpoint(
+            journal.SigningKey("agentteam-bridge/seed", KEY),
+            journal_id=jid,
+            seq=head[0],
+            head_hash=head[16],
+            ts_wall="2026-12-03T00:00:00Z",
+            root_hash=roots[head[0] - 1],
+        )
+        with pytest.raises(psycopg.errors.CheckViolation) as caught:
+            conn.execute(
+                "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s, %s)",
+                (jid, *checkpoint_row(lying), lying.root_hash),
+            )
+        assert caught.value.diag.message_detail == f"checkpoint_root_mismatch {head[0]}"
+        with pytest.raises(psycopg.errors.CheckViolation) as caught:
+            conn.execute(
+                "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s)",
+                (jid, *checkpoint_row(lying)),
+            )
+        assert caught.value.diag.message_detail == f"checkpoint_root_mismatch {head[0]}"
+    append_calls(path, jid, 70, 1)
+    new = [list(r) for r in rows_of(path)[len(rows) :]]
+    other = list(new[0])
+    other[17] = "00" * 16  # another salt: the digest no longer commits to the payload
+    bare = [*new[0][:17], None, None, None]  # a v2 journal's event without its leaf
+    with psycopg.connect(alice, autocommit=True) as conn:
+        for bad, rule in (([other], "leaf_mismatch"), ([bare], "leaf_missing")):
+            with pytest.raises(psycopg.errors.CheckViolation) as caught:
+                ingest(conn, jid, [tuple(r) for r in bad])
+            assert caught.value.diag.message_detail == f"{rule} {new[0][0]}"
+    assert replay.ship([path], alice).ok
