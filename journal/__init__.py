@@ -101,6 +101,7 @@ from ._errors import (
     JournalUnavailableReason,
 )
 from ._events import (
+    ERASED_PAYLOAD,
     KIND_SET_VERSION,
     KINDS,
     PAYLOAD_TYPES,
@@ -118,6 +119,7 @@ from ._events import (
     KeyRotated,
     Kind,
     Payload,
+    PayloadErased,
     PrunedSegment,
     Record,
     SegmentsPruned,
@@ -163,6 +165,7 @@ __all__ = [
     "CHECKPOINT_EVERY",
     "COLUMNS",
     "EMPTY_ROOT",
+    "ERASED_PAYLOAD",
     "GENESIS_HASH",
     "HIDDEN_NAMES",
     "KINDS",
@@ -205,6 +208,7 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PayloadErased",
     "ProofError",
     "PrunedSegment",
     "Reader",

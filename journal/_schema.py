@@ -28,7 +28,7 @@ from ._errors import (
     classify_os_error,
     classify_sqlite_error,
 )
-from ._events import PAYLOAD_TYPES
+from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES
 from ._files import open_private
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -262,6 +262,7 @@ def migrations() -> Migrations:
     registry(name="0005_segments_pruned")(_segments_pruned)
     registry(name="0006_merkle_log")(_merkle_log)
     registry(name="0007_answer_undelivered")(_answer_undelivered)
+    registry(name="0008_payload_erased")(_payload_erased)
     return registry
 
 
@@ -414,6 +415,50 @@ def _answer_undelivered(db: Database) -> None:
     """Kind set 6: ``answer_undelivered`` (a journaled outcome the client never received)."""
     _add_kind(db, "answer_undelivered", 6)
     db.execute("PRAGMA user_version = 7")
+
+
+# Erasure (0008): the one update the journal takes. An events row may have its payload replaced
+# by the erased marker, and its leaf its salt emptied, only for a seq listed in ``erased_seqs``
+# (written in the same transaction as, or after, the ``payload_erased`` event naming it), and
+# only when nothing else of the row changes; a ``payload_erased`` event itself is never erased.
+_ERASE_EVENTS: Final = f"""
+CREATE TRIGGER journal_events_no_update BEFORE UPDATE ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on events refused')
+    WHERE NOT (NEW.payload IS '{ERASED_PAYLOAD}' AND OLD.payload IS NOT '{ERASED_PAYLOAD}'
+               AND OLD.kind IS NOT 'payload_erased'
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND {" AND ".join(f"NEW.{c} IS OLD.{c}" for c in COLUMNS if c != "payload")});
+END
+"""
+_ERASE_LEAVES: Final = """
+CREATE TRIGGER journal_event_leaves_no_update BEFORE UPDATE ON event_leaves
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on event_leaves refused')
+    WHERE NOT (NEW.salt IS '' AND OLD.salt IS NOT ''
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND NEW.seq IS OLD.seq AND NEW.payload_sha256 IS OLD.payload_sha256
+               AND NEW.tree_hashes IS OLD.tree_hashes);
+END
+"""
+
+
+def _payload_erased(db: Database) -> None:
+    """Kind set 7: ``payload_erased``, the ``erased_seqs`` table (append-only: which seqs of
+    this file were erased, and the seq of the event that named them), and the two update
+    triggers replaced by ones that allow exactly an erasure (see :mod:`journal._erase`)."""
+    _add_kind(db, "payload_erased", 7)
+    db.table("erased_seqs").create({"seq": int, "erased_by": int}, pk="seq", not_null={"erased_by"})
+    db.execute("DROP TRIGGER journal_events_no_update")
+    db.execute("DROP TRIGGER journal_event_leaves_no_update")
+    for statement in [
+        _ERASE_EVENTS,
+        _ERASE_LEAVES,
+        *_immutable_triggers("erased_seqs"),
+        _no_replace_trigger("erased_seqs", "seq = NEW.seq"),
+    ]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 8")
 
 
 def create_private_file(path: Path) -> int:

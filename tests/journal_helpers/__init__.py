@@ -20,6 +20,7 @@ from agentteam_task_bridge.journal import (
     JournalGap,
     KeyRotated,
     Payload,
+    PayloadErased,
     PrunedSegment,
     SegmentsPruned,
     SegmentStarted,
@@ -125,6 +126,9 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
     "answer_undelivered": AnswerUndelivered(
         call_id="s1.3", outcome="call_result", reason="stdout_closed"
     ),
+    "payload_erased": PayloadErased(
+        seqs=[3, 4], selector="call", reason="data subject request", actor="ops@host"
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
@@ -139,6 +143,7 @@ def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task
         "segment_started",
         "segments_pruned",
         "answer_undelivered",
+        "payload_erased",
     )
     return Event(
         session_id=SESSION,
