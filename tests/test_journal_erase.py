@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import random
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Final
 
+import msgspec
 import pytest
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal._erase import Selector, erase
 from tests.journal_helpers import KEY, SESSION, VKEY, write_journal
+from tests.journal_helpers.segmented import (
+    SEGMENT,
+    TEXT,
+    call_events,
+    files_of,
+    session_event,
+)
+from tests.replay_helpers import replay_main
 
 SIGNER = journal.SigningKey("agentteam-bridge/seed", KEY)
 SECRET = "Ada Lovelace, 12 Marylebone Road, ada@example.org"
@@ -191,3 +207,89 @@ def test_a_v1_journal_is_refused(tmp_path: Path) -> None:
         writer.append_many(_events(2, {0: SECRET}))
     with pytest.raises(journal.JournalFormatError, match="v1 journal"):
         erase(path, Selector(matching=SECRET), reason="r", key=SIGNER)
+
+
+# --- segmented pools and crashes ---------------------------------------------------------------
+
+SEGMENT_SECRET_CALLS: Final = (1, 25, 58)
+
+
+def _segmented(tmp_path: Path) -> Path:
+    path = tmp_path / "journal.db"
+    with journal.open_sync_writer(path, key=KEY, segment_bytes=SEGMENT) as writer:
+        writer.append(session_event("s1"))
+        for i in range(60):
+            events = call_events(i)
+            if i in SEGMENT_SECRET_CALLS:
+                received = journal.CallReceived(arguments={"title": f"{SECRET} {i}", "d": TEXT})
+                events[0] = msgspec.structs.replace(events[0], payload=received)
+            writer.append_many(events)
+    assert len(files_of(path)) >= 3
+    return path
+
+
+def test_erase_reaches_every_segment_of_a_pool(tmp_path: Path) -> None:
+    path = _segmented(tmp_path)
+    holding = set(_leaks_by_file(tmp_path, SECRET))
+    assert len(holding) >= 2  # the text is in more than one segment
+
+    result = erase(path, Selector(matching=SECRET), reason="r", key=SIGNER)
+
+    assert len(result.seqs) == len(SEGMENT_SECRET_CALLS) and len(result.files) >= 2
+    assert _leaks(tmp_path, SECRET) == []
+    done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+    assert done.returncode == 0, done.stdout
+    assert json.loads(done.stdout)["journals"][0]["erased_seqs"] == result.seqs
+    # The event is in the live segment; the earlier files list their seqs in erased_seqs.
+    with journal.open_reader(files_of(path)[-1]) as reader:
+        assert [r.kind for r in reader.events(kind="payload_erased")] == ["payload_erased"]
+
+
+_ERASE_SCRIPT: Final = """
+import sys
+from pathlib import Path
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.journal._erase import Selector, erase
+print("start", flush=True)
+erase(Path(sys.argv[1]), Selector(matching=sys.argv[2]), reason="r",
+      key=journal.SigningKey("agentteam-bridge/seed", bytes(range(32))))
+print("done", flush=True)
+"""
+
+
+def test_sigkill_during_erase_leaves_the_old_or_the_new_state(tmp_path: Path) -> None:
+    rng = random.Random(26)
+    for round_ in range(5):
+        directory = tmp_path / f"r{round_}"
+        directory.mkdir()
+        path = _segmented(directory)
+        live = files_of(path)[-1]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _ERASE_SCRIPT, str(path), SECRET],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"start\n"  # imports done: the erasure begins now
+        time.sleep(rng.uniform(0.0, 0.15))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        # Each file is in its old state or its new one, and the journal verifies either way.
+        report = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+        assert report.returncode == 0, report.stdout
+        with journal.open_reader(live) as reader:
+            events = list(reader.events(kind="payload_erased"))
+        for file in files_of(path):
+            with journal.open_reader(file) as reader:
+                erased = [r.seq for r in reader.events() if r.payload == {"erased": True}]
+            if not events:
+                assert erased == [], file  # nothing erased before the event is journaled
+        # A second run finishes whatever the first left: no byte of the text is left.
+        erase(path, Selector(matching=SECRET), reason="r", key=SIGNER)
+        assert _leaks(directory, SECRET) == []
+        final = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+        assert final.returncode == 0, final.stdout
+
+
+def _leaks_by_file(directory: Path, text: str) -> list[str]:
+    return [hit.split(":")[0] for hit in _leaks(directory, text)]
