@@ -45,6 +45,7 @@ from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
+from ._retention import retain_payloads
 from ._stdio import trio_stdio
 from ._upstream import TransportFailure, UpstreamClient
 
@@ -70,6 +71,8 @@ class ServeConfig:
     journal_segment_age: float | None = None
     upstream_timeout_seconds: float = 10.0
     upstream_keepalive_seconds: float = 4.0
+    # Erase payloads older than this many days, at start and periodically (bridge._retention).
+    retain_payloads_days: float | None = None
 
 
 class _SessionLog:
@@ -341,6 +344,14 @@ async def _serve(
         server = build_server(bridge, session_log, direct)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(shutdown.watch, signals)
+            if config.retain_payloads_days is not None:
+                nursery.start_soon(
+                    retain_payloads,
+                    Path(config.journal_path),
+                    lambda: journal.path,
+                    config.retain_payloads_days,
+                    journal.key_path,
+                )
             async with (
                 trio_stdio(direct, shutdown, session.unanswered) as (read_stream, write_stream),
                 direct.serving(),

@@ -46,7 +46,8 @@ Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns
 mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
 duration_ms, payload, prev_hash, hash), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
 ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
-UPDATE, DELETE and REPLACE on every table, and an insert that breaks the sequence or the chain.
+UPDATE, DELETE and REPLACE on every table (but an erasure: :mod:`journal._erase`), and an insert
+that breaks the sequence or the chain.
 ``journal/datasette-metadata.json`` gives Datasette facets and canned queries.
 
 Canonical encoding and hash: see :mod:`journal._canonical` (sorted-key compact JSON of every
@@ -93,6 +94,9 @@ from ._contract import (
     tasks_route,
 )
 from ._core import CHECKPOINT_EVERY
+from ._erase import EraseResult
+from ._erase import Selector as EraseSelector
+from ._erase import erase as erase_payloads
 from ._errors import (
     EventEncodeError,
     JournalError,
@@ -192,6 +196,8 @@ __all__ = [
     "CheckpointCheck",
     "ContextInjected",
     "DeprecatedUsage",
+    "EraseResult",
+    "EraseSelector",
     "Event",
     "EventEncodeError",
     "Finding",
@@ -237,6 +243,7 @@ __all__ = [
     "consistency_proof",
     "cut_point",
     "default_key_path",
+    "erase_payloads",
     "export_checkpoint",
     "files_reader",
     "inclusion_proof",

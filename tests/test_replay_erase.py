@@ -146,3 +146,44 @@ def _replay() -> list[str]:
     import sys
 
     return [sys.executable, "-m", "agentteam_task_bridge.replay._cli"]
+
+
+def test_serve_retain_payloads_erases_old_payloads_and_keeps_the_envelope(tmp_path: Path) -> None:
+    journal_dir = tmp_path / "journals"
+    journal_dir.mkdir()
+    path = journal_dir / "journal.db"
+    fresh = "Katherine Johnson, 4 Langley Court"
+
+    async def session(*extra: str, title: str, wait_erased: bool = False) -> None:
+        async with open_runtime(RuntimeConfig(db_path=str(tmp_path / "runtime.db"))) as rt:
+            bridge = await RawBridge.start(rt, path, *extra)
+            try:
+                if wait_erased:  # the start-up trim runs beside the session, off the call path
+                    await bridge.wait_for_event("payload_erased")
+                done = await _tool(
+                    bridge, "task_create", {"channel": "eng", "tasks": [{"title": title}]}
+                )
+                assert not done.get("isError"), done
+            finally:
+                assert bridge.process.stdin is not None
+                await bridge.process.stdin.aclose()
+                with trio.fail_after(30):
+                    await bridge.process.wait()
+
+    trio.run(lambda: session(title=SECRET))
+    assert leaks(journal_dir, SECRET)
+    trio.run(lambda: session("--retain-payloads", "0", title=fresh, wait_erased=True))
+
+    assert leaks(journal_dir, SECRET) == []
+    assert leaks(journal_dir, fresh)  # written after the trim: kept until it is older
+    with journal.open_reader(path) as reader:
+        (event,) = list(reader.events(kind="payload_erased"))
+        results = list(reader.events(kind="call_result"))
+    assert isinstance(event.payload, journal.PayloadErased)
+    assert event.payload.actor == "retention" and event.payload.selector == "older_than"
+    first = results[0]  # the first session's call: payload gone, envelope kept
+    assert first.seq in event.payload.seqs and first.payload == {"erased": True}
+    assert first.gen_ai_tool_name == "task_create" and first.duration_ms is not None
+    vkey = journal.load_key(journal_dir / "config/agentteam-bridge/journal-signing.key").verifier
+    done = replay_cli("verify", path, "--trusted-key", vkey.to_text(), "--json")
+    assert done.returncode == 0, done.stdout
