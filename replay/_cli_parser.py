@@ -72,7 +72,7 @@ a live session holds is skipped (prune it once the session ends). Ship first.
 examples:
   agentteam-replay erase journal.db --call s1.4 --reason "data subject request 2026-112"
   agentteam-replay erase journals/ --matching "Ada Lovelace" --reason "GDPR art. 17" --dry-run
-  agentteam-replay erase journal.db --task eng#42 --reason "ticket 991" --json
+  agentteam-replay erase journal.db --task "eng#42" --reason "ticket 991" --json
   agentteam-replay erase --older-than 90 --reason retention    # the pool
 
 Removes the payload text (and the leaf's salt) of the chosen events from every file of the

@@ -294,9 +294,10 @@ def render_show(console: Console, d: CallDetail) -> None:
     else:
         console.print(f"  {d.outcome_kind}:")
         _whole(console, d.outcome, "    ")
-    table = _table("seq:>8", "+ms:>10", "kind:20", title="\nTimeline")
+    table = _table("seq:>8", "+ms:>10", "kind:38", title="\nTimeline")
     for e in d.events:
-        table.add_row(str(e.seq), _ms(e.offset_ms), e.kind)
+        erased = " (payload erased)" if e.payload == {"erased": True} else ""
+        table.add_row(str(e.seq), _ms(e.offset_ms), e.kind + erased)
     console.print(table)
 
 

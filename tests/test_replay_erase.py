@@ -137,9 +137,22 @@ def test_erase_a_live_journal_under_calls_then_verify_and_prove(
             True,
             True,
         )
-    # Rendered as erased, not as corruption.
-    shown = replay_main("calls", path, "--json")
+    # Rendered as erased, not as corruption: calls, show, audit.
+    with journal.open_reader(path) as reader:
+        call_id = next(r.call_id for r in reader.events() if r.seq == result["seqs"][0])
+    assert call_id is not None
+    listed = replay_main("calls", path, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert call_id in listed.stdout and SECRET[:12] not in listed.stdout
+    shown = replay_main("show", path, call_id, "--json")
     assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail["arguments"] == {"erased": True}
+    assert detail["outcome_kind"] == "call_result" and detail["outcome"] == {"erased": True}
+    table = replay_main("show", path, call_id)
+    assert "(payload erased)" in table.stdout and "nothing recorded" not in table.stdout
+    audited = replay_main("audit", path, "--json")
+    assert audited.returncode == 0, audited.stderr
 
 
 def _replay() -> list[str]:
