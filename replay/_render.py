@@ -150,7 +150,8 @@ def render_erase(console: Console, report: EraseReport) -> None:
         if j.event_seq is not None:
             scrub = "scrubbed" if j.scrubbed else "[red]WAL not yet scrubbed: run erase again[/]"
             console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}")
-    console.print(f"{report.erased} events {verb} ({report.selector}); reason: {report.reason}")
+    done = "would be erased" if report.dry_run else "erased"
+    console.print(f"{report.erased} events {done} ({report.selector}); reason: {report.reason}")
 
 
 def _seq_ranges(seqs: list[int]) -> str:

@@ -293,3 +293,15 @@ def test_sigkill_during_erase_leaves_the_old_or_the_new_state(tmp_path: Path) ->
 
 def _leaks_by_file(directory: Path, text: str) -> list[str]:
     return [hit.split(":")[0] for hit in _leaks(directory, text)]
+
+
+def test_an_erasure_signed_with_another_key_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    path = _journal(tmp_path)
+    other = journal.SigningKey("agentteam-bridge/seed", bytes(32))
+    snapshot = {p.name: p.read_bytes() for p in _files(path)}
+    with pytest.raises(journal.JournalFormatError, match="not the one the journal names"):
+        erase(path, Selector(matching=SECRET), reason="r", key=other)
+    with journal.open_reader(path) as reader:
+        assert not list(reader.events(kind="payload_erased"))
+    assert _leaks(tmp_path, SECRET)
+    assert snapshot["journal.db"] == (tmp_path / "journal.db").read_bytes()
