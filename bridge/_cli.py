@@ -153,6 +153,17 @@ def segment_age(text: str) -> float | None:
     return seconds
 
 
+def retention_days(text: str) -> float:
+    """``--retain-payloads``: a number of days, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not 0 <= value < 100_000:
+        raise argparse.ArgumentTypeError("a number of days, 0 or more")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     from ._lifecycle import ignore_stop_signals, note_early_signals
 
@@ -177,6 +188,7 @@ def _serve(args: argparse.Namespace) -> int:
         journal_segment_age=args.journal_segment_age,
         upstream_timeout_seconds=args.upstream_timeout,
         upstream_keepalive_seconds=args.upstream_keepalive,
+        retain_payloads_days=args.retain_payloads,
     )
     try:
         trio.run(serve, config, None, early_signals)
@@ -264,6 +276,14 @@ def add_serve_command(sub: Any) -> argparse.ArgumentParser:
         metavar="AGE",
         help="roll the journal over once its live segment is this old (e.g. 7d, 12h; 0 = never; "
         "default 7d)",
+    )
+    sv.add_argument(
+        "--retain-payloads",
+        type=retention_days,
+        default=None,
+        metavar="DAYS",
+        help="erase the payloads of journal events older than DAYS, at start and periodically, "
+        "journaled as payload_erased; the envelope stays (default: keep them)",
     )
     sv.add_argument(
         "--no-durable",

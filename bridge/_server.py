@@ -47,6 +47,7 @@ from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
+from ._retention import retain_payloads
 from ._upstream import TransportFailure, UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
@@ -71,6 +72,8 @@ class ServeConfig:
     journal_segment_age: float | None = None
     upstream_timeout_seconds: float = 10.0
     upstream_keepalive_seconds: float = 4.0
+    # Erase payloads older than this many days, at start and periodically (bridge._retention).
+    retain_payloads_days: float | None = None
 
 
 class _SessionLog:
@@ -362,6 +365,14 @@ async def _serve(
         server = build_server(bridge, door)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(shutdown.watch, signals)
+            if config.retain_payloads_days is not None:
+                nursery.start_soon(
+                    retain_payloads,
+                    Path(config.journal_path),
+                    lambda: journal.path,
+                    config.retain_payloads_days,
+                    journal.key_path,
+                )
             async with trio_stdio(door) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             nursery.cancel_scope.cancel()

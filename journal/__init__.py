@@ -46,7 +46,8 @@ Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns
 mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
 duration_ms, payload, prev_hash, hash), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
 ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
-UPDATE, DELETE and REPLACE on every table, and an insert that breaks the sequence or the chain.
+UPDATE, DELETE and REPLACE on every table (but an erasure: :mod:`journal._erase`), and an insert
+that breaks the sequence or the chain.
 ``journal/datasette-metadata.json`` gives Datasette facets and canned queries.
 
 Canonical encoding and hash: see :mod:`journal._canonical` (sorted-key compact JSON of every
@@ -93,6 +94,9 @@ from ._contract import (
     tasks_route,
 )
 from ._core import CHECKPOINT_EVERY
+from ._erase import EraseResult
+from ._erase import Selector as EraseSelector
+from ._erase import erase as erase_payloads
 from ._errors import (
     EventEncodeError,
     JournalError,
@@ -101,6 +105,7 @@ from ._errors import (
     JournalUnavailableReason,
 )
 from ._events import (
+    ERASED_PAYLOAD,
     KIND_SET_VERSION,
     KINDS,
     PAYLOAD_TYPES,
@@ -118,6 +123,7 @@ from ._events import (
     KeyRotated,
     Kind,
     Payload,
+    PayloadErased,
     PrunedSegment,
     Record,
     SegmentsPruned,
@@ -165,6 +171,7 @@ __all__ = [
     "CHECKPOINT_EVERY",
     "COLUMNS",
     "EMPTY_ROOT",
+    "ERASED_PAYLOAD",
     "GENESIS_HASH",
     "HIDDEN_NAMES",
     "KINDS",
@@ -191,6 +198,8 @@ __all__ = [
     "CheckpointCheck",
     "ContextInjected",
     "DeprecatedUsage",
+    "EraseResult",
+    "EraseSelector",
     "Event",
     "EventEncodeError",
     "Finding",
@@ -207,6 +216,7 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PayloadErased",
     "ProofError",
     "PrunedSegment",
     "Reader",
@@ -236,6 +246,7 @@ __all__ = [
     "consistency_proof",
     "cut_point",
     "default_key_path",
+    "erase_payloads",
     "export_checkpoint",
     "files_reader",
     "inclusion_proof",

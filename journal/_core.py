@@ -35,6 +35,7 @@ from ._checkpoint import (
     load_key,
     sign_checkpoint,
 )
+from ._erase import moved_on, rebase_rows
 from ._errors import (
     EventEncodeError,
     JournalFormatError,
@@ -122,6 +123,7 @@ class _Core(_LiveSegment):
         self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
         self._size_known, self._size_grown = None, 0
         self._shm = ShmGuard()
+        self._rebasing = False
         self._open_live(journal_id)
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
@@ -341,6 +343,8 @@ class _Core(_LiveSegment):
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
+            if rows and moved_on(exc) and not self._rebasing:
+                return self._commit_rebased(rows, durable=durable, checkpoint=checkpoint)
             raise classify_sqlite_error(exc) from exc
         if tree is not None:
             self.tree = after
@@ -352,6 +356,21 @@ class _Core(_LiveSegment):
             self.last_checkpoint = signed
             self._checkpoint_at = time.monotonic()
         return signed
+
+    def _commit_rebased(
+        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool
+    ) -> Checkpoint | None:
+        """Commit rows again after another connection appended (an erasure, see
+        :mod:`journal._erase`): reload the head, sequence the rows after it, commit once more."""
+        self._rebasing = True
+        try:
+            self._load_head()
+            tree = None if self.tree is None else self.tree.copy()
+            rebased, head, tree = rebase_rows(rows, self.committed_seq, self.committed_hash, tree)
+            self.next_seq, self.next_prev_hash, self.next_tree = rebased[-1][0] + 1, head, tree
+            return self.commit(rebased, durable=durable, checkpoint=checkpoint)
+        finally:
+            self._rebasing = False
 
     def check_live_file(self) -> None:
         """Raise JournalUnavailable("replaced") when the journal's path no longer names the file

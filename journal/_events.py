@@ -18,6 +18,7 @@ import msgspec
 from ._checkpoint import Checkpoint
 
 __all__ = [
+    "ERASED_PAYLOAD",
     "KINDS",
     "KIND_SET_VERSION",
     "PAYLOAD_TYPES",
@@ -36,6 +37,7 @@ __all__ = [
     "KeyRotated",
     "Kind",
     "Payload",
+    "PayloadErased",
     "PrunedSegment",
     "Record",
     "SegmentStarted",
@@ -48,7 +50,10 @@ __all__ = [
     "UpstreamResponse",
 ]
 
-KIND_SET_VERSION: Final = 7
+KIND_SET_VERSION: Final = 8
+# What an erased event's payload column holds (its leaf's salt is then empty): see
+# journal._erase. Never a payload of a typed kind (none is this object alone).
+ERASED_PAYLOAD: Final = '{"erased":true}'
 
 # The session id of the events the writer itself appends (a key rotation, a segment start).
 WRITER_SESSION: Final = "journal-writer"
@@ -72,6 +77,7 @@ Kind: TypeAlias = Literal[
     "segments_pruned",
     "answer_undelivered",
     "session_handshake",
+    "payload_erased",
 ]
 
 
@@ -329,6 +335,27 @@ class AnswerUndelivered(_Payload, frozen=True, kw_only=True):
     reason: str
 
 
+class PayloadErased(_Payload, frozen=True, kw_only=True):
+    """Payloads removed from the journal, written before they are removed (kind set 8).
+
+    ``seqs`` are the events whose payload text and leaf salt were erased (the stored payload
+    becomes :data:`journal.ERASED_PAYLOAD`, the salt empty); their envelope columns, hashes and
+    leaves stay, so the chain, the Merkle tree and every proof still verify. ``selector`` says
+    how they were chosen (``call``, ``session``, ``task``, ``matching``, ``older_than``; never
+    the matched text), ``reason`` why, ``actor`` who ran it (user@host, or ``retention``).
+    """
+
+    kind: ClassVar[Kind] = "payload_erased"
+    description: ClassVar[str] = (
+        "the payloads of named events were erased; envelopes and proofs stay"
+    )
+    seqs: list[int]
+    selector: str
+    reason: str
+    actor: str
+    older_than_days: float | None = None
+
+
 Payload: TypeAlias = (
     SessionStarted
     | SessionEnded
@@ -348,6 +375,7 @@ Payload: TypeAlias = (
     | SegmentsPruned
     | AnswerUndelivered
     | SessionHandshake
+    | PayloadErased
 )
 
 PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
@@ -371,6 +399,7 @@ PAYLOAD_TYPES: Final[dict[str, type[Payload]]] = {
         SegmentsPruned,
         AnswerUndelivered,
         SessionHandshake,
+        PayloadErased,
     )
 }
 KINDS: Final[tuple[str, ...]] = tuple(PAYLOAD_TYPES)

@@ -18,7 +18,7 @@ import msgspec
 from ._canonical import COLUMNS, GENESIS_HASH, Row
 from ._checkpoint import Checkpoint
 from ._errors import JournalFormatError
-from ._events import PAYLOAD_TYPES, Payload, Record
+from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
 from ._segments import SegmentInfo
 from ._tlog import leaf_bytes, stored_lookup
@@ -37,7 +37,10 @@ _ANY_DECODER: Final = msgspec.json.Decoder()
 
 
 def decode_payload(kind: str, kind_version: int, text: str) -> Payload | dict[str, Any]:
-    """The typed payload of a known kind and version, else the JSON object; raises on bad JSON."""
+    """The typed payload of a known kind and version, else the JSON object; raises on bad JSON.
+    An erased payload (:mod:`journal._erase`) is the object ``{"erased": true}``."""
+    if text == ERASED_PAYLOAD:
+        return {"erased": True}
     decoder = _DECODERS.get((kind, kind_version))
     if decoder is not None:
         payload: Payload = decoder.decode(text)

@@ -28,7 +28,7 @@ from ._errors import (
     classify_os_error,
     classify_sqlite_error,
 )
-from ._events import PAYLOAD_TYPES
+from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES
 from ._files import open_private
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -270,6 +270,7 @@ def migrations() -> Migrations:
     registry(name="0006_merkle_log")(_merkle_log)
     registry(name="0007_answer_undelivered")(_answer_undelivered)
     registry(name="0008_session_handshake")(_session_handshake)
+    registry(name="0009_payload_erased")(_payload_erased)
     return registry
 
 
@@ -431,6 +432,50 @@ def _session_handshake(db: Database) -> None:
     db.execute("DROP VIEW IF EXISTS sessions")
     db.create_view("sessions", VIEWS["sessions"].strip())
     db.execute("PRAGMA user_version = 8")
+
+
+# Erasure (0009): the one update the journal takes. An events row may have its payload replaced
+# by the erased marker, and its leaf its salt emptied, only for a seq listed in ``erased_seqs``
+# (written in the same transaction as, or after, the ``payload_erased`` event naming it), and
+# only when nothing else of the row changes; a ``payload_erased`` event itself is never erased.
+_ERASE_EVENTS: Final = f"""
+CREATE TRIGGER journal_events_no_update BEFORE UPDATE ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on events refused')
+    WHERE NOT (NEW.payload IS '{ERASED_PAYLOAD}' AND OLD.payload IS NOT '{ERASED_PAYLOAD}'
+               AND OLD.kind IS NOT 'payload_erased'
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND {" AND ".join(f"NEW.{c} IS OLD.{c}" for c in COLUMNS if c != "payload")});
+END
+"""
+_ERASE_LEAVES: Final = """
+CREATE TRIGGER journal_event_leaves_no_update BEFORE UPDATE ON event_leaves
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on event_leaves refused')
+    WHERE NOT (NEW.salt IS '' AND OLD.salt IS NOT ''
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND NEW.seq IS OLD.seq AND NEW.payload_sha256 IS OLD.payload_sha256
+               AND NEW.tree_hashes IS OLD.tree_hashes);
+END
+"""
+
+
+def _payload_erased(db: Database) -> None:
+    """Kind set 8: ``payload_erased``, the ``erased_seqs`` table (append-only: which seqs of
+    this file were erased, and the seq of the event that named them), and the two update
+    triggers replaced by ones that allow exactly an erasure (see :mod:`journal._erase`)."""
+    _add_kind(db, "payload_erased", 8)
+    db.table("erased_seqs").create({"seq": int, "erased_by": int}, pk="seq", not_null={"erased_by"})
+    db.execute("DROP TRIGGER journal_events_no_update")
+    db.execute("DROP TRIGGER journal_event_leaves_no_update")
+    for statement in [
+        _ERASE_EVENTS,
+        _ERASE_LEAVES,
+        *_immutable_triggers("erased_seqs"),
+        _no_replace_trigger("erased_seqs", "seq = NEW.seq"),
+    ]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 9")
 
 
 def create_private_file(path: Path) -> int:

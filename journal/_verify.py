@@ -25,7 +25,15 @@ Findings name the seq and the rule broken:
 ``payload_digest_mismatch``    the payload is not the one its leaf commits to
 ``tree_hash_mismatch``         a stored Merkle hash is not the recomputed one (proofs fail)
 ``checkpoint_root_mismatch``   a checkpoint's signed root is not the tree hash at its size
+``erasure_unrecorded``         an erased event no ``payload_erased`` event names (checked on
+                               a whole journal's file; across segments by replay's verify)
 =============================  ==============================================================
+
+An erased event (:mod:`journal._erase`: its payload the erased marker, its leaf's salt empty)
+in a v2 journal is not a ``hash_mismatch``: its hash, which covered the erased bytes, is taken
+as stored, and its leaf, which commits to its envelope and payload digest, is checked by the
+tree as any other; its seq is listed in ``VerifyReport.erased_seqs``. In a v1 journal (no
+leaves) the marker is an edit like any other.
 
 A v2 journal (:mod:`journal._tlog`) is also a Merkle log: its leaves, stored hashes and every
 checkpoint's signed root are recomputed in the same pass (:class:`journal.TreeCheck`); a v1
@@ -72,7 +80,7 @@ from ._checkpoint import (
     Verdict,
     VerifierKey,
 )
-from ._events import PAYLOAD_TYPES
+from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
 from ._tlog import start_tree, tree_checkpoint
 
@@ -96,6 +104,7 @@ Rule: TypeAlias = Literal[
     "payload_digest_mismatch",
     "tree_hash_mismatch",
     "checkpoint_root_mismatch",
+    "erasure_unrecorded",
 ]
 MAX_FINDINGS: Final = 1000
 _sha256: Final = hashlib.sha256
@@ -124,6 +133,7 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     last_checkpoint_seq: int = 0
     recorded_keys: list[tuple[int, str]] = msgspec.field(default_factory=list)
     log_version: int = 1  # 2: a Merkle log with proofs; 1: chain only, no proofs
+    erased_seqs: list[int] = msgspec.field(default_factory=list)  # payloads erased, proofs kept
 
     @property
     def ok(self) -> bool:
@@ -143,6 +153,7 @@ class ChainVerifier:
         max_findings: int = MAX_FINDINGS,
     ) -> None:
         self.journal_id = journal_id
+        self.erased: list[int] = []  # seqs of erased events (rows with leaves only)
         self.seq = start_seq
         self.hash = start_hash
         self.count = 0
@@ -165,8 +176,13 @@ class ChainVerifier:
             self.report(seq, "sequence_gap", f"expected seq {self.seq + 1}, found {seq}")
         if row[15] != self.hash:
             self.report(seq, "chain_broken", "prev_hash is not the previous event's hash")
+        if len(row) > 17 and row[17] == "" and row[14] == ERASED_PAYLOAD:
+            self.erased.append(seq)  # its leaf vouches for it (TreeCheck); the hash stands
+            computed = stored_hash
+        else:
+            computed = None
         try:
-            computed = _sha256(canonical_bytes(row)).hexdigest()
+            computed = computed or _sha256(canonical_bytes(row)).hexdigest()
         except (TypeError, ValueError, AttributeError, msgspec.EncodeError) as exc:
             self.report(seq, "row_malformed", f"cannot encode the row: {exc}")
         else:
@@ -394,6 +410,15 @@ def verify(
         return _verify(reader, *options, progress, progress_every)
 
 
+def erasure_named(reader: Reader) -> set[int]:
+    """The seqs the ``payload_erased`` events of a file name."""
+    named: set[int] = set()
+    for record in reader.events(kind="payload_erased"):
+        payload = record.payload
+        named.update(getattr(payload, "seqs", ()))
+    return named
+
+
 def _verify(
     reader: Reader,
     checkpoint: Checkpoint | None,
@@ -442,6 +467,12 @@ def _verify(
         if progress is not None and chain.count % progress_every == 0:
             progress(chain.count)
     checks.finish()
+    segment = reader.segment
+    if chain.erased and segment.index == 1 and segment.next_file is None:
+        named = erasure_named(reader)
+        for seq in chain.erased:
+            if seq not in named:
+                chain.report(seq, "erasure_unrecorded", "erased; no payload_erased event names it")
     if progress is not None:
         progress(chain.count)
     return VerifyReport(
@@ -457,4 +488,5 @@ def _verify(
         findings=chain.findings,
         findings_omitted=chain.findings_omitted,
         log_version=reader.log_version,
+        erased_seqs=chain.erased,
     )

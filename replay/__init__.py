@@ -46,6 +46,7 @@ from ._calls import (
 )
 from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Gate, deprecations
 from ._diff import Difference, normalize
+from ._erase import EraseReport, EraseResult, Selector, erase
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
 from ._fleet_follow import ship_follow
@@ -89,6 +90,8 @@ __all__ = [
     "DeprecatedUser",
     "DeprecationReport",
     "Difference",
+    "EraseReport",
+    "EraseResult",
     "ErrorCount",
     "ErrorExample",
     "EventProof",
@@ -116,6 +119,7 @@ __all__ = [
     "ReportFilter",
     "RerunCall",
     "RerunResult",
+    "Selector",
     "SessionInfo",
     "SessionRow",
     "ShipReport",
@@ -129,6 +133,7 @@ __all__ = [
     "check_proof",
     "contiguous_seq",
     "deprecations",
+    "erase",
     "export_jsonl",
     "export_otlp",
     "iter_stories",

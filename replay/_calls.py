@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from agentteam_task_bridge.journal import (
+    OUTCOMES,
     CallCancelled,
     CallError,
     CallReceived,
@@ -25,6 +26,8 @@ from agentteam_task_bridge.journal import (
 
 from ._source import Journals, Progress, ReplayInputError, open_journals
 from ._story import STATUSES, CallStory, CallSummary, SessionInfo, iter_stories
+
+ERASED: Final = {"erased": True}  # how a reader decodes an erased payload
 
 __all__ = [
     "CallDetail",
@@ -265,10 +268,17 @@ def story_detail(story: CallStory) -> CallDetail:
         elif isinstance(p, CallResult | CallError | CallRejected | CallCancelled):
             outcome_kind = r.kind
             outcome = _model_view(p)
+        elif p == ERASED and r.kind in OUTCOMES:  # erased (journal._erase): said, not guessed
+            outcome_kind, outcome = r.kind, ERASED
+    first = records[0]
+    if first.kind == "call_received" and first.payload == ERASED:
+        received_view: Any = ERASED
+    else:
+        received_view = received.arguments if isinstance(received, CallReceived) else None
     return CallDetail(
         summary=story.summary(),
         session=story.session,
-        arguments=received.arguments if isinstance(received, CallReceived) else None,
+        arguments=received_view,
         meta_keys=list(received.meta_keys) if isinstance(received, CallReceived) else [],
         injected=injected,
         exchanges=exchanges,

@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _ship(args, out, err)
     if args.command == "prune":
         return _prune(args, out)
+    if args.command == "erase":
+        return _erase(args, out)
     if args.command == "report":
         return _report(args, out, err)
     if args.command == "calls" and not getattr(args, "store", None):
@@ -202,6 +204,30 @@ def _prune(args: argparse.Namespace, out: Console) -> int:
     else:
         render.render_prune(out, report)
     return EXIT_OK
+
+
+def _erase(args: argparse.Namespace, out: Console) -> int:
+    from agentteam_task_bridge import replay
+
+    selector = replay.Selector(
+        call_id=args.call,
+        session_id=args.session,
+        task=args.task,
+        matching=args.matching,
+        older_than_days=args.older_than,
+    )
+    report = replay.erase(
+        args.journals or default_journals(),
+        selector,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        key_file=args.key_file,
+    )
+    if args.json:
+        print(render.to_json(report), file=out.file)
+    else:
+        render.render_erase(out, report)
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 Drawer = Callable[[Console, Any], None]

@@ -68,6 +68,21 @@ prune is journaled first as a segments_pruned event in the live segment, so veri
 passes and accepts the journal's new start. Nothing else ever deletes journal data. A journal
 a live session holds is skipped (prune it once the session ends). Ship first.
 """,
+    "erase": """\
+examples:
+  agentteam-replay erase journal.db --call s1.4 --reason "data subject request 2026-112"
+  agentteam-replay erase journals/ --matching "Ada Lovelace" --reason "GDPR art. 17" --dry-run
+  agentteam-replay erase journal.db --task "eng#42" --reason "ticket 991" --json
+  agentteam-replay erase --older-than 90 --reason retention    # the pool
+
+Removes the payload text (and the leaf's salt) of the chosen events from every file of the
+journal (each segment, the -wal, free pages); their envelope (who, when, which tool, outcome,
+latency), hashes and Merkle leaves stay, so verify passes and every prove still checks. The
+erasure is journaled first: a payload_erased event naming the seqs, the reason and who ran it
+(never the erased text), under a checkpoint signed with this machine's key (--key-file: another;
+it must be the key the journal names). Works on a journal a live bridge writes. Erasing again
+is a no-op; --dry-run lists the seqs and changes no byte. See docs/privacy.md.
+""",
     "key": """\
 examples:
   agentteam-replay key                   # print the public key to give auditors
@@ -410,6 +425,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove only segments whose last event is older than this many days",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    p = command(
+        "erase",
+        "erase the payloads of chosen events, every proof intact",
+        "Erase the payloads of the events of a call, a session, a task, holding a text, or older "
+        "than DAYS: the text leaves every file of the journal; the envelope, the hash chain, "
+        "the Merkle tree and every proof stay, and a signed payload_erased event says who "
+        "erased which seqs and why.",
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--call", metavar="ID", help="every event of this call")
+    which.add_argument("--session", metavar="ID", help="every event of this session")
+    which.add_argument(
+        "--task",
+        metavar="CHANNEL#NUMBER",
+        type=_task,
+        help="every event of the calls whose arguments name this task",
+    )
+    which.add_argument("--matching", metavar="TEXT", help="every event whose payload holds TEXT")
+    which.add_argument(
+        "--older-than", type=_days, metavar="DAYS", help="every event older than DAYS"
+    )
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why (journaled)")
+    p.add_argument("--dry-run", action="store_true", help="list the seqs; change nothing")
+    p.add_argument("--key-file", type=Path, metavar="FILE", help="the signing key to sign with")
     _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
@@ -425,6 +464,15 @@ def _count(text: str) -> int:
     if not 0 <= value <= 100_000:
         raise argparse.ArgumentTypeError("between 0 and 100000")
     return value
+
+
+def _task(text: str) -> tuple[str, int]:
+    from ._erase import parse_task
+
+    try:
+        return parse_task(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _days(text: str) -> float:

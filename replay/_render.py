@@ -23,6 +23,7 @@ from agentteam_task_bridge import journal
 from ._audit import AuditReport
 from ._calls import CallDetail
 from ._deprecations import DeprecationReport
+from ._erase import EraseReport
 from ._export import ExportResult
 from ._findings import Finding
 from ._idempotency import IdempotencyResult
@@ -139,6 +140,28 @@ def render_prune(console: Console, report: PruneReport) -> None:
             f"  store holds 1..{j.held_seq}, witnessed {witnessed}; {j.kept} files kept "
             f"({j.stopped})"
         )
+
+
+def render_erase(console: Console, report: EraseReport) -> None:
+    verb = "would erase" if report.dry_run else "erased"
+    for j in report.journals:
+        seqs = _seq_ranges(j.seqs) or "nothing"
+        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {seqs}")
+        if j.event_seq is not None:
+            scrub = "scrubbed" if j.scrubbed else "[red]WAL not yet scrubbed: run erase again[/]"
+            console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}")
+    done = "would be erased" if report.dry_run else "erased"
+    console.print(f"{report.erased} events {done} ({report.selector}); reason: {report.reason}")
+
+
+def _seq_ranges(seqs: list[int]) -> str:
+    out: list[str] = []
+    for seq in seqs:
+        if out and out[-1].split("..")[-1] == str(seq - 1):
+            out[-1] = f"{out[-1].split('..')[0]}..{seq}"
+        else:
+            out.append(str(seq))
+    return ", ".join(out)
 
 
 def render_key(console: Console, info: KeyInfo) -> None:
@@ -272,9 +295,10 @@ def render_show(console: Console, d: CallDetail) -> None:
     else:
         console.print(f"  {d.outcome_kind}:")
         _whole(console, d.outcome, "    ")
-    table = _table("seq:>8", "+ms:>10", "kind:20", title="\nTimeline")
+    table = _table("seq:>8", "+ms:>10", "kind:38", title="\nTimeline")
     for e in d.events:
-        table.add_row(str(e.seq), _ms(e.offset_ms), e.kind)
+        erased = " (payload erased)" if e.payload == {"erased": True} else ""
+        table.add_row(str(e.seq), _ms(e.offset_ms), e.kind + erased)
     console.print(table)
 
 

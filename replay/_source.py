@@ -149,7 +149,10 @@ _ANY: Final = msgspec.json.Decoder()
 
 def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | dict[str, Any], str]:
     """The typed payload (or the JSON object of an unknown kind) and "" when it decodes, else the
-    decoded JSON object (or {}) and why it does not: analyses go on, verify reports it."""
+    decoded JSON object (or {}) and why it does not: analyses go on, verify reports it. An
+    erased payload is ``{"erased": true}`` (no problem: see :mod:`journal._erase`)."""
+    if text == journal.ERASED_PAYLOAD:
+        return {"erased": True}, ""
     decoder = _DECODERS.get((kind, kind_version))
     try:
         if decoder is not None:

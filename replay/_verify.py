@@ -34,7 +34,12 @@ checkpoint rules of :class:`journal.CheckpointCheck`: ``checkpoint_signature_inv
 ``excuse_unsigned``              a ``segments_pruned`` / ``journal_gap`` no trusted checkpoint
                                  covers
 ``key_file_replaced``            this machine's key took over from a key it does not hold
+``erasure_unrecorded``           an erased payload no ``payload_erased`` event names
 ===============================  =============================================================
+
+Erased events (see :mod:`journal._erase`) are no fault: ``erased_seqs`` lists them, and a
+``payload_erased`` event counts as an excuse (``excuse_unsigned`` when no trusted checkpoint
+covers it).
 
 The last four are the trust policy of :mod:`replay._trust`: what a signature covers, and no more.
 
@@ -90,7 +95,7 @@ __all__ = [
 ]
 
 MAX_FINDINGS: Final = 1000
-_NOTED: Final = EXCUSES | {"key_rotated"}
+_NOTED: Final = EXCUSES | {"key_rotated", "payload_erased"}
 
 
 class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,6 +130,8 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     signed_through: int = 0
     unsigned_tail: int = 0
     live: bool = False
+    # Events whose payloads were erased (`erase`): their envelopes, leaves and proofs stay.
+    erased_seqs: list[int] = msgspec.field(default_factory=list)
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -359,6 +366,7 @@ class _FileCheck:
         self.local_keys = local_keys
         self._excuses: list[tuple[int, str]] = []  # (seq, kind) of events excusing missing data
         self._prunes: list[tuple[int, list[tuple[int, str]]]] = []  # (seq, pruned ends)
+        self._erasure_named: set[int] = set()  # seqs payload_erased events name
         self.journal_id = segments[0].journal_id
         self.held = held
         self.trust = trust
@@ -475,6 +483,9 @@ class _FileCheck:
             policy += key_file_findings(keys, [cp for _, cp in self.held + stored], self.local_keys)
         for seq, rule, detail in policy:
             self.report(seq, rule, detail)
+        for seq in chain.erased:
+            if seq not in self._erasure_named:
+                self.report(seq, "erasure_unrecorded", "erased; no payload_erased event names it")
         last = segments[-1]
         if last.segment.next_file is not None:
             self.report(
@@ -515,6 +526,7 @@ class _FileCheck:
             signed_through=signed,
             unsigned_tail=unsigned,
             live=live,
+            erased_seqs=chain.erased,
         )
 
     # --- segments ---------------------------------------------------------------------
@@ -551,8 +563,10 @@ class _FileCheck:
         payload, problem = decode_payload(kind, row[7], row[14])
         if problem:
             return  # payload_invalid
-        if kind in EXCUSES:
+        if kind in EXCUSES or kind == "payload_erased":
             self._excuses.append((row[0], kind))
+        if isinstance(payload, journal.PayloadErased):
+            self._erasure_named.update(payload.seqs)
         if isinstance(payload, journal.SegmentsPruned):
             self._prunes.append((row[0], [(s.last_seq, s.last_hash) for s in payload.segments]))
         elif isinstance(payload, journal.KeyRotated):

@@ -261,7 +261,7 @@ class RawBridge:
         self._ids = iter(range(1, 1_000_000))
 
     @classmethod
-    async def start(cls, rt: Runtime, journal_path: Path) -> RawBridge:
+    async def start(cls, rt: Runtime, journal_path: Path, *extra: str) -> RawBridge:
         env = {
             **os.environ,
             "XDG_CONFIG_HOME": str(journal_path.parent / "config"),
@@ -269,7 +269,7 @@ class RawBridge:
             **rt.bridge_env(),
         }
         process = await trio.lowlevel.open_process(
-            bridge_command("--journal", str(journal_path)),
+            bridge_command("--journal", str(journal_path), *extra),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

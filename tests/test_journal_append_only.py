@@ -10,7 +10,7 @@ import pytest
 
 from agentteam_task_bridge import journal
 
-from .journal_helpers import all_kinds, write_journal
+from .journal_helpers import KEY, all_kinds, write_journal
 
 TABLES_AND_KEYS = {
     "events": "seq = 1",
@@ -19,6 +19,7 @@ TABLES_AND_KEYS = {
     "event_kinds": "kind = 'call_result'",
     "_sqlite_migrations": "id = 1",
     "event_leaves": "seq = 1",  # the Merkle log's (v2): each event's salt, digest, tree hashes
+    "erased_seqs": "seq = (SELECT MIN(seq) FROM erased_seqs)",  # erasure's list (0009)
 }
 
 
@@ -27,6 +28,14 @@ def raw(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     """A plain sqlite3 connection (recursive_triggers off, as any tool's) to a written journal."""
     path = tmp_path / "j.db"
     write_journal(path, all_kinds())
+    # An erasure too, so erased_seqs has rows, and the rows it erased are guarded as the rest.
+    erased = journal.erase_payloads(
+        path,
+        journal.EraseSelector(call_id="call-1"),
+        reason="test",
+        key=journal.SigningKey("agentteam-bridge/seed", KEY),
+    )
+    assert erased.seqs
     conn = sqlite3.connect(path, isolation_level=None)
     yield conn
     conn.close()

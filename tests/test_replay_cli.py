@@ -286,6 +286,8 @@ def test_published_json_schemas_are_current_and_every_json_output_follows_them(
     extra = {"show": [call_id], "export": ["--output", str(tmp_path / "spans.json")]}
     extra["report"] = ["--html", str(tmp_path / "report.html")]
     extra["key"] = ["--key-file", str(everyday_journal.key_path)]  # `key` reads no journal
+    # `erase` changes no byte with --dry-run (the journal is the module's, shared)
+    extra["erase"] = ["--call", call_id, "--reason", "schema", "--dry-run"]
     for command in RESULTS:
         if command in ("ship", "prune"):
             continue  # needs a store: tests/test_fleet_ship.py, test_replay_prune.py validate it

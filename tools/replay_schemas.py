@@ -34,6 +34,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "key": replay.KeyInfo,
     "ship": replay.ShipReport,
     "prune": replay.PruneReport,
+    "erase": replay.EraseReport,
 }
 
 

@@ -20,6 +20,7 @@ from agentteam_task_bridge.journal import (
     JournalGap,
     KeyRotated,
     Payload,
+    PayloadErased,
     PrunedSegment,
     SegmentsPruned,
     SegmentStarted,
@@ -129,6 +130,9 @@ SAMPLE_PAYLOADS: Final[dict[str, Payload]] = {
     "session_handshake": SessionHandshake(
         client_name="claude-code", client_version="2.1.197", protocol_version="2025-11-25"
     ),
+    "payload_erased": PayloadErased(
+        seqs=[3, 4], selector="call", reason="data subject request", actor="ops@host"
+    ),
 }
 assert set(SAMPLE_PAYLOADS) == set(journal.KINDS)
 
@@ -144,6 +148,7 @@ def event(kind: str, *, call_id: str | None = "call-1", tool: str | None = "task
         "segments_pruned",
         "answer_undelivered",
         "session_handshake",
+        "payload_erased",
     )
     return Event(
         session_id=SESSION,
