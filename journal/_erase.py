@@ -104,8 +104,10 @@ class Selector(msgspec.Struct, frozen=True, kw_only=True):
             text = self.matching or ""
             escaped = encode_payload(text)[1:-1]  # as it is stored inside a JSON string
             return "(instr(payload, ?) > 0 OR instr(payload, ?) > 0)", [text, escaped]
+        # Retention erases what the calls carried; the sessions' own events (who the agent
+        # and the client were, when and why a session ended) are the envelope and stay.
         cutoff = datetime.now(UTC) - timedelta(days=self.older_than_days or 0.0)
-        return "ts_wall < ?", [format_wall(cutoff)]
+        return "call_id IS NOT NULL AND ts_wall < ?", [format_wall(cutoff)]
 
 
 _TASK_CALLS: Final = """

@@ -140,7 +140,8 @@ class EventChecks:
         self.in_doubt: list[InDoubtCall] = []
         self.calls = 0
         self._open: dict[str, _Call] = {}
-        self._sessions: dict[str, tuple[Any, Any]] = {}
+        # A session's (workspace, agent) from its start; None when that start was erased.
+        self._sessions: dict[str, tuple[Any, Any] | None] = {}
 
     def check_event(self, row: tuple[Any, ...]) -> None:
         seq, kind, version, text = row[0], row[6], row[7], row[14]
@@ -199,6 +200,8 @@ class EventChecks:
                     self._close(call, gap=True)
         elif kind == "session_started" and isinstance(payload, SessionStarted):
             self._sessions[session_id] = (payload.workspace_id, payload.agent_id)
+        elif kind == "session_started" and payload == {"erased": True}:
+            self._sessions[session_id] = None  # erased (payload_erased): nothing to compare
         elif kind == "session_ended":
             for call in [c for c in self._open.values() if c.session_id == session_id]:
                 if not call.broken:  # one finding per call: the grammar's, if it broke
@@ -249,6 +252,8 @@ class EventChecks:
                 f"arguments {', '.join(call.hidden[:5])} name hidden context and were not rejected",
                 call.call_id,
             )
+        if call.session_id in self._sessions and self._sessions[call.session_id] is None:
+            return  # its session's start was erased: nothing left to compare with
         session = self._sessions.get(call.session_id)
         if session is None:
             if not self._starts_late:  # else it started in a segment before the first here
