@@ -1,7 +1,8 @@
 """The write path both writers share: a journal open for writing, its chain head and checkpoints.
 
-``_Core`` owns the one connection, the chain head, the redactor and the checkpoint policy; its
-base, :class:`journal._rollover._LiveSegment`, keeps the live segment and rolls it over. Rows are
+``_Core`` owns the chain head, the redactor and the checkpoint policy, and a
+:class:`journal._rollover.LiveSegment` (``core.live``): the live file, its lock and its one
+connection, and their roll-over into the next segment. Rows are
 built (redacted, encoded, sequenced, hashed; a v2 journal's with their Merkle leaf and stored
 hashes, on the built tree's border, :mod:`journal._tlog`) in the caller's thread, in append
 order; they are committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch (leaves and
@@ -41,11 +42,18 @@ from ._errors import (
     JournalUnavailable,
     classify_sqlite_error,
 )
-from ._events import PAYLOAD_TYPES, WRITER_SESSION, Event, KeyRotated, derived_columns
+from ._events import (
+    PAYLOAD_TYPES,
+    WRITER_SESSION,
+    Event,
+    KeyRotated,
+    SegmentStarted,
+    derived_columns,
+)
 from ._merkle import Frontier, ProofError
 from ._redact import Redactor
-from ._rollover import _LiveSegment, _Successor
-from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
+from ._rollover import LiveSegment
+from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT
 from ._segments import base_path
 from ._shm import ShmGuard
 from ._tlog import (
@@ -87,7 +95,7 @@ def _duration(value: float | None) -> float | None:
     return round(float(value), 3)
 
 
-class _Core(_LiveSegment):
+class _Core:
     """One journal file opened for writing: lock, connection, chain head, checkpoints."""
 
     def __init__(
@@ -106,23 +114,28 @@ class _Core(_LiveSegment):
         segment_bytes: int | None = None,
         segment_age: float | None = None,
     ) -> None:
-        self._busy_timeout = busy_timeout
         self._synchronous_full = synchronous_full
         self._key = key
-        self._max_bytes = max_bytes
         self._checkpoint_every = checkpoint_every
         self._checkpoint_interval = checkpoint_interval
         self._checkpoint_path = checkpoint_path
         self.redactor = Redactor(secrets)
         self.checkpoint_export_error: OSError | None = None
-        self.base = base_path(path)
-        self._segment_bytes = segment_bytes
-        self._segment_age = segment_age
-        self._successor: _Successor | None = None
-        self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
-        self._size_known, self._size_grown = None, 0
+        self.live = live = LiveSegment(
+            base_path(path),
+            max_bytes=max_bytes,
+            busy_timeout=busy_timeout,
+            segment_bytes=segment_bytes,
+            segment_age=segment_age,
+        )
         self._shm = ShmGuard()
-        self._open_live(journal_id)
+        live.open(journal_id)
+        try:
+            self._load_head()
+        except BaseException:
+            self.close()
+            raise
+        live.seal_predecessor()
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
         # The chain head as built (may run ahead of the committed head while rows are queued).
@@ -132,6 +145,19 @@ class _Core(_LiveSegment):
         except BaseException:
             self.close()
             raise
+
+    @property
+    def path(self) -> Path:
+        """The live segment's file."""
+        return self.live.path
+
+    @property
+    def journal_id(self) -> str:
+        return self.live.journal_id
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        return self.live.conn
 
     def _record_key(self) -> None:
         """Name the signing key in the journal: a new journal's ``journal_meta`` row
@@ -179,7 +205,8 @@ class _Core(_LiveSegment):
             ).fetchone()
         except sqlite3.Error as exc:
             raise classify_sqlite_error(exc) from exc
-        empty = (self.segment.first_seq - 1, self.segment.prev_hash or GENESIS_HASH)
+        segment = self.live.segment
+        empty = (segment.first_seq - 1, segment.prev_hash or GENESIS_HASH)
         self.committed_seq: int = head[0] if head else empty[0]
         self.committed_hash: str = head[1] if head else empty[1]
         self.last_checkpoint: Checkpoint | None = (
@@ -322,9 +349,10 @@ class _Core(_LiveSegment):
                 ts_wall=format_wall(datetime.now(UTC)),
                 root_hash=None if tree is None else after.root().hex(),
             )
-        self.check_live_file()
-        self._shm.check(self.path)  # a -shm the mapping cannot write would crash the commit
-        conn = self._conn
+        live = self.live
+        live.check_file()
+        self._shm.check(live.path)  # a -shm the mapping cannot write would crash the commit
+        conn = live.conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
             if wanted != self._synchronous:
@@ -345,7 +373,7 @@ class _Core(_LiveSegment):
         if tree is not None:
             self.tree = after
         self.committed_seq, self.committed_hash = last_seq, last_hash
-        self.note_growth(rows, signed is not None)
+        live.note_growth(rows, signed is not None)
         self._unsynced = wanted == "NORMAL"
         if signed is not None:
             self._export(signed)  # before it is published: a reader of it finds the file
@@ -353,32 +381,11 @@ class _Core(_LiveSegment):
             self._checkpoint_at = time.monotonic()
         return signed
 
-    def check_live_file(self) -> None:
-        """Raise JournalUnavailable("replaced") when the journal's path no longer names the file
-        this writer holds open: unlinked (``rm journal.db*``), renamed away, or replaced by a
-        rename over it. Rows committed then would go to a file nobody can find, or the export
-        would sign under another journal's name; the writer fails closed instead, and stays
-        failed (a re-probe finds the same). Two system calls before every commit: an fstat of
-        the held descriptor (its inode and link count) and a stat of the path."""
-        held = os.fstat(self._lock_fd)
-        try:
-            named = os.stat(self.path)
-        except OSError:
-            named = None
-        if (
-            held.st_nlink == 0
-            or named is None
-            or named.st_ino != held.st_ino
-            or named.st_dev != held.st_dev
-        ):
-            what = "unlinked" if held.st_nlink == 0 or named is None else "replaced by another file"
-            raise JournalUnavailable("replaced", f"{self.path.name} was {what} under the writer")
-
     def _export(self, checkpoint: Checkpoint) -> None:
         if self._checkpoint_path is None:
             return
         try:
-            self.check_live_file()  # never under the name of a journal moved into its place
+            self.live.check_file()  # never under the name of a journal moved into its place
         except JournalUnavailable as exc:
             self.checkpoint_export_error = OSError(exc.detail)
             return
@@ -402,22 +409,110 @@ class _Core(_LiveSegment):
             self._shm.release(self._conn, self.path)
         except sqlite3.Error:
             pass
-        self.check_live_file()  # never reopen the path onto a file that is not this journal
-        self._conn = connect_writer(
-            self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
-        )
+        self.live.check_file()  # never reopen the path onto a file that is not this journal
+        self.live.reconnect()
         self._synchronous = "FULL"
         self._unsynced = False
-        self._size_known = None
         self._load_head()
         self.rewind()
 
     def close(self) -> None:
+        live = self.live
         try:
-            self.discard_successor()
-            self._shm.release(self._conn, self.path)
+            live.discard_successor()
+            self._shm.release(live.conn, live.path)
         finally:
-            os.close(self._lock_fd)
+            os.close(live.lock_fd)
+
+    # Roll-over: the live segment does the file work, the core keeps the chain head.
+
+    def rollover_due(self) -> str | None:
+        """``size`` or ``age`` when the live segment should roll over now, else None."""
+        return self.live.rollover_due(self.committed_seq)
+
+    def prepare_successor(self) -> bool:
+        """Create the next segment under its temporary name (blocking I/O); False when it
+        cannot be made (the live segment goes on; see LiveSegment.prepare_successor)."""
+        return self.live.prepare_successor(self._key, merkle=self.tree is not None)
+
+    def discard_successor(self) -> None:
+        """Drop a prepared successor that will not be used (the writer failed or closes)."""
+        self.live.discard_successor()
+
+    def build_segment_started(self, reason: str) -> tuple[Row, Checkpoint]:
+        """The successor's first row, sequenced after every row built so far, and the signed
+        checkpoint of the head it follows (signed now: the signature covers only journal id,
+        seq and head hash, all known)."""
+        checkpoint = sign_checkpoint(
+            self._key,
+            journal_id=self.journal_id,
+            seq=self.next_seq - 1,
+            head_hash=self.next_prev_hash,
+            ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if self.next_tree is None else self.next_tree.root().hex(),
+        )
+        started = SegmentStarted(
+            segment=self.live.segment.index + 1,
+            reason=reason,
+            previous_file=self.path.name,
+            previous_seq=checkpoint.seq,
+            previous_hash=checkpoint.head_hash,
+            previous_checkpoint=checkpoint,
+        )
+        return self.build(Event(session_id=WRITER_SESSION, payload=started)), checkpoint
+
+    def roll_over(self, row: Row, checkpoint: Checkpoint) -> None:
+        """Close the live segment at ``checkpoint`` and go on in the prepared successor, whose
+        first event is ``row`` (from :meth:`build_segment_started`; every row built before it
+        is committed). Blocking I/O.
+
+        In order, each step durable before the next: the closing checkpoint in the old segment;
+        the successor's link and first event (and a checkpoint of it) under its temporary name;
+        the rename into place; the old segment sealed. A crash before the rename leaves the old
+        segment live (the hidden file is rebuilt next time); after it, the successor is live.
+        Raises JournalUnavailable (the writer fails as for a failed commit) before the rename.
+        """
+        live = self.live
+        if not live.follows(self.committed_seq, self.committed_hash, row):
+            live.discard_successor()
+            raise JournalUnavailable("chain_conflict", "the roll-over does not follow the head")
+        try:
+            live.check_file()
+        except JournalUnavailable:
+            live.discard_successor()
+            raise
+        conn = live.conn
+        try:
+            self._set_synchronous("FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            live.discard_successor()
+            raise classify_sqlite_error(exc) from exc
+        self.last_checkpoint = checkpoint
+        tree = self.tree
+        after: Frontier | None = None
+        if tree is not None:
+            after = tree.copy()
+            after.apply(row[19])
+        first = sign_checkpoint(
+            self._key,
+            journal_id=self.journal_id,
+            seq=row[0],
+            head_hash=row[16],
+            ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if after is None else after.root().hex(),
+        )
+        live.publish_successor(row, first, tree)
+        self.committed_seq, self.committed_hash = row[0], row[16]
+        self.tree = after
+        self.last_checkpoint = first
+        self._checkpoint_at = time.monotonic()
+        self._synchronous = "FULL"
+        self._unsynced = False
+        self._export(first)
 
 
 def recorded_key(conn: sqlite3.Connection) -> str | None:
