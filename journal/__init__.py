@@ -44,7 +44,8 @@ Reading and verifying (replay, audits)::
 Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns in
 ``COLUMNS``: seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind, kind_version,
 mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
-duration_ms, payload, prev_hash, hash), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
+duration_ms, payload, prev_hash, hash; a fetched row is a ``Row``, read by name, never by
+position), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
 ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
 UPDATE, DELETE and REPLACE on every table, and an insert that breaks the sequence or the chain.
 ``journal/datasette-metadata.json`` gives Datasette facets and canned queries.
@@ -64,7 +65,7 @@ Errors::
 """
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
-from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
+from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
 from ._checkpoint import (
     ORIGIN_PREFIX,
     Checkpoint,
@@ -210,6 +211,7 @@ __all__ = [
     "Reader",
     "Record",
     "Redactor",
+    "Row",
     "Rule",
     "SegmentInfo",
     "SegmentStarted",

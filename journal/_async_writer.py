@@ -173,7 +173,7 @@ class AsyncWriter:
             self._linger_scope.deadline = trio.current_time() + LINGER_S
         if durable:
             await item.outcome()
-        return int(item.row[0])
+        return int(item.row.event.seq)
 
     def _enqueue(self, item: object) -> None:
         """Queue a control item for the worker, after the rows appended before it."""
@@ -339,10 +339,11 @@ class AsyncWriter:
         gap = self._gap
         for item in items:
             if isinstance(item, _Append) and not isinstance(item, _GapAppend):
-                call_id = item.row[3]
+                event = item.row.event
+                call_id = event.call_id
                 gap.lost += 1
                 gap.add_call(call_id)
-                gap.session_id = gap.session_id or str(item.row[2])
+                gap.session_id = gap.session_id or str(event.session_id)
                 self._close_call(call_id, failure)
         self._failed = failure
         self._failure_seen.set()

@@ -44,9 +44,9 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -64,6 +64,7 @@ __all__ = [
     "Verdict",
     "VerifierKey",
     "announce_key",
+    "checkpoint_of",
     "default_key_path",
     "export_checkpoint",
     "legacy_key_path",
@@ -530,3 +531,18 @@ def load_checkpoint(path: Path) -> Checkpoint:
     if data.lstrip()[:1] == b"{":
         return Checkpoint.from_json(data)
     return Checkpoint.from_note(data.decode("utf-8"))
+
+
+def checkpoint_of(values: Sequence[Any]) -> Checkpoint:
+    """A checkpoint from its ``checkpoints`` row: journal_id, seq, head_hash, ts_wall, key_id,
+    signature and root_hash (None or NULL for a v1 checkpoint), as the queries select them."""
+    journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash = values
+    return Checkpoint(
+        journal_id=journal_id,
+        seq=seq,
+        head_hash=head_hash,
+        ts_wall=ts_wall,
+        key_id=key_id,
+        signature=signature,
+        root_hash=root_hash,
+    )

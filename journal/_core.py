@@ -26,12 +26,13 @@ from typing import Final
 
 import msgspec
 
-from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash, wall_now
+from ._canonical import GENESIS_HASH, ROW_OF, encode_payload, format_wall, row_hash, wall_now
 from ._checkpoint import (
     SEED_KEY_NAME,
     Checkpoint,
     HmacKey,
     SigningKey,
+    checkpoint_of,
     export_checkpoint,
     load_key,
     sign_checkpoint,
@@ -59,6 +60,7 @@ from ._shm import ShmGuard
 from ._tlog import (
     INSERT_LEAF,
     MERKLE_LOG,
+    Stored,
     checkpoint_row,
     leaf_extras,
     load_border,
@@ -200,27 +202,17 @@ class _Core:
                 "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             cp = self._conn.execute(
-                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature"
+                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, NULL"
                 " FROM checkpoints ORDER BY id DESC LIMIT 1"
             ).fetchone()
         except sqlite3.Error as exc:
             raise classify_sqlite_error(exc) from exc
         segment = self.live.segment
         empty = (segment.first_seq - 1, segment.prev_hash or GENESIS_HASH)
-        self.committed_seq: int = head[0] if head else empty[0]
-        self.committed_hash: str = head[1] if head else empty[1]
-        self.last_checkpoint: Checkpoint | None = (
-            Checkpoint(
-                journal_id=cp[0],
-                seq=cp[1],
-                head_hash=cp[2],
-                ts_wall=cp[3],
-                key_id=cp[4],
-                signature=cp[5],
-            )
-            if cp
-            else None
-        )
+        self.committed_seq: int
+        self.committed_hash: str
+        self.committed_seq, self.committed_hash = head if head else empty
+        self.last_checkpoint: Checkpoint | None = checkpoint_of(cp) if cp else None
         self._checkpoint_at = time.monotonic()
         self.tree = self._load_tree()
         self.next_tree = None if self.tree is None else self.tree.copy()
@@ -233,15 +225,16 @@ class _Core:
             ).fetchone()
             if marked is None:
                 return None
-            if marked[0] != MERKLE_LOG:
-                raise JournalFormatError(f"unknown Merkle log format {marked[0]!r}")
+            (log,) = marked
+            if log != MERKLE_LOG:
+                raise JournalFormatError(f"unknown Merkle log format {log!r}")
             return load_border(self._conn, self.committed_seq)
         except sqlite3.Error as exc:
             raise classify_sqlite_error(exc) from exc
         except ProofError as exc:
             raise JournalFormatError(f"{self.path}: the Merkle log is incomplete ({exc})") from exc
 
-    def build(self, event: Event) -> Row:
+    def build(self, event: Event) -> Stored:
         """Redact, encode, sequence and hash one event (no I/O); advances the built head."""
         payload = event.payload
         if not isinstance(payload, _PAYLOAD_CLASSES):
@@ -258,7 +251,7 @@ class _Core:
         request_id = event.jsonrpc_request_id
         # The envelope's text columns get the rules too: a tool name is the model's free text.
         method, tool = event.mcp_method_name, event.gen_ai_tool_name
-        row: Row = (
+        columns = (  # every column but the hash, in COLUMNS order
             self.next_seq,
             self.journal_id,
             redact.redact_id(event.session_id),
@@ -275,16 +268,16 @@ class _Core:
             _duration(duration),
             text,
             self.next_prev_hash,
-            "",
         )
-        digest = row_hash(row)
+        digest = row_hash(ROW_OF((*columns, "")))
+        row = ROW_OF((*columns, digest))
         self.next_seq += 1
         self.next_prev_hash = digest
         if self.next_tree is None:
-            return (*row[:16], digest)
+            return Stored(row, None)
         # A v2 journal: the leaf (salted payload digest) and its stored hashes, on the built
         # border, so a checkpoint signed before these rows commit knows the tree hash.
-        return (*row[:16], digest, *leaf_extras(row, self.next_tree))
+        return Stored(row, leaf_extras(row, self.next_tree))
 
     @property
     def checkpoint_interval(self) -> float:
@@ -310,20 +303,17 @@ class _Core:
             self._synchronous = wanted
 
     def commit(
-        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool = False
+        self, rows: Sequence[Stored], *, durable: bool, checkpoint: bool = False
     ) -> Checkpoint | None:
         """Commit rows in one transaction, with a checkpoint if asked or due; blocking I/O.
 
         Raises JournalUnavailable (nothing of the batch is stored) when SQLite refuses.
         """
-        last_seq, last_hash = (
-            (rows[-1][0], rows[-1][16])
-            if rows
-            else (
-                self.committed_seq,
-                self.committed_hash,
-            )
-        )
+        if rows:
+            last = rows[-1].event
+            last_seq, last_hash = last.seq, last.hash
+        else:
+            last_seq, last_hash = self.committed_seq, self.committed_hash
         signed: Checkpoint | None = None
         if not rows and durable and self._unsynced and self._synchronous_full:
             checkpoint = True  # a checkpoint commits with FULL, which fsyncs all earlier frames
@@ -338,8 +328,9 @@ class _Core:
         tree = self.tree
         if tree is not None:  # a v2 journal: the border once these rows are in
             after = tree.copy()
-            for row in rows:
-                after.apply(row[19])
+            for _, leaf in rows:
+                assert leaf is not None  # built on a v2 journal's tree
+                after.apply(leaf.tree_hashes)
         if sign:
             signed = sign_checkpoint(
                 self._key,
@@ -359,11 +350,10 @@ class _Core:
                 conn.execute(f"PRAGMA synchronous={wanted}")
                 self._synchronous = wanted
             conn.execute("BEGIN IMMEDIATE")
-            if tree is None:
-                conn.executemany(INSERT_EVENT, rows)
-            elif rows:
-                conn.executemany(INSERT_EVENT, [row[:17] for row in rows])
-                conn.executemany(INSERT_LEAF, tree_rows(rows))
+            if rows:
+                conn.executemany(INSERT_EVENT, [event for event, _ in rows])
+                if tree is not None:
+                    conn.executemany(INSERT_LEAF, tree_rows(rows))
             if signed is not None:
                 conn.execute(INSERT_CHECKPOINT, checkpoint_row(signed))
             conn.execute("COMMIT")
@@ -439,7 +429,7 @@ class _Core:
         """Drop a prepared successor that will not be used (the writer failed or closes)."""
         self.live.discard_successor()
 
-    def build_segment_started(self, reason: str) -> tuple[Row, Checkpoint]:
+    def build_segment_started(self, reason: str) -> tuple[Stored, Checkpoint]:
         """The successor's first row, sequenced after every row built so far, and the signed
         checkpoint of the head it follows (signed now: the signature covers only journal id,
         seq and head hash, all known)."""
@@ -461,7 +451,7 @@ class _Core:
         )
         return self.build(Event(session_id=WRITER_SESSION, payload=started)), checkpoint
 
-    def roll_over(self, row: Row, checkpoint: Checkpoint) -> None:
+    def roll_over(self, built: Stored, checkpoint: Checkpoint) -> None:
         """Close the live segment at ``checkpoint`` and go on in the prepared successor, whose
         first event is ``row`` (from :meth:`build_segment_started`; every row built before it
         is committed). Blocking I/O.
@@ -472,7 +462,7 @@ class _Core:
         segment live (the hidden file is rebuilt next time); after it, the successor is live.
         Raises JournalUnavailable (the writer fails as for a failed commit) before the rename.
         """
-        live = self.live
+        live, (row, leaf) = self.live, built
         if not live.follows(self.committed_seq, self.committed_hash, row):
             live.discard_successor()
             raise JournalUnavailable("chain_conflict", "the roll-over does not follow the head")
@@ -495,18 +485,19 @@ class _Core:
         tree = self.tree
         after: Frontier | None = None
         if tree is not None:
+            assert leaf is not None  # built on a v2 journal's tree
             after = tree.copy()
-            after.apply(row[19])
+            after.apply(leaf.tree_hashes)
         first = sign_checkpoint(
             self._key,
             journal_id=self.journal_id,
-            seq=row[0],
-            head_hash=row[16],
+            seq=row.seq,
+            head_hash=row.hash,
             ts_wall=format_wall(datetime.now(UTC)),
             root_hash=None if after is None else after.root().hex(),
         )
-        live.publish_successor(row, first, tree)
-        self.committed_seq, self.committed_hash = row[0], row[16]
+        live.publish_successor(built, first, tree)
+        self.committed_seq, self.committed_hash = row.seq, row.hash
         self.tree = after
         self.last_checkpoint = first
         self._checkpoint_at = time.monotonic()
@@ -522,9 +513,13 @@ def recorded_key(conn: sqlite3.Connection) -> str | None:
         "SELECT payload FROM events WHERE kind = 'key_rotated' ORDER BY seq DESC LIMIT 1"
     ).fetchone()
     if row is not None:
-        return str(msgspec.json.decode(row[0])["vkey"])
+        (payload,) = row
+        return str(msgspec.json.decode(payload)["vkey"])
     meta = conn.execute("SELECT value FROM journal_meta WHERE key = 'signing_key'").fetchone()
-    return None if meta is None else str(meta[0])
+    if meta is None:
+        return None
+    (named,) = meta
+    return str(named)
 
 
 def open_core(

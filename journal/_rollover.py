@@ -44,7 +44,7 @@ from ._segments import (
     segment_path,
     temporary_path,
 )
-from ._tlog import BORDER_KEY, INSERT_LEAF, border_text, checkpoint_row, tree_rows
+from ._tlog import BORDER_KEY, INSERT_LEAF, Stored, border_text, checkpoint_row, tree_rows
 
 __all__ = ["ROLLOVER_RETRY_S", "LiveSegment"]
 
@@ -98,7 +98,8 @@ class LiveSegment:
             fd, conn, found_id, segment = self._open_locked(path, journal_id, _segment_info)
             if segment.next_file is None:
                 try:
-                    self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+                    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+                    self._page_size = int(page_size)
                     self.created = _created_at(conn)
                 except BaseException:
                     conn.close()
@@ -213,7 +214,7 @@ class LiveSegment:
             if known is not None and known + self._size_grown < self._segment_bytes:
                 return None  # cannot be due yet: no statement (and no read lock) per commit
             try:  # the database's size, the pages still only in the WAL included
-                pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+                (pages,) = self.conn.execute("PRAGMA page_count").fetchone()
             except sqlite3.Error:
                 return None  # the next commit reports what is wrong
             self._size_known, self._size_grown = pages * self._page_size, 0
@@ -221,11 +222,13 @@ class LiveSegment:
                 return "size"
         return None
 
-    def note_growth(self, rows: Sequence[Row], checkpoints: int) -> None:
+    def note_growth(self, rows: Sequence[Stored], checkpoints: int) -> None:
         """Count committed rows towards the next size check: each at most `_ROW_GROWTH` times
         its payload and fixed columns (its table and index entries, pages split half full)."""
         if self._segment_bytes is not None:
-            grown = sum(len(row[14]) for row in rows) + _ROW_FIXED * (len(rows) + checkpoints)
+            grown = sum(len(event.payload) for event, _ in rows) + _ROW_FIXED * (
+                len(rows) + checkpoints
+            )
             self._size_grown += _ROW_GROWTH * grown
 
     def prepare_successor(self, key: SigningKey | HmacKey, *, merkle: bool) -> bool:
@@ -258,8 +261,8 @@ class LiveSegment:
         """Whether a successor is prepared and ``row`` is sequenced right after the head."""
         return (
             self._successor is not None
-            and committed_seq == row[0] - 1
-            and committed_hash == row[15]
+            and committed_seq == row.seq - 1
+            and committed_hash == row.prev_hash
         )
 
     def discard_successor(self) -> None:
@@ -276,7 +279,7 @@ class LiveSegment:
             except OSError:
                 pass
 
-    def publish_successor(self, row: Row, first: Checkpoint, border: Frontier | None) -> None:
+    def publish_successor(self, built: Stored, first: Checkpoint, border: Frontier | None) -> None:
         """Move into the prepared successor (see :meth:`follows`): its link to the live segment
         (and ``border``, the tree it continues, for a v2 journal), its first event ``row`` with
         that row's leaf, and ``first``, the checkpoint of it, under its temporary name; then the
@@ -285,22 +288,22 @@ class LiveSegment:
         Raises JournalUnavailable (the successor discarded, the live segment unchanged) before
         the rename; after it, the successor is the live segment, whatever fails.
         """
-        successor = self._successor
+        successor, row = self._successor, built.event
         assert successor is not None
         new = successor.conn
         try:
             new.execute("BEGIN IMMEDIATE")
             link = {
-                "segment_first_seq": str(row[0]),
-                "segment_prev_hash": str(row[15]),
+                "segment_first_seq": str(row.seq),
+                "segment_prev_hash": str(row.prev_hash),
                 "segment_prev_file": self.path.name,
             }
             if border is not None:  # the border of the tree it continues (journal._tlog)
                 link[BORDER_KEY] = border_text(border)
             new.executemany("INSERT INTO journal_meta (key, value) VALUES (?, ?)", link.items())
-            new.execute(INSERT_EVENT, row[:17])
+            new.execute(INSERT_EVENT, row)
             if border is not None:
-                new.executemany(INSERT_LEAF, tree_rows([row]))
+                new.executemany(INSERT_LEAF, tree_rows([built]))
             new.execute(INSERT_CHECKPOINT, checkpoint_row(first))
             new.execute("COMMIT")
             new.close()  # the last connection: the WAL is checkpointed into the file
@@ -326,8 +329,8 @@ class LiveSegment:
         self.path, self.lock_fd = successor.final, successor.fd
         self.segment = SegmentInfo(
             index=self.segment.index + 1,
-            first_seq=row[0],
-            prev_hash=row[15],
+            first_seq=row.seq,
+            prev_hash=row.prev_hash,
             prev_file=old_path.name,
         )
         self.created = time.time()
@@ -363,7 +366,8 @@ def _created_at(conn: sqlite3.Connection) -> float:
     """When the file was created (epoch seconds; now if it does not say)."""
     row = conn.execute("SELECT value FROM journal_meta WHERE key = 'created_at'").fetchone()
     try:
-        return datetime.fromisoformat(str(row[0]).replace("Z", "+00:00")).timestamp()
+        (created,) = row
+        return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
     except (TypeError, ValueError):
         return time.time()
 

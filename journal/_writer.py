@@ -66,7 +66,7 @@ class SyncWriter:
             core.rewind()
             raise
         self._roll_over_if_due()
-        return [row[0] for row in rows]
+        return [row.event.seq for row in rows]
 
     def _roll_over_if_due(self) -> None:
         """Roll over after a commit when due; a roll-over that fails leaves the events where
