@@ -29,7 +29,7 @@ EXPORTED = {
     "RETRY_TABLE",
     "TOOLS",
     "TOOL_MIGRATIONS",
-    "Answer",
+    "RetryCell",
     "ArgumentAlias",
     "Bridge",
     "CompatPolicy",
