@@ -65,6 +65,7 @@ from ._errors import (
     suggest,
     transport_error,
 )
+from ._exceptions import JournalFailed
 from ._lifecycle import Unanswered
 from ._registry import TOOLS, ToolSpec
 from ._render import render, render_error
@@ -95,14 +96,6 @@ class JournalPort(Protocol):
     def healthy(self) -> bool: ...
 
     async def append(self, event: Event, *, durable: bool = False) -> None: ...
-
-
-class JournalFailed(Exception):
-    """Raised by a JournalPort whose write did not land; `reason` says why (disk_full, ...)."""
-
-    def __init__(self, message: str, reason: str = "io_error") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass

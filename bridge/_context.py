@@ -17,6 +17,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import trio
 
+from ._exceptions import BridgeError
+
 _TOKEN_COMMAND_TIMEOUT_SECONDS = 15.0
 _REDACTED: Final = "REDACTED"
 
@@ -47,7 +49,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
-class ConfigError(Exception):
+class ConfigError(BridgeError):
     """The launch environment is incomplete; the message says what to set."""
 
 
@@ -62,8 +64,8 @@ class TokenSource(Protocol):
     def refreshable(self) -> bool: ...
 
 
-class CredentialError(Exception):
-    pass
+class CredentialError(BridgeError):
+    """The configured token source gave no token; the message says which and why."""
 
 
 @dataclass

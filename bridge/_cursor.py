@@ -34,6 +34,7 @@ import msgspec
 
 from . import _inputs as inp
 from ._errors import ToolError
+from ._exceptions import BridgeError
 from ._paths import loose_mode, make_private_dir
 
 CURSOR_PREFIX = "bt1."
@@ -194,7 +195,7 @@ class Cursors:
         return mac.hexdigest()[:_MAC_HEX]
 
 
-class NotAPage(ValueError):
+class NotAPage(BridgeError, ValueError):
     """An upstream list answer without a list of items: nothing a cursor can continue."""
 
 

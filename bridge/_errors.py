@@ -49,6 +49,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._dto import model_text, snake_keys, snake_path
+from ._exceptions import BridgeError
 from ._screen import cut
 
 if TYPE_CHECKING:
@@ -365,7 +366,7 @@ def answer(failure: Failure, kind: OperationKind) -> RetryCell:
     return RETRY_TABLE[failure][kind]
 
 
-class ToolError(Exception):
+class ToolError(BridgeError):
     """A classified failure, safe to show to the model."""
 
     def __init__(

@@ -50,10 +50,11 @@ import trio
 
 from agentteam_task_bridge.journal import Event, SessionEnded
 
-from ._call import Bridge, JournalFailed, JournalPort, Session
+from ._call import Bridge, JournalPort, Session
 from ._compat import Policy
 from ._context import Credentials, LaunchContext, TokenSource
 from ._cursor import Cursors
+from ._exceptions import JournalFailed
 from ._upstream import UpstreamClient
 
 if TYPE_CHECKING:
