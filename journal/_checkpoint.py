@@ -124,18 +124,9 @@ class VerifierKey:
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
         """Read a verifier key (raises ValueError when it is not one, or its ID does not match)."""
-        parts = text.strip().split("+", 2)  # base64 may hold "+" too
-        if len(parts) != 3:
-            raise ValueError("a verifier key reads <name>+<hex key ID>+<base64 key>")
-        name, hash_hex, encoded = parts
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            raise ValueError("the verifier key's key part is not base64") from None
-        if len(raw) != 33 or raw[:1] != ED25519:
-            raise ValueError("not an Ed25519 verifier key (type 0x01, 32 bytes)")
-        key = cls(name, raw[1:])
-        if key.key_hash.hex() != hash_hex.lower():
+        name, hash_hex, public = _key_text(text.strip(), "verifier key", "")
+        key = cls(name, public)
+        if key.key_hash.hex() != hash_hex:
             raise ValueError("the verifier key's ID does not match its name and key")
         return key
 
@@ -235,29 +226,39 @@ class SigningKey:
         first, _, rest = text.strip().partition("\n")
         if not first.startswith(_PRIVATE_PREFIX):
             raise ValueError("not a signing key (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
-        parts = first[len(_PRIVATE_PREFIX) :].split("+", 2)
-        if len(parts) != 3:
-            raise ValueError("a signing key reads PRIVATE+KEY+<name>+<hex ID>+<base64 key>")
-        name, hash_hex, encoded = parts
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            raise ValueError("the signing key's key part is not base64") from None
-        if len(raw) != 33 or raw[:1] != ED25519:
-            raise ValueError("not an Ed25519 signing key (type 0x01, 32 bytes)")
+        name, hash_hex, seed = _key_text(
+            first[len(_PRIVATE_PREFIX) :], "signing key", "PRIVATE+KEY+"
+        )
         public = None
         if rest.strip():
             verifier = VerifierKey.parse(rest.strip())
             if verifier.name != name:
                 raise ValueError("the signing key file's two lines name different keys")
             public = verifier.public_bytes
-        key = cls(name, raw[1:], public)
-        if key.verifier.key_hash.hex() != hash_hex.lower():
+        key = cls(name, seed, public)
+        if key.verifier.key_hash.hex() != hash_hex:
             raise ValueError("the signing key's ID does not match its name and key")
         return key
 
     def __repr__(self) -> str:  # never the private half
         return f"SigningKey({self.key_id!r})"
+
+
+def _key_text(text: str, what: str, prefix: str) -> tuple[str, str, bytes]:
+    """(name, lower-case hex key ID, the 32 key bytes) of a key in the note format,
+    ``<name>+<hex key ID>+<base64(0x01 || key)>`` (after ``prefix``, for a signing key); raises
+    ValueError naming ``what`` when it is not one."""
+    parts = text.split("+", 2)  # base64 may hold "+" too
+    if len(parts) != 3:
+        raise ValueError(f"a {what} reads {prefix}<name>+<hex key ID>+<base64 key>")
+    name, hash_hex, encoded = parts
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise ValueError(f"the {what}'s key part is not base64") from None
+    if len(raw) != 33 or not raw.startswith(ED25519):
+        raise ValueError(f"not an Ed25519 {what} (type 0x01, 32 bytes)")
+    return name, hash_hex.lower(), raw.removeprefix(ED25519)
 
 
 class HmacKey:
