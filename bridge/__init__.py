@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         LaunchContext,
         TokenSource,
         load_launch_context,
+        redact_url,
     )
     from ._cursor import PageState
     from ._doctor import doctor

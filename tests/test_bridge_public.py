@@ -65,6 +65,7 @@ EXPORTED = {
     "keeps_identities",
     "legacy_journal",
     "load_launch_context",
+    "redact_url",
     "serve",
     "trio_stdio",
 }
