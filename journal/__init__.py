@@ -93,7 +93,7 @@ from ._contract import (
     is_hidden_name,
     tasks_route,
 )
-from ._core import CHECKPOINT_EVERY
+from ._core import CHECKPOINT_EVERY, WriterOptions
 from ._errors import (
     EventEncodeError,
     JournalError,
@@ -227,6 +227,7 @@ __all__ = [
     "UpstreamResponse",
     "VerifierKey",
     "VerifyReport",
+    "WriterOptions",
     "WriterStats",
     "accepts",
     "announce_key",

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
 import msgspec
 
@@ -67,7 +67,14 @@ from ._tlog import (
     tree_rows,
 )
 
-__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_INTERVAL_S", "SignerLike", "open_core", "resolve_key"]
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "CHECKPOINT_INTERVAL_S",
+    "SignerLike",
+    "WriterOptions",
+    "open_core",
+    "resolve_key",
+]
 
 CHECKPOINT_EVERY: Final = 1000
 CHECKPOINT_INTERVAL_S: Final = 30.0
@@ -522,36 +529,42 @@ def recorded_key(conn: sqlite3.Connection) -> str | None:
     return str(named)
 
 
-def open_core(
-    path: str | os.PathLike[str],
-    *,
-    key: SignerLike,
-    journal_id: str | None,
-    max_bytes: int | None,
-    checkpoint_every: int,
-    checkpoint_interval: float,
-    checkpoint_path: str | os.PathLike[str] | None,
-    secrets: Iterable[str],
-    synchronous_full: bool = True,
-    busy_timeout: float = BUSY_TIMEOUT_S,
-    segment_bytes: int | None = None,
-    segment_age: float | None = None,
-) -> _Core:
+class WriterOptions(TypedDict, total=False):
+    """What every journal writer is opened with, each optional (the defaults are
+    :func:`open_core`'s; :func:`journal.open_writer` says what each means). One list for
+    :func:`journal.open_writer`, :func:`journal.open_sync_writer` and the core."""
+
+    key: SignerLike
+    journal_id: str | None
+    secrets: Iterable[str]
+    max_bytes: int | None
+    checkpoint_every: int
+    checkpoint_interval: float
+    checkpoint_path: str | os.PathLike[str] | None
+    synchronous_full: bool
+    busy_timeout: float
+    segment_bytes: int | None
+    segment_age: float | None
+
+
+def open_core(path: str | os.PathLike[str], **options: Unpack[WriterOptions]) -> _Core:
+    segment_bytes, segment_age = options.get("segment_bytes"), options.get("segment_age")
     if segment_bytes is not None and segment_bytes <= 0:
         raise ValueError("segment_bytes must be positive (None: no roll-over by size)")
     if segment_age is not None and segment_age <= 0:
         raise ValueError("segment_age must be positive (None: no roll-over by age)")
+    checkpoint_path = options.get("checkpoint_path")
     return _Core(
         Path(path),
-        key=resolve_key(key),
-        journal_id=journal_id,
-        max_bytes=max_bytes,
-        checkpoint_every=checkpoint_every,
-        checkpoint_interval=checkpoint_interval,
+        key=resolve_key(options.get("key")),
+        journal_id=options.get("journal_id"),
+        max_bytes=options.get("max_bytes"),
+        checkpoint_every=options.get("checkpoint_every", CHECKPOINT_EVERY),
+        checkpoint_interval=options.get("checkpoint_interval", CHECKPOINT_INTERVAL_S),
         checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
-        secrets=secrets,
-        synchronous_full=synchronous_full,
-        busy_timeout=busy_timeout,
+        secrets=options.get("secrets", ()),
+        synchronous_full=options.get("synchronous_full", True),
+        busy_timeout=options.get("busy_timeout", BUSY_TIMEOUT_S),
         segment_bytes=segment_bytes,
         segment_age=segment_age,
     )
