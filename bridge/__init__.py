@@ -16,19 +16,37 @@ Driving one call without a client (what ``agentteam-replay rerun`` does)::
     result = await b.call("task_list", {"channel": "general"}, meta={}, request_id=1)
 
 The registry (``TOOLS``, ``REGISTRY``, ``describe``) is data; the error codes and the
-retryability table are in ``CODES`` (keyed by the ``ErrorCode`` literal type) and ``RETRY_TABLE``.
+retryability table are in ``CODES`` (keyed by the ``ErrorCode`` literal type) and ``RETRY_TABLE``
+(a ``RetryCell`` per failure and operation kind).
+
+Errors (see :mod:`bridge._exceptions`)::
+
+    BridgeError
+     ├── ConfigError          the launch configuration is incomplete or wrong
+     ├── CredentialError      the configured token source gave no token
+     ├── JournalFailed        the journal failed (``stage``: open, write, session_end)
+     └── ToolError            a classified failure, answered to the model
+    (and, inside the bridge, its network and transport failures)
+
+The public face is the ``TYPE_CHECKING`` imports below, each name once; they resolve on first use.
 """
+
+# The TYPE_CHECKING imports are the public face, listed once: re-exported by being imported.
+# mypy: implicit-reexport
+# ruff: noqa: F401
 
 from __future__ import annotations
 
+import functools
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from ._budget import keeps_identities
-    from ._call import Bridge, JournalFailed, Session
+    from ._call import Bridge, Session
     from ._cli import (
         CommandParser,
         add_completion_command,
@@ -54,6 +72,7 @@ if TYPE_CHECKING:
         LaunchContext,
         TokenSource,
         load_launch_context,
+        redact_url,
     )
     from ._cursor import PageState
     from ._doctor import doctor
@@ -68,160 +87,49 @@ if TYPE_CHECKING:
         PASS_THROUGH,
         PRODUCT_CODES,
         RETRY_TABLE,
-        Answer,
         ErrorCode,
         Failure,
         OperationKind,
+        RetryCell,
         ToolError,
     )
+    from ._exceptions import BridgeError, JournalFailed
     from ._paths import default_journal_dir, default_runtime_db, journal_setting, legacy_journal
     from ._registry import BUDGET_BYTES, INSTRUCTIONS, REGISTRY, TOOLS, ToolSpec, describe
-    from ._server import ServeConfig, SessionJournalLost, serve
+    from ._server import ServeConfig, serve
     from ._upstream import UpstreamClient
 
-# public name -> the private module defining it (".name" when it is named otherwise there)
-_WHERE: dict[str, str] = {
-    "PageState": "_cursor",
-    "keeps_identities": "_budget",
-    **dict.fromkeys(["Bridge", "JournalFailed", "Session"], "_call"),
-    **dict.fromkeys(
-        [
-            "CommandParser",
-            "add_completion_command",
-            "add_serve_command",
-            "configure_logging",
-            "port_number",
-            "positive_integer",
-            "positive_number",
-        ],
-        "_cli",
-    ),
-    "doctor": "_doctor",
-    **dict.fromkeys(
-        [
-            "ARGUMENT_ALIASES",
-            "POLICIES",
-            "REMOVAL_GATE",
-            "TOOL_MIGRATIONS",
-            "ArgumentAlias",
-            "ToolMigration",
-        ],
-        "_compat",
-    ),
-    "CompatPolicy": "_compat.Policy",
-    **dict.fromkeys(
-        [
-            "ConfigError",
-            "CredentialError",
-            "Credentials",
-            "LaunchContext",
-            "TokenSource",
-            "load_launch_context",
-        ],
-        "_context",
-    ),
-    **dict.fromkeys(
-        [
-            "BRIDGE_CODES",
-            "CODES",
-            "FAILURE_CASES",
-            "FAILURES",
-            "OPERATION_KIND_NOTES",
-            "OPERATION_KINDS",
-            "PASS_THROUGH",
-            "PRODUCT_CODES",
-            "RETRY_TABLE",
-            "Answer",
-            "ErrorCode",
-            "Failure",
-            "OperationKind",
-            "ToolError",
-        ],
-        "_errors",
-    ),
-    **dict.fromkeys(
-        ["default_journal_dir", "default_runtime_db", "journal_setting", "legacy_journal"],
-        "_paths",
-    ),
-    **dict.fromkeys(
-        ["BUDGET_BYTES", "INSTRUCTIONS", "REGISTRY", "TOOLS", "ToolSpec", "describe"], "_registry"
-    ),
-    **dict.fromkeys(["ServeConfig", "SessionJournalLost", "serve"], "_server"),
-    **dict.fromkeys(["trio_stdio"], "_door"),
-    **dict.fromkeys(["UpstreamClient"], "_upstream"),
-}
 
-__all__ = [
-    "ARGUMENT_ALIASES",
-    "BRIDGE_CODES",
-    "BUDGET_BYTES",
-    "CODES",
-    "FAILURES",
-    "FAILURE_CASES",
-    "INSTRUCTIONS",
-    "OPERATION_KINDS",
-    "OPERATION_KIND_NOTES",
-    "PASS_THROUGH",
-    "POLICIES",
-    "PRODUCT_CODES",
-    "REGISTRY",
-    "REMOVAL_GATE",
-    "RETRY_TABLE",
-    "TOOLS",
-    "TOOL_MIGRATIONS",
-    "Answer",
-    "ArgumentAlias",
-    "Bridge",
-    "CommandParser",
-    "CompatPolicy",
-    "ConfigError",
-    "CredentialError",
-    "Credentials",
-    "ErrorCode",
-    "Failure",
-    "JournalFailed",
-    "LaunchContext",
-    "OperationKind",
-    "PageState",
-    "ServeConfig",
-    "Session",
-    "SessionJournalLost",
-    "TokenSource",
-    "ToolError",
-    "ToolMigration",
-    "ToolSpec",
-    "UpstreamClient",
-    "__version__",
-    "add_completion_command",
-    "add_serve_command",
-    "configure_logging",
-    "default_journal_dir",
-    "default_runtime_db",
-    "describe",
-    "doctor",
-    "journal_setting",
-    "keeps_identities",
-    "legacy_journal",
-    "load_launch_context",
-    "port_number",
-    "positive_integer",
-    "positive_number",
-    "serve",
-    "trio_stdio",
-]
+@functools.cache
+def _public() -> dict[str, tuple[str, str]]:
+    """Public name -> (the private module defining it, its name there), read from the imports
+    above: the one list of the public face, which type checkers read too. Parsed once, at the
+    first name used (about a millisecond), so importing the package stays free."""
+    import ast
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    (block,) = [node for node in tree.body if isinstance(node, ast.If)]
+    return {
+        alias.asname or alias.name: (str(node.module), alias.name)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def __getattr__(name: str) -> Any:
     if name == "testing":  # the public fakes (bridge/testing.py), a module of their own
         return importlib.import_module(f"{__name__}.testing")
-    where = _WHERE.get(name)
+    if name == "__all__":
+        return sorted([*_public(), "__version__"])
+    where = _public().get(name)
     if where is None:
         raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    module, _, attribute = where.partition(".")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute or name)
+    module, attribute = where
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
     globals()[name] = value  # resolved once
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted([*_public(), "__version__"])

@@ -49,7 +49,7 @@ from agentteam_task_bridge.journal import (
 
 from ._answer import Answer
 from ._call_body import encoded_arguments
-from ._call_record import CallRecord, JournalFailed, JournalPort, Recorder, Unjournaled
+from ._call_record import CallRecord, JournalPort, Recorder, Unjournaled
 from ._call_upstream import CAPPED_PREFIX, UpstreamStage
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import Credentials, LaunchContext
@@ -64,6 +64,7 @@ from ._errors import (
     malformed_answer,
     suggest,
 )
+from ._exceptions import JournalFailed
 from ._lifecycle import Unanswered
 from ._metrics import Metrics
 from ._registry import TOOLS, ToolSpec

@@ -38,6 +38,8 @@ from agentteam_task_bridge.journal import (
     Payload,
 )
 
+from ._exceptions import JournalFailed
+
 if TYPE_CHECKING:
     from ._lifecycle import Unanswered
     from ._metrics import Metrics
@@ -52,14 +54,6 @@ class JournalPort(Protocol):
     def healthy(self) -> bool: ...
 
     async def append(self, event: Event, *, durable: bool = False) -> None: ...
-
-
-class JournalFailed(Exception):
-    """Raised by a JournalPort whose write did not land; `reason` says why (disk_full, ...)."""
-
-    def __init__(self, message: str, reason: str = "io_error") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class OutOfOrder(Exception):

@@ -173,8 +173,8 @@ def _serve(args: argparse.Namespace) -> int:
     import trio
 
     from ._context import ConfigError
-    from ._journaling import JournalOpenError
-    from ._server import ServeConfig, SessionJournalLost, serve
+    from ._exceptions import JournalFailed
+    from ._server import ServeConfig, serve
 
     config = ServeConfig(
         journal_path=args.journal,
@@ -192,12 +192,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
     try:
         trio.run(serve, config, None, early_signals)
-    except (ConfigError, JournalOpenError) as exc:
+    except (ConfigError, JournalFailed) as exc:
         print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
-        return 2
-    except SessionJournalLost as exc:
-        print(f"agentteam-bridge serve: {exc}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(exc, JournalFailed) and exc.stage != "open" else 2
     finally:
         ignore_stop_signals()
         # Nothing the process made is garbage the exit must find: frozen, the exit's collection

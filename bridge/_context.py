@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -17,15 +17,21 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import trio
 
+from ._exceptions import BridgeError
+
 _TOKEN_COMMAND_TIMEOUT_SECONDS = 15.0
 _REDACTED: Final = "REDACTED"
 
 
-def redact_url(url: str) -> str:
-    """The URL safe to print or journal: userinfo, query values and fragment replaced.
+def redact_url(url: str, *, keep_user: bool = False, keep_query: Collection[str] = ()) -> str:
+    """The URL safe to print or journal: the password, the query values and the fragment
+    replaced by REDACTED; the user name too, unless ``keep_user``; a query value only where its
+    name is in ``keep_query``. The one rule for every URL the package prints (an API base URL;
+    a fleet store's, which keeps its role and connection keys: replay._fleet_store).
 
-    Every query value is redacted, not only the well-known names (`access_token`, `key`, `sig`
-    ...): an API base URL needs none, and a credential under an unusual name must not leak.
+    Every query value is redacted by default, not only the well-known names (`access_token`,
+    `key`, `sig` ...): an API base URL needs none, and a credential under an unusual name must
+    not leak; an API URL's user part is a credential too (``https://token@host``).
     """
     try:
         parts = urlsplit(url)
@@ -37,17 +43,19 @@ def redact_url(url: str) -> str:
     if port is not None:
         netloc += f":{port}"
     if parts.username is not None or parts.password is not None:
-        netloc = f"{_REDACTED}@{netloc}"
+        user = parts.username if keep_user and parts.username else _REDACTED
+        password = f":{_REDACTED}" if user != _REDACTED and parts.password is not None else ""
+        netloc = f"{user}{password}@{netloc}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(name, _REDACTED) for name, _ in pairs], safe="")
-        query = query or _REDACTED
+        kept = [(name, value if name in keep_query else _REDACTED) for name, value in pairs]
+        query = urlencode(kept, safe="/") or _REDACTED
     fragment = _REDACTED if parts.fragment else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
-class ConfigError(Exception):
+class ConfigError(BridgeError):
     """The launch environment is incomplete; the message says what to set."""
 
 
@@ -62,8 +70,8 @@ class TokenSource(Protocol):
     def refreshable(self) -> bool: ...
 
 
-class CredentialError(Exception):
-    pass
+class CredentialError(BridgeError):
+    """The configured token source gave no token; the message says which and why."""
 
 
 @dataclass

@@ -34,6 +34,7 @@ import msgspec
 
 from . import _inputs as inp
 from ._errors import ToolError
+from ._exceptions import BridgeError
 from ._paths import loose_mode, make_private_dir
 
 CURSOR_PREFIX = "bt1."
@@ -227,7 +228,7 @@ class Cursors:
         )
 
 
-class NotAPage(ValueError):
+class NotAPage(BridgeError, ValueError):
     """An upstream list answer without a list of items: nothing a cursor can continue."""
 
 

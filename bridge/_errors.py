@@ -49,6 +49,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._dto import model_text, snake_keys, snake_path
+from ._exceptions import BridgeError
 from ._screen import cut
 
 if TYPE_CHECKING:
@@ -300,7 +301,7 @@ PASS_THROUGH: Final[PassThrough] = "<product code>"
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class RetryCell:
     """One cell of the table: the code the model sees and whether it may simply retry."""
 
     code: ErrorCode | PassThrough  # PASS_THROUGH: the upstream's own product code
@@ -313,23 +314,23 @@ class Answer:
         return self.code == "outcome_unknown"
 
 
-def _same_for_all(code: ErrorCode | PassThrough, retryable: bool) -> dict[OperationKind, Answer]:
+def _same_for_all(code: ErrorCode | PassThrough, retryable: bool) -> dict[OperationKind, RetryCell]:
     """Nothing reached the service, or it refused: what the call was does not matter."""
-    return {kind: Answer(code, retryable) for kind in OPERATION_KINDS}
+    return {kind: RetryCell(code, retryable) for kind in OPERATION_KINDS}
 
 
-def _maybe_applied(read_code: ErrorCode) -> dict[OperationKind, Answer]:
+def _maybe_applied(read_code: ErrorCode) -> dict[OperationKind, RetryCell]:
     """The request may have taken effect: a read just retries; a mutation is in doubt, and
     retryable only where repeating it is safe."""
     return {
-        "read": Answer(read_code, True),
-        "setter": Answer("outcome_unknown", True),
-        "keyed_create": Answer("outcome_unknown", True),
-        "mutation": Answer("outcome_unknown", False),
+        "read": RetryCell(read_code, True),
+        "setter": RetryCell("outcome_unknown", True),
+        "keyed_create": RetryCell("outcome_unknown", True),
+        "mutation": RetryCell("outcome_unknown", False),
     }
 
 
-RETRY_TABLE: Final[dict[Failure, dict[OperationKind, Answer]]] = {
+RETRY_TABLE: Final[dict[Failure, dict[OperationKind, RetryCell]]] = {
     "connect_refused": _same_for_all("upstream_unreachable", True),
     "timeout_before_send": _same_for_all("upstream_timeout", True),
     "dropped_before_send": _same_for_all("upstream_unreachable", True),
@@ -361,11 +362,11 @@ _IN_DOUBT_ADVICE: Final[dict[OperationKind, str]] = {
 }
 
 
-def answer(failure: Failure, kind: OperationKind) -> Answer:
+def answer(failure: Failure, kind: OperationKind) -> RetryCell:
     return RETRY_TABLE[failure][kind]
 
 
-class ToolError(Exception):
+class ToolError(BridgeError):
     """A classified failure, safe to show to the model."""
 
     def __init__(

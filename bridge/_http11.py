@@ -41,6 +41,8 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ._exceptions import BridgeError
+
 if TYPE_CHECKING:
     from ._network import Proxy
 
@@ -56,7 +58,7 @@ _UNSAFE_TARGET: Final = re.compile(rb"[\x00-\x20\x7f]")
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 
 
-class TransportFailure(Exception):
+class TransportFailure(BridgeError):
     """No HTTP answer: `sent` says whether the request may have reached the server; `reason`,
     for a connection that could not be made, says why (for operators: stderr and the journal)."""
 

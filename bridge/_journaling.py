@@ -22,7 +22,7 @@ import trio
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Event
 
-from ._call import JournalFailed
+from ._exceptions import JournalFailed
 from ._paths import is_pool, loose_mode, make_private_dir, pool_file
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -31,8 +31,9 @@ _JOURNAL_TABLES: Final = frozenset({"_sqlite_migrations", "events", "journal_met
 _FIX: Final = "pass --journal another file or a directory (or set AGENTTEAM_JOURNAL)"
 
 
-class JournalOpenError(Exception):
+def _open_failed(message: str) -> JournalFailed:
     """The journal cannot be used; the one-line message names the path, why, and what to change."""
+    return JournalFailed(message, stage="open")
 
 
 class JournalAdapter:
@@ -159,23 +160,23 @@ async def _try_open(
     except journal.JournalUnavailable as exc:
         if exc.reason == "locked" and pool:
             return None  # held by a live session (or another program): take the next
-        raise JournalOpenError(_unavailable_message(path, exc)) from None
+        raise _open_failed(_unavailable_message(path, exc)) from None
     except journal.JournalFormatError as exc:
-        raise JournalOpenError(f"{path} is not a usable journal ({exc}); {_FIX}") from None
+        raise _open_failed(f"{path} is not a usable journal ({exc}); {_FIX}") from None
     except sqlite3.Error as exc:  # met before the journal could classify it
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise JournalOpenError(f"cannot open the journal {path} ({exc}); {_FIX}") from None
+            raise _open_failed(f"cannot open the journal {path} ({exc}); {_FIX}") from None
         if pool:
             return None
         busy = journal.JournalUnavailable("locked", "SQLite busy")
-        raise JournalOpenError(_unavailable_message(path, busy)) from None
+        raise _open_failed(_unavailable_message(path, busy)) from None
     except OSError as exc:
-        raise JournalOpenError(
+        raise _open_failed(
             f"cannot open the journal {path} ({exc.strerror or exc}); {_FIX}"
         ) from None
     except ValueError as exc:  # the key file's content
-        raise JournalOpenError(
+        raise _open_failed(
             f"the journal key file {key_path} is not a valid key ({exc}); restore it, or move it "
             "away and a new key is created"
         ) from None
@@ -201,15 +202,15 @@ def _unavailable_message(path: Path, exc: journal.JournalUnavailable) -> str:
 
 def _make_dir(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
-        raise JournalOpenError(f"{directory} is not a directory; {_FIX}")
+        raise _open_failed(f"{directory} is not a directory; {_FIX}")
     try:
         make_private_dir(directory)
     except OSError as exc:
-        raise JournalOpenError(
+        raise _open_failed(
             f"cannot create the journal directory {directory} ({exc.strerror or exc}); {_FIX}"
         ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise JournalOpenError(f"the journal directory {directory} is not writable; {_FIX}")
+        raise _open_failed(f"the journal directory {directory} is not writable; {_FIX}")
 
 
 def check_key_file(key_path: Path) -> journal.SigningKey | None:
@@ -220,13 +221,13 @@ def check_key_file(key_path: Path) -> journal.SigningKey | None:
         fix = loose_mode(path, directory=directory)
         if fix is not None:
             what = "directory" if directory else "file"
-            raise JournalOpenError(
+            raise _open_failed(
                 f"the journal key {what} {path} is open to other users; "
                 f"run `{fix}` (and replace the key if others may have read it)"
             )
     if key_path.exists():
         if not key_path.is_file() or not os.access(key_path, os.R_OK):
-            raise JournalOpenError(
+            raise _open_failed(
                 f"the journal key file {key_path} cannot be read; fix its owner or move it away "
                 "and a new key is created"
             )
@@ -234,7 +235,7 @@ def check_key_file(key_path: Path) -> journal.SigningKey | None:
     try:
         make_private_dir(key_path.parent)
     except OSError as exc:
-        raise JournalOpenError(
+        raise _open_failed(
             f"cannot create the key directory {key_path.parent} ({exc.strerror or exc}); "
             "set XDG_CONFIG_HOME to a writable directory"
         ) from None
@@ -257,7 +258,7 @@ def _create_key_atomically(key_path: Path) -> journal.SigningKey | None:
     except FileExistsError:
         return None
     except OSError as exc:
-        raise JournalOpenError(
+        raise _open_failed(
             f"cannot create the journal key {key_path} ({exc.strerror or exc}); "
             "set XDG_CONFIG_HOME to a writable directory"
         ) from None
@@ -279,10 +280,10 @@ def refuse_foreign_file(path: Path) -> None:
     if not head:
         return  # empty: a journal about to be created
     if head != _SQLITE_MAGIC:
-        raise JournalOpenError(f"{path} is not a journal (not an SQLite database); {_FIX}")
+        raise _open_failed(f"{path} is not a journal (not an SQLite database); {_FIX}")
     tables = sqlite_tables(path)
     if tables and not tables & _JOURNAL_TABLES:
-        raise JournalOpenError(
+        raise _open_failed(
             f"{path} is an SQLite database but not a journal; it was left untouched; {_FIX}"
         )
 

@@ -32,10 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from ._exceptions import BridgeError
+
 __all__ = ["NetworkConfigError", "Proxy", "bypasses_proxy", "proxy_for", "tls_context"]
 
 
-class NetworkConfigError(ValueError):
+class NetworkConfigError(BridgeError, ValueError):
     """A proxy variable or a CA setting that cannot be used; the message names it (redacted)."""
 
 

@@ -37,11 +37,12 @@ from agentteam_task_bridge.journal import (
 )
 
 from . import __version__, _metrics, _telemetry
-from ._call import Bridge, JournalFailed, JournalPort, Session
+from ._call import Bridge, JournalPort, Session
 from ._compat import Policy
 from ._context import ConfigError, Credentials, LaunchContext, load_launch_context, redact_url
 from ._cursor import Cursors, load_cursor_key
 from ._door import Door, trio_stdio
+from ._exceptions import JournalFailed
 from ._journaling import open_journal
 from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
@@ -185,10 +186,6 @@ def build_server(bridge: Bridge, door: Door) -> Server[Any]:
         # The SDK's OpenTelemetry middleware costs a span per message even with no exporter.
         server.middleware.clear()
     return server
-
-
-class SessionJournalLost(Exception):
-    """The session ran, but its journal failed and its end could not be journaled."""
 
 
 def runtime_db_path(config: ServeConfig) -> Path:
@@ -397,7 +394,7 @@ async def _serve(
                 )
     # Raised outside the stack, whose nurseries (the embedded runtime's) would wrap it in a group.
     if lost is not None:
-        raise SessionJournalLost(lost)
+        raise JournalFailed(lost, stage="session_end")
 
 
 async def _journal_undelivered(journal: JournalPort, session: Session) -> None:

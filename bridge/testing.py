@@ -67,11 +67,12 @@ import trio
 
 from agentteam_task_bridge.journal import Event, SessionEnded
 
-from ._call import Bridge, JournalFailed, JournalPort, Session
+from ._call import Bridge, JournalPort, Session
 from ._compat import Policy
 from ._context import Credentials, LaunchContext, TokenSource
 from ._cursor import Cursors
 from ._errors import FAILURES
+from ._exceptions import JournalFailed
 from ._upstream import Transport, TransportFailure, UpstreamClient
 
 if TYPE_CHECKING:

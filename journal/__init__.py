@@ -44,7 +44,8 @@ Reading and verifying (replay, audits)::
 Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns in
 ``COLUMNS``: seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind, kind_version,
 mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
-duration_ms, payload, prev_hash, hash), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
+duration_ms, payload, prev_hash, hash; a fetched row is a ``Row``, read by name, never by
+position), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
 ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
 UPDATE, DELETE and REPLACE on every table (but an erasure: :mod:`journal._erase`), and an insert
 that breaks the sequence or the chain.
@@ -65,7 +66,7 @@ Errors::
 """
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
-from ._canonical import COLUMNS, GENESIS_HASH, canonical_bytes, row_hash
+from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
 from ._checkpoint import (
     ORIGIN_PREFIX,
     Checkpoint,
@@ -93,7 +94,7 @@ from ._contract import (
     is_hidden_name,
     tasks_route,
 )
-from ._core import CHECKPOINT_EVERY
+from ._core import CHECKPOINT_EVERY, WriterOptions
 from ._erase import EraseResult
 from ._erase import Selector as EraseSelector
 from ._erase import erase as erase_payloads
@@ -222,6 +223,7 @@ __all__ = [
     "Reader",
     "Record",
     "Redactor",
+    "Row",
     "Rule",
     "SegmentInfo",
     "SegmentStarted",
@@ -238,6 +240,7 @@ __all__ = [
     "UpstreamResponse",
     "VerifierKey",
     "VerifyReport",
+    "WriterOptions",
     "WriterStats",
     "accepts",
     "announce_key",

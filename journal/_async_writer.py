@@ -34,17 +34,17 @@ import math
 import os
 import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, Unpack
 
 import msgspec
 import trio
 
 from ._checkpoint import Checkpoint
-from ._core import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, SignerLike, _Core, open_core
+from ._core import WriterOptions, _Core, open_core
 from ._errors import JournalUnavailable
 from ._events import Event
 from ._handoff import (
@@ -57,7 +57,6 @@ from ._handoff import (
     _Recover,
     _Rollover,
 )
-from ._schema import BUSY_TIMEOUT_S
 
 __all__ = ["AsyncWriter", "JournalWriter", "WriterStats", "open_writer"]
 
@@ -188,7 +187,7 @@ class AsyncWriter:
             self._linger_scope.deadline = trio.current_time() + LINGER_S
         if durable:
             await item.outcome()
-        return int(item.row[0])
+        return int(item.row.event.seq)
 
     def _enqueue(self, item: object) -> None:
         """Queue a control item for the worker, after the rows appended before it."""
@@ -359,10 +358,11 @@ class AsyncWriter:
             if isinstance(item, _Append):
                 self._lost += 1
             if isinstance(item, _Append) and not isinstance(item, _GapAppend):
-                call_id = item.row[3]
+                event = item.row.event
+                call_id = event.call_id
                 gap.lost += 1
                 gap.add_call(call_id)
-                gap.session_id = gap.session_id or str(item.row[2])
+                gap.session_id = gap.session_id or str(event.session_id)
                 self._close_call(call_id, failure)
         self._failed = failure
         self._failure_seen.set()
@@ -525,19 +525,9 @@ JournalWriter = AsyncWriter  # the name the bridge knows it by
 async def open_writer(
     path: str | os.PathLike[str],
     *,
-    key: SignerLike = None,
-    journal_id: str | None = None,
-    secrets: Iterable[str] = (),
-    max_bytes: int | None = None,
     queue_size: int = QUEUE_SIZE,
     max_batch: int = MAX_BATCH,
-    checkpoint_every: int = CHECKPOINT_EVERY,
-    checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
-    checkpoint_path: str | os.PathLike[str] | None = None,
-    synchronous_full: bool = True,
-    busy_timeout: float = BUSY_TIMEOUT_S,
-    segment_bytes: int | None = None,
-    segment_age: float | None = None,
+    **options: Unpack[WriterOptions],
 ) -> AsyncIterator[AsyncWriter]:
     """Open (creating and migrating if needed) a journal for writing from trio tasks.
 
@@ -559,23 +549,7 @@ async def open_writer(
     ``max_bytes`` then caps each segment file.
     On exit, queued events are committed and a final checkpoint is signed, even when cancelled.
     """
-    core = await trio.to_thread.run_sync(
-        partial(
-            open_core,
-            path,
-            key=key,
-            journal_id=journal_id,
-            max_bytes=max_bytes,
-            checkpoint_every=checkpoint_every,
-            checkpoint_interval=checkpoint_interval,
-            checkpoint_path=checkpoint_path,
-            secrets=secrets,
-            synchronous_full=synchronous_full,
-            busy_timeout=busy_timeout,
-            segment_bytes=segment_bytes,
-            segment_age=segment_age,
-        )
-    )
+    core = await trio.to_thread.run_sync(partial(open_core, path, **options))
     writer = AsyncWriter(core, queue_size=queue_size, max_batch=max_batch)
     async with trio.open_nursery() as nursery:
 

@@ -25,17 +25,21 @@ A plain-``sqlite3`` recomputation, for a row read with ``row_factory = sqlite3.R
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 __all__ = [
     "COLUMNS",
     "GENESIS_HASH",
+    "ROW_OF",
     "Row",
+    "as_row",
     "canonical_bytes",
     "encode_payload",
     "format_wall",
@@ -45,27 +49,40 @@ __all__ = [
 
 GENESIS_HASH: Final = "0" * 64
 
-# Column order of the events table; a Row is a tuple in this order.
-COLUMNS: Final = (
-    "seq",
-    "journal_id",
-    "session_id",
-    "call_id",
-    "ts_mono_ns",
-    "ts_wall",
-    "kind",
-    "kind_version",
-    "mcp_method_name",
-    "gen_ai_tool_name",
-    "jsonrpc_request_id",
-    "http_response_status_code",
-    "error_type",
-    "duration_ms",
-    "payload",
-    "prev_hash",
-    "hash",
-)
-Row: TypeAlias = tuple[Any, ...]
+
+class Row(NamedTuple):
+    """One row of the ``events`` table, its columns in table order; read by name, never by
+    position (a plain tuple in this order is accepted where a row is taken, see `as_row`)."""
+
+    seq: int
+    journal_id: str
+    session_id: str
+    call_id: str | None
+    ts_mono_ns: int
+    ts_wall: str
+    kind: str
+    kind_version: int
+    mcp_method_name: str | None
+    gen_ai_tool_name: str | None
+    jsonrpc_request_id: str | None
+    http_response_status_code: int | None
+    error_type: str | None
+    duration_ms: float | None
+    payload: str
+    prev_hash: str
+    hash: str
+
+
+# Column order of the events table (a Row's fields).
+COLUMNS: Final[tuple[str, ...]] = Row._fields
+# A fetched sqlite3 row (COLUMNS order) as a Row, in C: no Python frame, no length check (the
+# SELECTs that feed it name COLUMNS).
+ROW_OF: Final[Callable[[Iterable[Any]], Row]] = functools.partial(tuple.__new__, Row)
+
+
+def as_row(row: Sequence[Any]) -> Row:
+    """``row`` as a Row: itself, or a plain sequence in COLUMNS order (17 values)."""
+    return row if type(row) is Row else Row._make(row)
 
 
 class _Canonical(msgspec.Struct):
@@ -99,32 +116,34 @@ def encode_payload(obj: Any) -> str:
     return _encoder.encode(obj).decode()
 
 
-def canonical_bytes(row: Row) -> bytes:
-    """The canonical encoding of a row (a tuple in COLUMNS order; ``hash`` may be anything)."""
-    payload = row[14]
+def canonical_bytes(row: Sequence[Any]) -> bytes:
+    """The canonical encoding of a row (a Row, or a tuple in COLUMNS order; ``hash`` may be
+    anything)."""
+    row = as_row(row)
+    payload = row.payload
     return _raw_encoder.encode(
         _Canonical(
-            row[3],
-            row[13],
-            row[12],
-            row[9],
-            row[11],
-            row[1],
-            row[10],
-            row[6],
-            row[7],
-            row[8],
+            row.call_id,
+            row.duration_ms,
+            row.error_type,
+            row.gen_ai_tool_name,
+            row.http_response_status_code,
+            row.journal_id,
+            row.jsonrpc_request_id,
+            row.kind,
+            row.kind_version,
+            row.mcp_method_name,
             msgspec.Raw(payload.encode() if isinstance(payload, str) else payload),
-            row[15],
-            row[0],
-            row[2],
-            row[4],
-            row[5],
+            row.prev_hash,
+            row.seq,
+            row.session_id,
+            row.ts_mono_ns,
+            row.ts_wall,
         )
     )
 
 
-def row_hash(row: Row) -> str:
+def row_hash(row: Sequence[Any]) -> str:
     """The chain hash of a row: hex SHA-256 of its canonical encoding."""
     return hashlib.sha256(canonical_bytes(row)).hexdigest()
 

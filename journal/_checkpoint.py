@@ -44,9 +44,9 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -64,6 +64,7 @@ __all__ = [
     "Verdict",
     "VerifierKey",
     "announce_key",
+    "checkpoint_of",
     "default_key_path",
     "export_checkpoint",
     "legacy_key_path",
@@ -123,18 +124,9 @@ class VerifierKey:
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
         """Read a verifier key (raises ValueError when it is not one, or its ID does not match)."""
-        parts = text.strip().split("+", 2)  # base64 may hold "+" too
-        if len(parts) != 3:
-            raise ValueError("a verifier key reads <name>+<hex key ID>+<base64 key>")
-        name, hash_hex, encoded = parts
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            raise ValueError("the verifier key's key part is not base64") from None
-        if len(raw) != 33 or raw[:1] != ED25519:
-            raise ValueError("not an Ed25519 verifier key (type 0x01, 32 bytes)")
-        key = cls(name, raw[1:])
-        if key.key_hash.hex() != hash_hex.lower():
+        name, hash_hex, public = _key_text(text.strip(), "verifier key", "")
+        key = cls(name, public)
+        if key.key_hash.hex() != hash_hex:
             raise ValueError("the verifier key's ID does not match its name and key")
         return key
 
@@ -234,29 +226,39 @@ class SigningKey:
         first, _, rest = text.strip().partition("\n")
         if not first.startswith(_PRIVATE_PREFIX):
             raise ValueError("not a signing key (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
-        parts = first[len(_PRIVATE_PREFIX) :].split("+", 2)
-        if len(parts) != 3:
-            raise ValueError("a signing key reads PRIVATE+KEY+<name>+<hex ID>+<base64 key>")
-        name, hash_hex, encoded = parts
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            raise ValueError("the signing key's key part is not base64") from None
-        if len(raw) != 33 or raw[:1] != ED25519:
-            raise ValueError("not an Ed25519 signing key (type 0x01, 32 bytes)")
+        name, hash_hex, seed = _key_text(
+            first[len(_PRIVATE_PREFIX) :], "signing key", "PRIVATE+KEY+"
+        )
         public = None
         if rest.strip():
             verifier = VerifierKey.parse(rest.strip())
             if verifier.name != name:
                 raise ValueError("the signing key file's two lines name different keys")
             public = verifier.public_bytes
-        key = cls(name, raw[1:], public)
-        if key.verifier.key_hash.hex() != hash_hex.lower():
+        key = cls(name, seed, public)
+        if key.verifier.key_hash.hex() != hash_hex:
             raise ValueError("the signing key's ID does not match its name and key")
         return key
 
     def __repr__(self) -> str:  # never the private half
         return f"SigningKey({self.key_id!r})"
+
+
+def _key_text(text: str, what: str, prefix: str) -> tuple[str, str, bytes]:
+    """(name, lower-case hex key ID, the 32 key bytes) of a key in the note format,
+    ``<name>+<hex key ID>+<base64(0x01 || key)>`` (after ``prefix``, for a signing key); raises
+    ValueError naming ``what`` when it is not one."""
+    parts = text.split("+", 2)  # base64 may hold "+" too
+    if len(parts) != 3:
+        raise ValueError(f"a {what} reads {prefix}<name>+<hex key ID>+<base64 key>")
+    name, hash_hex, encoded = parts
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise ValueError(f"the {what}'s key part is not base64") from None
+    if len(raw) != 33 or not raw.startswith(ED25519):
+        raise ValueError(f"not an Ed25519 {what} (type 0x01, 32 bytes)")
+    return name, hash_hex.lower(), raw.removeprefix(ED25519)
 
 
 class HmacKey:
@@ -530,3 +532,18 @@ def load_checkpoint(path: Path) -> Checkpoint:
     if data.lstrip()[:1] == b"{":
         return Checkpoint.from_json(data)
     return Checkpoint.from_note(data.decode("utf-8"))
+
+
+def checkpoint_of(values: Sequence[Any]) -> Checkpoint:
+    """A checkpoint from its ``checkpoints`` row: journal_id, seq, head_hash, ts_wall, key_id,
+    signature and root_hash (None or NULL for a v1 checkpoint), as the queries select them."""
+    journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash = values
+    return Checkpoint(
+        journal_id=journal_id,
+        seq=seq,
+        head_hash=head_hash,
+        ts_wall=ts_wall,
+        key_id=key_id,
+        signature=signature,
+        root_hash=root_hash,
+    )

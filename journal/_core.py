@@ -1,7 +1,8 @@
 """The write path both writers share: a journal open for writing, its chain head and checkpoints.
 
-``_Core`` owns the one connection, the chain head, the redactor and the checkpoint policy; its
-base, :class:`journal._rollover._LiveSegment`, keeps the live segment and rolls it over. Rows are
+``_Core`` owns the chain head, the redactor and the checkpoint policy, and a
+:class:`journal._rollover.LiveSegment` (``core.live``): the live file, its lock and its one
+connection, and their roll-over into the next segment. Rows are
 built (redacted, encoded, sequenced, hashed; a v2 journal's with their Merkle leaf and stored
 hashes, on the built tree's border, :mod:`journal._tlog`) in the caller's thread, in append
 order; they are committed in batches, one ``BEGIN IMMEDIATE`` transaction per batch (leaves and
@@ -21,16 +22,17 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict, Unpack
 
 import msgspec
 
-from ._canonical import GENESIS_HASH, Row, encode_payload, format_wall, row_hash, wall_now
+from ._canonical import GENESIS_HASH, ROW_OF, encode_payload, format_wall, row_hash, wall_now
 from ._checkpoint import (
     SEED_KEY_NAME,
     Checkpoint,
     HmacKey,
     SigningKey,
+    checkpoint_of,
     export_checkpoint,
     load_key,
     sign_checkpoint,
@@ -42,23 +44,38 @@ from ._errors import (
     JournalUnavailable,
     classify_sqlite_error,
 )
-from ._events import PAYLOAD_TYPES, WRITER_SESSION, Event, KeyRotated, derived_columns
+from ._events import (
+    PAYLOAD_TYPES,
+    WRITER_SESSION,
+    Event,
+    KeyRotated,
+    SegmentStarted,
+    derived_columns,
+)
 from ._merkle import Frontier, ProofError
 from ._redact import Redactor
-from ._rollover import _LiveSegment, _Successor
-from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT, connect_writer
+from ._rollover import LiveSegment
+from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT
 from ._segments import base_path
 from ._shm import ShmGuard
 from ._tlog import (
     INSERT_LEAF,
     MERKLE_LOG,
+    Stored,
     checkpoint_row,
     leaf_extras,
     load_border,
     tree_rows,
 )
 
-__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_INTERVAL_S", "SignerLike", "open_core", "resolve_key"]
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "CHECKPOINT_INTERVAL_S",
+    "SignerLike",
+    "WriterOptions",
+    "open_core",
+    "resolve_key",
+]
 
 CHECKPOINT_EVERY: Final = 1000
 CHECKPOINT_INTERVAL_S: Final = 30.0
@@ -88,7 +105,7 @@ def _duration(value: float | None) -> float | None:
     return round(float(value), 3)
 
 
-class _Core(_LiveSegment):
+class _Core:
     """One journal file opened for writing: lock, connection, chain head, checkpoints."""
 
     def __init__(
@@ -107,24 +124,29 @@ class _Core(_LiveSegment):
         segment_bytes: int | None = None,
         segment_age: float | None = None,
     ) -> None:
-        self._busy_timeout = busy_timeout
         self._synchronous_full = synchronous_full
         self._key = key
-        self._max_bytes = max_bytes
         self._checkpoint_every = checkpoint_every
         self._checkpoint_interval = checkpoint_interval
         self._checkpoint_path = checkpoint_path
         self.redactor = Redactor(secrets)
         self.checkpoint_export_error: OSError | None = None
-        self.base = base_path(path)
-        self._segment_bytes = segment_bytes
-        self._segment_age = segment_age
-        self._successor: _Successor | None = None
-        self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
-        self._size_known, self._size_grown = None, 0
+        self.live = live = LiveSegment(
+            base_path(path),
+            max_bytes=max_bytes,
+            busy_timeout=busy_timeout,
+            segment_bytes=segment_bytes,
+            segment_age=segment_age,
+        )
         self._shm = ShmGuard()
         self._rebasing = False
-        self._open_live(journal_id)
+        live.open(journal_id)
+        try:
+            self._load_head()
+        except BaseException:
+            self.close()
+            raise
+        live.seal_predecessor()
         self._synchronous = "FULL"
         self._unsynced = False  # a commit made with synchronous=NORMAL awaits an fsync
         # The chain head as built (may run ahead of the committed head while rows are queued).
@@ -134,6 +156,19 @@ class _Core(_LiveSegment):
         except BaseException:
             self.close()
             raise
+
+    @property
+    def path(self) -> Path:
+        """The live segment's file."""
+        return self.live.path
+
+    @property
+    def journal_id(self) -> str:
+        return self.live.journal_id
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        return self.live.conn
 
     def _record_key(self) -> None:
         """Name the signing key in the journal: a new journal's ``journal_meta`` row
@@ -176,26 +211,17 @@ class _Core(_LiveSegment):
                 "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             cp = self._conn.execute(
-                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature"
+                "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, NULL"
                 " FROM checkpoints ORDER BY id DESC LIMIT 1"
             ).fetchone()
         except sqlite3.Error as exc:
             raise classify_sqlite_error(exc) from exc
-        empty = (self.segment.first_seq - 1, self.segment.prev_hash or GENESIS_HASH)
-        self.committed_seq: int = head[0] if head else empty[0]
-        self.committed_hash: str = head[1] if head else empty[1]
-        self.last_checkpoint: Checkpoint | None = (
-            Checkpoint(
-                journal_id=cp[0],
-                seq=cp[1],
-                head_hash=cp[2],
-                ts_wall=cp[3],
-                key_id=cp[4],
-                signature=cp[5],
-            )
-            if cp
-            else None
-        )
+        segment = self.live.segment
+        empty = (segment.first_seq - 1, segment.prev_hash or GENESIS_HASH)
+        self.committed_seq: int
+        self.committed_hash: str
+        self.committed_seq, self.committed_hash = head if head else empty
+        self.last_checkpoint: Checkpoint | None = checkpoint_of(cp) if cp else None
         self._checkpoint_at = time.monotonic()
         self.tree = self._load_tree()
         self.next_tree = None if self.tree is None else self.tree.copy()
@@ -208,15 +234,16 @@ class _Core(_LiveSegment):
             ).fetchone()
             if marked is None:
                 return None
-            if marked[0] != MERKLE_LOG:
-                raise JournalFormatError(f"unknown Merkle log format {marked[0]!r}")
+            (log,) = marked
+            if log != MERKLE_LOG:
+                raise JournalFormatError(f"unknown Merkle log format {log!r}")
             return load_border(self._conn, self.committed_seq)
         except sqlite3.Error as exc:
             raise classify_sqlite_error(exc) from exc
         except ProofError as exc:
             raise JournalFormatError(f"{self.path}: the Merkle log is incomplete ({exc})") from exc
 
-    def build(self, event: Event) -> Row:
+    def build(self, event: Event) -> Stored:
         """Redact, encode, sequence and hash one event (no I/O); advances the built head."""
         payload = event.payload
         if not isinstance(payload, _PAYLOAD_CLASSES):
@@ -233,7 +260,7 @@ class _Core(_LiveSegment):
         request_id = event.jsonrpc_request_id
         # The envelope's text columns get the rules too: a tool name is the model's free text.
         method, tool = event.mcp_method_name, event.gen_ai_tool_name
-        row: Row = (
+        columns = (  # every column but the hash, in COLUMNS order
             self.next_seq,
             self.journal_id,
             redact.redact_id(event.session_id),
@@ -250,16 +277,16 @@ class _Core(_LiveSegment):
             _duration(duration),
             text,
             self.next_prev_hash,
-            "",
         )
-        digest = row_hash(row)
+        digest = row_hash(ROW_OF((*columns, "")))
+        row = ROW_OF((*columns, digest))
         self.next_seq += 1
         self.next_prev_hash = digest
         if self.next_tree is None:
-            return (*row[:16], digest)
+            return Stored(row, None)
         # A v2 journal: the leaf (salted payload digest) and its stored hashes, on the built
         # border, so a checkpoint signed before these rows commit knows the tree hash.
-        return (*row[:16], digest, *leaf_extras(row, self.next_tree))
+        return Stored(row, leaf_extras(row, self.next_tree))
 
     @property
     def checkpoint_interval(self) -> float:
@@ -285,20 +312,17 @@ class _Core(_LiveSegment):
             self._synchronous = wanted
 
     def commit(
-        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool = False
+        self, rows: Sequence[Stored], *, durable: bool, checkpoint: bool = False
     ) -> Checkpoint | None:
         """Commit rows in one transaction, with a checkpoint if asked or due; blocking I/O.
 
         Raises JournalUnavailable (nothing of the batch is stored) when SQLite refuses.
         """
-        last_seq, last_hash = (
-            (rows[-1][0], rows[-1][16])
-            if rows
-            else (
-                self.committed_seq,
-                self.committed_hash,
-            )
-        )
+        if rows:
+            last = rows[-1].event
+            last_seq, last_hash = last.seq, last.hash
+        else:
+            last_seq, last_hash = self.committed_seq, self.committed_hash
         signed: Checkpoint | None = None
         if not rows and durable and self._unsynced and self._synchronous_full:
             checkpoint = True  # a checkpoint commits with FULL, which fsyncs all earlier frames
@@ -313,8 +337,9 @@ class _Core(_LiveSegment):
         tree = self.tree
         if tree is not None:  # a v2 journal: the border once these rows are in
             after = tree.copy()
-            for row in rows:
-                after.apply(row[19])
+            for _, leaf in rows:
+                assert leaf is not None  # built on a v2 journal's tree
+                after.apply(leaf.tree_hashes)
         if sign:
             signed = sign_checkpoint(
                 self._key,
@@ -324,20 +349,20 @@ class _Core(_LiveSegment):
                 ts_wall=format_wall(datetime.now(UTC)),
                 root_hash=None if tree is None else after.root().hex(),
             )
-        self.check_live_file()
-        self._shm.check(self.path)  # a -shm the mapping cannot write would crash the commit
-        conn = self._conn
+        live = self.live
+        live.check_file()
+        self._shm.check(live.path)  # a -shm the mapping cannot write would crash the commit
+        conn = live.conn
         try:
             wanted = "FULL" if (durable or signed) and self._synchronous_full else "NORMAL"
             if wanted != self._synchronous:
                 conn.execute(f"PRAGMA synchronous={wanted}")
                 self._synchronous = wanted
             conn.execute("BEGIN IMMEDIATE")
-            if tree is None:
-                conn.executemany(INSERT_EVENT, rows)
-            elif rows:
-                conn.executemany(INSERT_EVENT, [row[:17] for row in rows])
-                conn.executemany(INSERT_LEAF, tree_rows(rows))
+            if rows:
+                conn.executemany(INSERT_EVENT, [event for event, _ in rows])
+                if tree is not None:
+                    conn.executemany(INSERT_LEAF, tree_rows(rows))
             if signed is not None:
                 conn.execute(INSERT_CHECKPOINT, checkpoint_row(signed))
             conn.execute("COMMIT")
@@ -349,7 +374,7 @@ class _Core(_LiveSegment):
         if tree is not None:
             self.tree = after
         self.committed_seq, self.committed_hash = last_seq, last_hash
-        self.note_growth(rows, signed is not None)
+        live.note_growth(rows, signed is not None)
         self._unsynced = wanted == "NORMAL"
         if signed is not None:
             self._export(signed)  # before it is published: a reader of it finds the file
@@ -358,7 +383,7 @@ class _Core(_LiveSegment):
         return signed
 
     def _commit_rebased(
-        self, rows: Sequence[Row], *, durable: bool, checkpoint: bool
+        self, rows: Sequence[Stored], *, durable: bool, checkpoint: bool
     ) -> Checkpoint | None:
         """Commit rows again after another connection appended (an erasure, see
         :mod:`journal._erase`): reload the head, sequence the rows after it, commit once more."""
@@ -367,37 +392,17 @@ class _Core(_LiveSegment):
             self._load_head()
             tree = None if self.tree is None else self.tree.copy()
             rebased, head, tree = rebase_rows(rows, self.committed_seq, self.committed_hash, tree)
-            self.next_seq, self.next_prev_hash, self.next_tree = rebased[-1][0] + 1, head, tree
+            self.next_seq, self.next_prev_hash = rebased[-1].event.seq + 1, head
+            self.next_tree = tree
             return self.commit(rebased, durable=durable, checkpoint=checkpoint)
         finally:
             self._rebasing = False
-
-    def check_live_file(self) -> None:
-        """Raise JournalUnavailable("replaced") when the journal's path no longer names the file
-        this writer holds open: unlinked (``rm journal.db*``), renamed away, or replaced by a
-        rename over it. Rows committed then would go to a file nobody can find, or the export
-        would sign under another journal's name; the writer fails closed instead, and stays
-        failed (a re-probe finds the same). Two system calls before every commit: an fstat of
-        the held descriptor (its inode and link count) and a stat of the path."""
-        held = os.fstat(self._lock_fd)
-        try:
-            named = os.stat(self.path)
-        except OSError:
-            named = None
-        if (
-            held.st_nlink == 0
-            or named is None
-            or named.st_ino != held.st_ino
-            or named.st_dev != held.st_dev
-        ):
-            what = "unlinked" if held.st_nlink == 0 or named is None else "replaced by another file"
-            raise JournalUnavailable("replaced", f"{self.path.name} was {what} under the writer")
 
     def _export(self, checkpoint: Checkpoint) -> None:
         if self._checkpoint_path is None:
             return
         try:
-            self.check_live_file()  # never under the name of a journal moved into its place
+            self.live.check_file()  # never under the name of a journal moved into its place
         except JournalUnavailable as exc:
             self.checkpoint_export_error = OSError(exc.detail)
             return
@@ -421,22 +426,111 @@ class _Core(_LiveSegment):
             self._shm.release(self._conn, self.path)
         except sqlite3.Error:
             pass
-        self.check_live_file()  # never reopen the path onto a file that is not this journal
-        self._conn = connect_writer(
-            self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
-        )
+        self.live.check_file()  # never reopen the path onto a file that is not this journal
+        self.live.reconnect()
         self._synchronous = "FULL"
         self._unsynced = False
-        self._size_known = None
         self._load_head()
         self.rewind()
 
     def close(self) -> None:
+        live = self.live
         try:
-            self.discard_successor()
-            self._shm.release(self._conn, self.path)
+            live.discard_successor()
+            self._shm.release(live.conn, live.path)
         finally:
-            os.close(self._lock_fd)
+            os.close(live.lock_fd)
+
+    # Roll-over: the live segment does the file work, the core keeps the chain head.
+
+    def rollover_due(self) -> str | None:
+        """``size`` or ``age`` when the live segment should roll over now, else None."""
+        return self.live.rollover_due(self.committed_seq)
+
+    def prepare_successor(self) -> bool:
+        """Create the next segment under its temporary name (blocking I/O); False when it
+        cannot be made (the live segment goes on; see LiveSegment.prepare_successor)."""
+        return self.live.prepare_successor(self._key, merkle=self.tree is not None)
+
+    def discard_successor(self) -> None:
+        """Drop a prepared successor that will not be used (the writer failed or closes)."""
+        self.live.discard_successor()
+
+    def build_segment_started(self, reason: str) -> tuple[Stored, Checkpoint]:
+        """The successor's first row, sequenced after every row built so far, and the signed
+        checkpoint of the head it follows (signed now: the signature covers only journal id,
+        seq and head hash, all known)."""
+        checkpoint = sign_checkpoint(
+            self._key,
+            journal_id=self.journal_id,
+            seq=self.next_seq - 1,
+            head_hash=self.next_prev_hash,
+            ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if self.next_tree is None else self.next_tree.root().hex(),
+        )
+        started = SegmentStarted(
+            segment=self.live.segment.index + 1,
+            reason=reason,
+            previous_file=self.path.name,
+            previous_seq=checkpoint.seq,
+            previous_hash=checkpoint.head_hash,
+            previous_checkpoint=checkpoint,
+        )
+        return self.build(Event(session_id=WRITER_SESSION, payload=started)), checkpoint
+
+    def roll_over(self, built: Stored, checkpoint: Checkpoint) -> None:
+        """Close the live segment at ``checkpoint`` and go on in the prepared successor, whose
+        first event is ``row`` (from :meth:`build_segment_started`; every row built before it
+        is committed). Blocking I/O.
+
+        In order, each step durable before the next: the closing checkpoint in the old segment;
+        the successor's link and first event (and a checkpoint of it) under its temporary name;
+        the rename into place; the old segment sealed. A crash before the rename leaves the old
+        segment live (the hidden file is rebuilt next time); after it, the successor is live.
+        Raises JournalUnavailable (the writer fails as for a failed commit) before the rename.
+        """
+        live, (row, leaf) = self.live, built
+        if not live.follows(self.committed_seq, self.committed_hash, row):
+            live.discard_successor()
+            raise JournalUnavailable("chain_conflict", "the roll-over does not follow the head")
+        try:
+            live.check_file()
+        except JournalUnavailable:
+            live.discard_successor()
+            raise
+        conn = live.conn
+        try:
+            self._set_synchronous("FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            live.discard_successor()
+            raise classify_sqlite_error(exc) from exc
+        self.last_checkpoint = checkpoint
+        tree = self.tree
+        after: Frontier | None = None
+        if tree is not None:
+            assert leaf is not None  # built on a v2 journal's tree
+            after = tree.copy()
+            after.apply(leaf.tree_hashes)
+        first = sign_checkpoint(
+            self._key,
+            journal_id=self.journal_id,
+            seq=row.seq,
+            head_hash=row.hash,
+            ts_wall=format_wall(datetime.now(UTC)),
+            root_hash=None if after is None else after.root().hex(),
+        )
+        live.publish_successor(built, first, tree)
+        self.committed_seq, self.committed_hash = row.seq, row.hash
+        self.tree = after
+        self.last_checkpoint = first
+        self._checkpoint_at = time.monotonic()
+        self._synchronous = "FULL"
+        self._unsynced = False
+        self._export(first)
 
 
 def recorded_key(conn: sqlite3.Connection) -> str | None:
@@ -446,41 +540,51 @@ def recorded_key(conn: sqlite3.Connection) -> str | None:
         "SELECT payload FROM events WHERE kind = 'key_rotated' ORDER BY seq DESC LIMIT 1"
     ).fetchone()
     if row is not None:
-        return str(msgspec.json.decode(row[0])["vkey"])
+        (payload,) = row
+        return str(msgspec.json.decode(payload)["vkey"])
     meta = conn.execute("SELECT value FROM journal_meta WHERE key = 'signing_key'").fetchone()
-    return None if meta is None else str(meta[0])
+    if meta is None:
+        return None
+    (named,) = meta
+    return str(named)
 
 
-def open_core(
-    path: str | os.PathLike[str],
-    *,
-    key: SignerLike,
-    journal_id: str | None,
-    max_bytes: int | None,
-    checkpoint_every: int,
-    checkpoint_interval: float,
-    checkpoint_path: str | os.PathLike[str] | None,
-    secrets: Iterable[str],
-    synchronous_full: bool = True,
-    busy_timeout: float = BUSY_TIMEOUT_S,
-    segment_bytes: int | None = None,
-    segment_age: float | None = None,
-) -> _Core:
+class WriterOptions(TypedDict, total=False):
+    """What every journal writer is opened with, each optional (the defaults are
+    :func:`open_core`'s; :func:`journal.open_writer` says what each means). One list for
+    :func:`journal.open_writer`, :func:`journal.open_sync_writer` and the core."""
+
+    key: SignerLike
+    journal_id: str | None
+    secrets: Iterable[str]
+    max_bytes: int | None
+    checkpoint_every: int
+    checkpoint_interval: float
+    checkpoint_path: str | os.PathLike[str] | None
+    synchronous_full: bool
+    busy_timeout: float
+    segment_bytes: int | None
+    segment_age: float | None
+
+
+def open_core(path: str | os.PathLike[str], **options: Unpack[WriterOptions]) -> _Core:
+    segment_bytes, segment_age = options.get("segment_bytes"), options.get("segment_age")
     if segment_bytes is not None and segment_bytes <= 0:
         raise ValueError("segment_bytes must be positive (None: no roll-over by size)")
     if segment_age is not None and segment_age <= 0:
         raise ValueError("segment_age must be positive (None: no roll-over by age)")
+    checkpoint_path = options.get("checkpoint_path")
     return _Core(
         Path(path),
-        key=resolve_key(key),
-        journal_id=journal_id,
-        max_bytes=max_bytes,
-        checkpoint_every=checkpoint_every,
-        checkpoint_interval=checkpoint_interval,
+        key=resolve_key(options.get("key")),
+        journal_id=options.get("journal_id"),
+        max_bytes=options.get("max_bytes"),
+        checkpoint_every=options.get("checkpoint_every", CHECKPOINT_EVERY),
+        checkpoint_interval=options.get("checkpoint_interval", CHECKPOINT_INTERVAL_S),
         checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
-        secrets=secrets,
-        synchronous_full=synchronous_full,
-        busy_timeout=busy_timeout,
+        secrets=options.get("secrets", ()),
+        synchronous_full=options.get("synchronous_full", True),
+        busy_timeout=options.get("busy_timeout", BUSY_TIMEOUT_S),
         segment_bytes=segment_bytes,
         segment_age=segment_age,
     )

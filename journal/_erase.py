@@ -49,7 +49,15 @@ from ._events import ERASED_PAYLOAD, WRITER_SESSION, PayloadErased
 from ._merkle import Frontier
 from ._schema import INSERT_CHECKPOINT, INSERT_EVENT, connect_reader, connect_writer
 from ._segments import base_path, segment_files
-from ._tlog import INSERT_LEAF, MERKLE_LOG, checkpoint_row, leaf_extras, load_border, tree_rows
+from ._tlog import (
+    INSERT_LEAF,
+    MERKLE_LOG,
+    Stored,
+    checkpoint_row,
+    leaf_extras,
+    load_border,
+    tree_rows,
+)
 
 __all__ = [
     "ERASE_TIMEOUT_S",
@@ -160,22 +168,19 @@ def moved_on(exc: sqlite3.Error) -> bool:
 
 
 def rebase_rows(
-    rows: Sequence[Row], seq: int, prev_hash: str, tree: Frontier | None
-) -> tuple[list[Row], str, Frontier | None]:
+    rows: Sequence[Stored], seq: int, prev_hash: str, tree: Frontier | None
+) -> tuple[list[Stored], str, Frontier | None]:
     """Rows built on a head another connection has moved (an erasure appended its event),
     sequenced again after ``(seq, prev_hash)`` (the committed head; ``tree`` its border, which
     is advanced): new seq, ``prev_hash``, hash and leaf, the same envelope and payload.
     Returns the rows, the new head hash and the advanced border."""
-    out: list[Row] = []
-    for row in rows:
+    out: list[Stored] = []
+    for built, _ in rows:
         seq += 1
-        base: Row = (seq, *row[1:15], prev_hash, "")
-        digest = row_hash(base)
-        if tree is None:
-            out.append((*base[:16], digest))
-        else:
-            out.append((*base[:16], digest, *leaf_extras(base, tree)))
-        prev_hash = digest
+        base = built._replace(seq=seq, prev_hash=prev_hash, hash="")
+        row = base._replace(hash=row_hash(base))
+        out.append(Stored(row, None if tree is None else leaf_extras(row, tree)))
+        prev_hash = row.hash
     return out, prev_hash, tree
 
 
@@ -408,7 +413,7 @@ def _erase_live(
                 actor=actor,
                 older_than_days=selector.older_than_days,
             )
-            row: Row = (
+            base = Row(
                 int(head[0]) + 1,
                 meta["journal_id"],
                 WRITER_SESSION,
@@ -427,26 +432,26 @@ def _erase_live(
                 str(head[1]),
                 "",
             )
-            digest = row_hash(row)
-            full = (*row[:16], digest, *leaf_extras(row, tree))
+            row = base._replace(hash=row_hash(base))
+            full = Stored(row, leaf_extras(row, tree))
             checkpoint = sign_checkpoint(
                 key,
                 journal_id=meta["journal_id"],
-                seq=row[0],
-                head_hash=digest,
+                seq=row.seq,
+                head_hash=row.hash,
                 ts_wall=format_wall(datetime.now(UTC)),
                 root_hash=tree.root().hex(),
             )
-            conn.execute(INSERT_EVENT, full[:17])
+            conn.execute(INSERT_EVENT, row)
             conn.executemany(INSERT_LEAF, tree_rows([full]))
             conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
-            _apply(conn, mine, row[0])
+            _apply(conn, mine, row.seq)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return row[0], checkpoint, mine
+        return row.seq, checkpoint, mine
     except sqlite3.Error as exc:
         raise classify_sqlite_error(exc) from exc
     finally:

@@ -13,10 +13,11 @@ from typing import Final
 
 import trio
 
-from ._canonical import Row, wall_now
+from ._canonical import wall_now
 from ._checkpoint import Checkpoint
 from ._errors import JournalUnavailable
 from ._events import Event, JournalGap
+from ._tlog import Stored
 
 __all__ = ["MAX_GAP_CALLS"]
 
@@ -42,7 +43,7 @@ class _Item:
 class _Append(_Item):
     __slots__ = ("durable", "row")
 
-    def __init__(self, row: Row, durable: bool) -> None:
+    def __init__(self, row: Stored, durable: bool) -> None:
         super().__init__(wait=durable)
         self.row = row
         self.durable = durable
@@ -72,7 +73,7 @@ class _Rollover(_Item):
 
     __slots__ = ("checkpoint", "row")
 
-    def __init__(self, row: Row | None, checkpoint: Checkpoint | None) -> None:
+    def __init__(self, row: Stored | None, checkpoint: Checkpoint | None) -> None:
         super().__init__(wait=False)
         self.row = row
         self.checkpoint = checkpoint
@@ -83,7 +84,7 @@ class _GapAppend(_Append):
 
     __slots__ = ("gap",)
 
-    def __init__(self, row: Row, gap: _Gap) -> None:
+    def __init__(self, row: Stored, gap: _Gap) -> None:
         super().__init__(row, durable=True)
         self.gap = gap
 

@@ -261,12 +261,14 @@ class Frontier:
         self.size += 1
         return stored
 
-    def apply(self, stored: Sequence[bytes]) -> None:
-        """Add a leaf whose stored hashes (what :meth:`append` returned) are known: no hashing."""
-        if len(stored) != (~self.size & (self.size + 1)).bit_length():
+    def apply(self, stored: bytes) -> None:
+        """Add a leaf whose stored hashes (what :meth:`append` returned, joined as
+        ``event_leaves.tree_hashes`` holds them) are known: no hashing."""
+        count = len(stored) // 32
+        if len(stored) != 32 * count or count != (~self.size & (self.size + 1)).bit_length():
             raise ValueError("these are not the stored hashes of the next leaf")
-        del self.hashes[len(self.hashes) - (len(stored) - 1) :]
-        self.hashes.append(stored[-1])
+        del self.hashes[len(self.hashes) - (count - 1) :]
+        self.hashes.append(stored[-32:])
         self.size += 1
 
     def root(self) -> bytes:

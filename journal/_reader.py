@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
 import msgspec
 
-from ._canonical import COLUMNS, GENESIS_HASH, Row
-from ._checkpoint import Checkpoint
+from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row
+from ._checkpoint import Checkpoint, checkpoint_of
 from ._errors import JournalFormatError
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
 from ._schema import connect_reader
 from ._segments import SegmentInfo
-from ._tlog import leaf_bytes, stored_lookup
+from ._tlog import Stored, leaf_bytes, stored_lookup, stored_of
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
@@ -52,35 +52,37 @@ def decode_payload(kind: str, kind_version: int, text: str) -> Payload | dict[st
 
 
 def decode_row(row: Row) -> Record:
-    """A stored row (tuple in COLUMNS order) as a Record; JournalFormatError if it won't decode."""
+    """A stored row as a Record; JournalFormatError if its payload won't decode."""
     try:
-        payload = decode_payload(row[6], row[7], row[14])
+        payload = decode_payload(row.kind, row.kind_version, row.payload)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
-        raise JournalFormatError(f"event {row[0]}: payload does not decode: {exc}") from exc
+        raise JournalFormatError(f"event {row.seq}: payload does not decode: {exc}") from exc
     return record_from_row(row, payload)
 
 
-def record_from_row(row: Row, payload: Any) -> Record:
-    """A stored row (tuple in COLUMNS order) with its payload already decoded, as a Record."""
+def record_from_row(row: Sequence[Any], payload: Any) -> Record:
+    """A stored row (a Row, or a tuple in COLUMNS order) with its payload already decoded, as a
+    Record."""
+    row = as_row(row)
     return Record(
-        seq=row[0],
-        journal_id=row[1],
-        session_id=row[2],
-        call_id=row[3],
-        ts_mono_ns=row[4],
-        ts_wall=row[5],
-        kind=row[6],
-        kind_version=row[7],
-        mcp_method_name=row[8],
-        gen_ai_tool_name=row[9],
-        jsonrpc_request_id=row[10],
-        http_response_status_code=row[11],
-        error_type=row[12],
-        duration_ms=row[13],
+        seq=row.seq,
+        journal_id=row.journal_id,
+        session_id=row.session_id,
+        call_id=row.call_id,
+        ts_mono_ns=row.ts_mono_ns,
+        ts_wall=row.ts_wall,
+        kind=row.kind,
+        kind_version=row.kind_version,
+        mcp_method_name=row.mcp_method_name,
+        gen_ai_tool_name=row.gen_ai_tool_name,
+        jsonrpc_request_id=row.jsonrpc_request_id,
+        http_response_status_code=row.http_response_status_code,
+        error_type=row.error_type,
+        duration_ms=row.duration_ms,
         payload=payload,
-        payload_json=row[14],
-        prev_hash=row[15],
-        hash=row[16],
+        payload_json=row.payload,
+        prev_hash=row.prev_hash,
+        hash=row.hash,
     )
 
 
@@ -95,10 +97,12 @@ class Reader:
         self.created_at: str | None = meta.get("created_at")
         # Where the file sits in a journal rolled over into several (see journal._segments).
         self.segment = SegmentInfo.from_meta(meta)
-        self.schema_version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        (self.schema_version,) = conn.execute("PRAGMA user_version").fetchone()
         # A v2 journal: an RFC 6962 Merkle log besides the chain (journal._tlog); v1: chain only.
         self.merkle = meta.get("merkle_log") is not None
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+        columns = {
+            name for (name,) in conn.execute("SELECT name FROM pragma_table_info('checkpoints')")
+        }
         self._root_column = "root_hash" if "root_hash" in columns else "NULL"
         self._lookup: Callable[[int], bytes | None] | None = None
 
@@ -111,33 +115,60 @@ class Reader:
         """(seq, hash) of the last event; (0, 64 zeros) when the journal is empty."""
         sql = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
         row = self._conn.execute(sql).fetchone()
-        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+        if row is None:
+            return (0, GENESIS_HASH)
+        seq, digest = row
+        return (int(seq), str(digest))
 
     def count(self) -> int:
-        return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        (count,) = self._conn.execute("SELECT count(*) FROM events").fetchone()
+        return int(count)
 
-    def rows(
-        self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = False
-    ) -> Iterator[Row]:
-        """Raw rows (tuples in COLUMNS order) with since_seq < seq <= until_seq, in seq order.
+    def rows(self, *, since_seq: int = 0, until_seq: int | None = None) -> Iterator[Row]:
+        """Raw rows (:class:`journal.Row`) with since_seq < seq <= until_seq, in seq order."""
+        return map(ROW_OF, self._range(_SELECT, "seq", since_seq, until_seq))
 
-        ``leaves`` (a v2 journal): each row also carries its leaf's salt, payload digest and
-        stored hashes (None when absent), as :class:`journal._tlog.TreeCheck` reads them.
-        """
-        joined = leaves and self.merkle
-        seq = "e.seq" if joined else "seq"
-        sql, params = f"{_SELECT_LEAVES if joined else _SELECT} WHERE {seq} > ?", [since_seq]
+    def stored_rows(
+        self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = True
+    ) -> Iterator[Stored]:
+        """The rows of :meth:`rows`, each with its leaf (salt, payload digest, stored hashes) as
+        :class:`journal._tlog.TreeCheck` reads them: None in a v1 journal, where a leaf is
+        missing, or without ``leaves``."""
+        if not (leaves and self.merkle):
+            return (
+                Stored(row, None) for row in self.rows(since_seq=since_seq, until_seq=until_seq)
+            )
+        cursor = self._conn.cursor()
+        cursor.row_factory = stored_of  # each row a Stored, made by sqlite3's fetch
+        stored: Iterator[Stored] = self._range(
+            _SELECT_LEAVES, "e.seq", since_seq, until_seq, cursor
+        )
+        return stored
+
+    def _range(
+        self,
+        select: str,
+        seq: str,
+        since_seq: int,
+        until_seq: int | None,
+        cursor: sqlite3.Cursor | None = None,
+    ) -> sqlite3.Cursor:
+        sql, params = f"{select} WHERE {seq} > ?", [since_seq]
         if until_seq is not None:
             sql += f" AND {seq} <= ?"
             params.append(until_seq)
-        yield from self._conn.execute(f"{sql} ORDER BY {seq}", params)
+        return (cursor or self._conn.cursor()).execute(f"{sql} ORDER BY {seq}", params)
 
     def leaf(self, seq: int) -> bytes | None:
         """The Merkle leaf of the event at ``seq`` (a v2 journal), or None."""
-        row = self._conn.execute(_SELECT_LEAVES + " WHERE e.seq = ?", (seq,)).fetchone()
-        if row is None or row[18] is None:
+        cursor = self._conn.cursor()
+        cursor.row_factory = stored_of
+        found: Stored | None = cursor.execute(
+            _SELECT_LEAVES + " WHERE e.seq = ?", (seq,)
+        ).fetchone()
+        if found is None or found.leaf is None or found.leaf.payload_sha256 is None:
             return None
-        return leaf_bytes(row, row[18])
+        return leaf_bytes(found.event, found.leaf.payload_sha256)
 
     def stored_hash(self, index: int) -> bytes | None:
         """The stored Merkle hash at ``index`` (Go tlog's storage index), or None."""
@@ -152,7 +183,7 @@ class Reader:
         cursor = self._conn.execute(
             "SELECT seq FROM events WHERE call_id = ? ORDER BY seq", (call_id,)
         )
-        return [int(r[0]) for r in cursor]
+        return [int(seq) for (seq,) in cursor]
 
     def events(
         self,
@@ -183,7 +214,7 @@ class Reader:
             clauses.append(f"kind IN ({', '.join('?' * len(kinds))})")
             params.extend(kinds)
         cursor = self._conn.execute(f"{_SELECT} WHERE {' AND '.join(clauses)} ORDER BY seq", params)
-        for row in cursor:
+        for row in map(ROW_OF, cursor):
             yield decode_row(row)
 
     def checkpoints(self) -> list[Checkpoint]:
@@ -192,7 +223,7 @@ class Reader:
             "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature,"
             f" {self._root_column} FROM checkpoints ORDER BY id"
         )
-        return [_checkpoint(r) for r in cursor]
+        return [checkpoint_of(r) for r in cursor]
 
     def tree_checkpoints(
         self, *, seqs: Iterable[int] = (), latest: bool = False
@@ -210,7 +241,7 @@ class Reader:
             rows += self._conn.execute(f"{select} ORDER BY id DESC LIMIT 1").fetchall()
         for seq in set(seqs):
             rows += self._conn.execute(f"{select} AND seq = ? LIMIT 1", (seq,)).fetchall()
-        return [_checkpoint(r) for r in rows]
+        return [checkpoint_of(r) for r in rows]
 
     def recorded_keys(self) -> list[tuple[int, str]]:
         """(seq, verifier key) of each signing key the journal names, oldest first: the
@@ -223,7 +254,8 @@ class Reader:
         if meta is not None:
             # A later segment names the key in force when it was made, from its link on.
             at = self.segment.first_seq - 1 if self.segment.index > 1 else 0
-            keys.append((at, str(meta[0])))
+            (named,) = meta
+            keys.append((at, str(named)))
         cursor = self._conn.execute(
             "SELECT seq, payload FROM events WHERE kind = 'key_rotated' ORDER BY seq"
         )
@@ -236,8 +268,8 @@ class Reader:
 
     def first_row(self) -> Row | None:
         """The file's first event as a raw row (a later segment's ``segment_started``)."""
-        row: Row | None = self._conn.execute(_SELECT + " ORDER BY seq LIMIT 1").fetchone()
-        return row
+        row = self._conn.execute(_SELECT + " ORDER BY seq LIMIT 1").fetchone()
+        return None if row is None else ROW_OF(row)
 
     def hash_at(self, seq: int) -> str | None:
         """The stored hash of the event at seq (GENESIS for 0), or None if there is none.
@@ -249,7 +281,10 @@ class Reader:
         if seq == self.segment.first_seq - 1 and self.segment.prev_hash is not None:
             return self.segment.prev_hash
         row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        (digest,) = row
+        return str(digest)
 
     def close(self) -> None:
         self._conn.close()
@@ -275,17 +310,3 @@ def open_reader(path: str | os.PathLike[str]) -> Reader:
     except sqlite3.Error as exc:
         conn.close()
         raise JournalFormatError(f"cannot read {path} as a journal: {exc}") from exc
-
-
-def _checkpoint(r: tuple[Any, ...]) -> Checkpoint:
-    """A checkpoint from its row: journal_id, seq, head_hash, ts_wall, key_id, signature and
-    root_hash, in the order both checkpoint queries select them."""
-    return Checkpoint(
-        journal_id=r[0],
-        seq=r[1],
-        head_hash=r[2],
-        ts_wall=r[3],
-        key_id=r[4],
-        signature=r[5],
-        root_hash=r[6],
-    )

@@ -1,10 +1,12 @@
-"""Segment roll-over: the half of the writer's core that keeps the live file.
+"""Segment roll-over: the live file of a journal open for writing, owned by the writer's core.
 
-:class:`_LiveSegment` is a base of :class:`journal._core._Core`: it opens and locks the journal's
-live segment (sealing a predecessor a crash left open), tells when that segment is due to roll
-over (by size or age), prepares its successor under a temporary name off the event loop, and
-moves the core into it (:meth:`_LiveSegment.roll_over`). The file layout and the chain link are
-described in :mod:`journal._segments`; the core keeps the chain head, builds rows, commits them.
+:class:`LiveSegment` is held by :class:`journal._core._Core` (``core.live``): it opens and locks
+the journal's live segment (sealing a predecessor a crash left open), holds its connection and
+lock, tells when that segment is due to roll over (by size or age), prepares its successor under a
+temporary name off the event loop, and publishes it (:meth:`LiveSegment.publish_successor`). It
+knows no chain head: the core passes what it needs (the committed seq, the key, the rows) and keeps
+the head, builds rows and commits them. The file layout and the chain link are described in
+:mod:`journal._segments`.
 """
 
 from __future__ import annotations
@@ -14,19 +16,18 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
-from ._canonical import Row, format_wall
-from ._checkpoint import Checkpoint, HmacKey, SigningKey, sign_checkpoint
+from ._canonical import Row
+from ._checkpoint import Checkpoint, HmacKey, SigningKey
 from ._errors import (
     JournalFormatError,
     JournalUnavailable,
     classify_os_error,
     classify_sqlite_error,
 )
-from ._events import WRITER_SESSION, Event, SegmentStarted
 from ._merkle import Frontier
 from ._schema import (
     INSERT_CHECKPOINT,
@@ -43,9 +44,9 @@ from ._segments import (
     segment_path,
     temporary_path,
 )
-from ._tlog import BORDER_KEY, INSERT_LEAF, border_text, checkpoint_row, tree_rows
+from ._tlog import BORDER_KEY, INSERT_LEAF, Stored, border_text, checkpoint_row, tree_rows
 
-__all__ = ["ROLLOVER_RETRY_S"]
+__all__ = ["ROLLOVER_RETRY_S", "LiveSegment"]
 
 _T = TypeVar("_T")
 
@@ -57,64 +58,55 @@ _ROW_GROWTH: Final = 8
 _ROW_FIXED: Final = 1280  # 1024, and a v2 row's leaf (salt, digest) and ~2 stored hashes
 
 
-class _LiveSegment:
-    """The live segment of a journal open for writing, and its roll-over into the next one."""
+class LiveSegment:
+    """The live segment of a journal open for writing (its file, lock and connection), and its
+    roll-over into the next one. ``open`` fills in the file; until then only the settings are
+    set."""
 
-    # Kept by the core (the attributes and methods of journal._core._Core this half uses).
     base: Path
     path: Path
     journal_id: str
     segment: SegmentInfo
-    committed_seq: int
-    committed_hash: str
-    next_seq: int
-    next_prev_hash: str
-    last_checkpoint: Checkpoint | None
-    _key: SigningKey | HmacKey
-    _max_bytes: int | None
-    _busy_timeout: float
-    _segment_bytes: int | None
-    _segment_age: float | None
-    _successor: _Successor | None
-    _rollover_after: float
-    _lock_fd: int
-    _conn: sqlite3.Connection
-    _page_size: int
-    _size_known: int | None  # the live segment's bytes when last measured (None: measure)
-    _size_grown: int  # a bound on what the commits since then added (see `note_growth`)
-    _segment_created: float
-    _synchronous: str
-    _unsynced: bool
-    _checkpoint_at: float
-    tree: Frontier | None  # a v2 journal's Merkle border at the committed head (None: v1)
-    next_tree: Frontier | None  # ... at the built head
+    conn: sqlite3.Connection
+    lock_fd: int
+    created: float  # when the live segment was made (epoch seconds)
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        max_bytes: int | None,
+        busy_timeout: float,
+        segment_bytes: int | None,
+        segment_age: float | None,
+    ) -> None:
+        self.base = base
+        self._max_bytes = max_bytes
+        self._busy_timeout = busy_timeout
+        self._segment_bytes = segment_bytes
+        self._segment_age = segment_age
+        self._successor: _Successor | None = None
+        self._rollover_after = 0.0  # no roll-over is tried before (monotonic), after a failed one
+        self._size_known: int | None = None  # the live segment's bytes when last measured
+        self._size_grown = 0  # a bound on what the commits since then added (see `note_growth`)
+        self._page_size = 0
 
-        def build(self, event: Event) -> Row: ...
-        def check_live_file(self) -> None: ...
-        def close(self) -> None: ...
-        def _load_head(self) -> None: ...
-        def _set_synchronous(self, wanted: str) -> None: ...
-        def _rollback(self) -> None: ...
-        def _export(self, checkpoint: Checkpoint) -> None: ...
-
-    def _open_live(self, journal_id: str | None) -> None:
+    def open(self, journal_id: str | None) -> None:
         """Lock and open the journal's live segment (its highest-numbered file)."""
         for _ in range(16):
             path = live_segment(self.base)
             fd, conn, found_id, segment = self._open_locked(path, journal_id, _segment_info)
             if segment.next_file is None:
-                self.path, self._lock_fd, self._conn = path, fd, conn
-                self.journal_id, self.segment = found_id, segment
                 try:
-                    self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-                    self._load_head()
-                    self._segment_created = _created_at(conn)
+                    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+                    self._page_size = int(page_size)
+                    self.created = _created_at(conn)
                 except BaseException:
-                    self.close()
+                    conn.close()
+                    os.close(fd)
                     raise
-                self._seal_predecessor()
+                self.path, self.lock_fd, self.conn = path, fd, conn
+                self.journal_id, self.segment = found_id, segment
                 return
             conn.close()  # rolled over from while we looked: its successor is live now
             os.close(fd)
@@ -149,7 +141,7 @@ class _LiveSegment:
             os.close(fd)
             raise
 
-    def _seal_predecessor(self) -> None:
+    def seal_predecessor(self) -> None:
         """Close the previous segment if a crash left it open after its successor was made
         (best effort: the successor's chain link is what counts, and a reader checks it)."""
         if self.segment.prev_file is None:
@@ -175,19 +167,46 @@ class _LiveSegment:
     def _connect(self, path: Path) -> sqlite3.Connection:
         return connect_writer(path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout)
 
-    def rollover_due(self) -> str | None:
+    def reconnect(self) -> None:
+        """Open a new connection to the live file (the caller closed or abandoned the old)."""
+        self.conn = self._connect(self.path)
+        self._size_known = None
+
+    def check_file(self) -> None:
+        """Raise JournalUnavailable("replaced") when the journal's path no longer names the file
+        this writer holds open: unlinked (``rm journal.db*``), renamed away, or replaced by a
+        rename over it. Rows committed then would go to a file nobody can find, or the export
+        would sign under another journal's name; the writer fails closed instead, and stays
+        failed (a re-probe finds the same). Two system calls before every commit: an fstat of
+        the held descriptor (its inode and link count) and a stat of the path."""
+        held = os.fstat(self.lock_fd)
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            named = None
+        if (
+            held.st_nlink == 0
+            or named is None
+            or named.st_ino != held.st_ino
+            or named.st_dev != held.st_dev
+        ):
+            what = "unlinked" if held.st_nlink == 0 or named is None else "replaced by another file"
+            raise JournalUnavailable("replaced", f"{self.path.name} was {what} under the writer")
+
+    def rollover_due(self, committed_seq: int) -> str | None:
         """``size`` or ``age`` when the live segment should roll over now, else None.
 
-        A segment rolls over only once it holds an event besides its ``segment_started``.
+        A segment rolls over only once it holds an event besides its ``segment_started``
+        (``committed_seq`` is the core's committed head).
         """
         if self._segment_bytes is None and self._segment_age is None:
             return None
         if self._successor is not None or time.monotonic() < self._rollover_after:
             return None
         first_own = self.segment.first_seq + (1 if self.segment.index > 1 else 0)
-        if self.committed_seq < first_own:
+        if committed_seq < first_own:
             return None
-        age = time.time() - self._segment_created
+        age = time.time() - self.created
         if self._segment_age is not None and age >= self._segment_age:
             return "age"
         if self._segment_bytes is not None:
@@ -195,7 +214,7 @@ class _LiveSegment:
             if known is not None and known + self._size_grown < self._segment_bytes:
                 return None  # cannot be due yet: no statement (and no read lock) per commit
             try:  # the database's size, the pages still only in the WAL included
-                pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
+                (pages,) = self.conn.execute("PRAGMA page_count").fetchone()
             except sqlite3.Error:
                 return None  # the next commit reports what is wrong
             self._size_known, self._size_grown = pages * self._page_size, 0
@@ -203,17 +222,19 @@ class _LiveSegment:
                 return "size"
         return None
 
-    def note_growth(self, rows: Sequence[Row], checkpoints: int) -> None:
+    def note_growth(self, rows: Sequence[Stored], checkpoints: int) -> None:
         """Count committed rows towards the next size check: each at most `_ROW_GROWTH` times
         its payload and fixed columns (its table and index entries, pages split half full)."""
         if self._segment_bytes is not None:
-            grown = sum(len(row[14]) for row in rows) + _ROW_FIXED * (len(rows) + checkpoints)
+            grown = sum(len(event.payload) for event, _ in rows) + _ROW_FIXED * (
+                len(rows) + checkpoints
+            )
             self._size_grown += _ROW_GROWTH * grown
 
-    def prepare_successor(self) -> bool:
+    def prepare_successor(self, key: SigningKey | HmacKey, *, merkle: bool) -> bool:
         """Create the next segment under its temporary name, identity and key in place, no
-        event yet (blocking I/O). False, and no retry for a while, when it cannot be made: the
-        live segment goes on taking events."""
+        event yet (blocking I/O; ``merkle``: a v2 journal, a v1 journal stays v1). False, and no
+        retry for a while, when it cannot be made: the live segment goes on taking events."""
         final = segment_path(self.base, self.segment.index + 1)
         temp = temporary_path(final)
         try:
@@ -221,13 +242,10 @@ class _LiveSegment:
                 raise JournalFormatError(f"{final} exists beside the live segment {self.path}")
             remove_temporary(final)
             meta = {"segment_index": str(self.segment.index + 1)}
-            if isinstance(self._key, SigningKey):
-                meta["signing_key"] = self._key.verifier.to_text()
+            if isinstance(key, SigningKey):
+                meta["signing_key"] = key.verifier.to_text()
             fd, conn, _, _ = self._open_locked(
-                temp,
-                self.journal_id,
-                lambda conn: _insert_meta(conn, meta),
-                merkle=self.tree is not None,  # a v1 journal stays v1
+                temp, self.journal_id, lambda conn: _insert_meta(conn, meta), merkle=merkle
             )
         except (OSError, sqlite3.Error, JournalUnavailable, JournalFormatError):
             self._rollover_after = time.monotonic() + ROLLOVER_RETRY_S
@@ -238,6 +256,14 @@ class _LiveSegment:
             return False
         self._successor = _Successor(final, fd, conn)
         return True
+
+    def follows(self, committed_seq: int, committed_hash: str, row: Row) -> bool:
+        """Whether a successor is prepared and ``row`` is sequenced right after the head."""
+        return (
+            self._successor is not None
+            and committed_seq == row.seq - 1
+            and committed_hash == row.prev_hash
+        )
 
     def discard_successor(self) -> None:
         """Drop a prepared successor that will not be used (the writer failed or closes)."""
@@ -253,86 +279,31 @@ class _LiveSegment:
             except OSError:
                 pass
 
-    def build_segment_started(self, reason: str) -> tuple[Row, Checkpoint]:
-        """The successor's first row, sequenced after every row built so far, and the signed
-        checkpoint of the head it follows (signed now: the signature covers only journal id,
-        seq and head hash, all known)."""
-        checkpoint = sign_checkpoint(
-            self._key,
-            journal_id=self.journal_id,
-            seq=self.next_seq - 1,
-            head_hash=self.next_prev_hash,
-            ts_wall=format_wall(datetime.now(UTC)),
-            root_hash=None if self.next_tree is None else self.next_tree.root().hex(),
-        )
-        started = SegmentStarted(
-            segment=self.segment.index + 1,
-            reason=reason,
-            previous_file=self.path.name,
-            previous_seq=checkpoint.seq,
-            previous_hash=checkpoint.head_hash,
-            previous_checkpoint=checkpoint,
-        )
-        return self.build(Event(session_id=WRITER_SESSION, payload=started)), checkpoint
+    def publish_successor(self, built: Stored, first: Checkpoint, border: Frontier | None) -> None:
+        """Move into the prepared successor (see :meth:`follows`): its link to the live segment
+        (and ``border``, the tree it continues, for a v2 journal), its first event ``row`` with
+        that row's leaf, and ``first``, the checkpoint of it, under its temporary name; then the
+        rename into place and the old segment sealed. Blocking I/O.
 
-    def roll_over(self, row: Row, checkpoint: Checkpoint) -> None:
-        """Close the live segment at ``checkpoint`` and go on in the prepared successor, whose
-        first event is ``row`` (from :meth:`build_segment_started`; every row built before it
-        is committed). Blocking I/O.
-
-        In order, each step durable before the next: the closing checkpoint in the old segment;
-        the successor's link and first event (and a checkpoint of it) under its temporary name;
-        the rename into place; the old segment sealed. A crash before the rename leaves the old
-        segment live (the hidden file is rebuilt next time); after it, the successor is live.
-        Raises JournalUnavailable (the writer fails as for a failed commit) before the rename.
+        Raises JournalUnavailable (the successor discarded, the live segment unchanged) before
+        the rename; after it, the successor is the live segment, whatever fails.
         """
-        successor = self._successor
-        if successor is None or self.committed_seq != row[0] - 1 or self.committed_hash != row[15]:
-            self.discard_successor()
-            raise JournalUnavailable("chain_conflict", "the roll-over does not follow the head")
-        try:
-            self.check_live_file()
-        except JournalUnavailable:
-            self.discard_successor()
-            raise
-        conn = self._conn
-        try:
-            self._set_synchronous("FULL")
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback()
-            self.discard_successor()
-            raise classify_sqlite_error(exc) from exc
-        self.last_checkpoint = checkpoint
-        tree = self.tree
-        after: Frontier | None = None
-        if tree is not None:
-            after = tree.copy()
-            after.apply(row[19])
-        first = sign_checkpoint(
-            self._key,
-            journal_id=self.journal_id,
-            seq=row[0],
-            head_hash=row[16],
-            ts_wall=format_wall(datetime.now(UTC)),
-            root_hash=None if after is None else after.root().hex(),
-        )
+        successor, row = self._successor, built.event
+        assert successor is not None
         new = successor.conn
         try:
             new.execute("BEGIN IMMEDIATE")
             link = {
-                "segment_first_seq": str(row[0]),
-                "segment_prev_hash": str(row[15]),
+                "segment_first_seq": str(row.seq),
+                "segment_prev_hash": str(row.prev_hash),
                 "segment_prev_file": self.path.name,
             }
-            if tree is not None:  # the border of the tree it continues (journal._tlog)
-                link[BORDER_KEY] = border_text(tree)
+            if border is not None:  # the border of the tree it continues (journal._tlog)
+                link[BORDER_KEY] = border_text(border)
             new.executemany("INSERT INTO journal_meta (key, value) VALUES (?, ?)", link.items())
-            new.execute(INSERT_EVENT, row[:17])
-            if tree is not None:
-                new.executemany(INSERT_LEAF, tree_rows([row]))
+            new.execute(INSERT_EVENT, row)
+            if border is not None:
+                new.executemany(INSERT_LEAF, tree_rows([built]))
             new.execute(INSERT_CHECKPOINT, checkpoint_row(first))
             new.execute("COMMIT")
             new.close()  # the last connection: the WAL is checkpointed into the file
@@ -354,33 +325,24 @@ class _LiveSegment:
                 else classify_os_error(exc)
             ) from exc
         # Published: from here on the successor is the live segment, whatever fails.
-        old_path, old_fd = self.path, self._lock_fd
-        self.path, self._lock_fd = successor.final, successor.fd
+        old_conn, old_path, old_fd = self.conn, self.path, self.lock_fd
+        self.path, self.lock_fd = successor.final, successor.fd
         self.segment = SegmentInfo(
             index=self.segment.index + 1,
-            first_seq=row[0],
-            prev_hash=row[15],
+            first_seq=row.seq,
+            prev_hash=row.prev_hash,
             prev_file=old_path.name,
         )
-        self._segment_created = time.time()
+        self.created = time.time()
         self._size_known = None
-        self.committed_seq, self.committed_hash = row[0], row[16]
-        self.tree = after
-        self.last_checkpoint = first
-        self._checkpoint_at = time.monotonic()
         try:
-            _insert_meta(conn, {"segment_next": successor.final.name})
+            _insert_meta(old_conn, {"segment_next": successor.final.name})
         except (sqlite3.Error, JournalUnavailable):
-            pass  # the next writer seals it (_seal_predecessor); the link is what counts
+            pass  # the next writer seals it (seal_predecessor); the link is what counts
         finally:
-            conn.close()
+            old_conn.close()
             os.close(old_fd)
-        self._conn = connect_writer(
-            self.path, max_bytes=self._max_bytes, busy_timeout=self._busy_timeout
-        )
-        self._synchronous = "FULL"
-        self._unsynced = False
-        self._export(first)
+        self.conn = self._connect(self.path)
 
 
 class _Successor:
@@ -404,7 +366,8 @@ def _created_at(conn: sqlite3.Connection) -> float:
     """When the file was created (epoch seconds; now if it does not say)."""
     row = conn.execute("SELECT value FROM journal_meta WHERE key = 'created_at'").fetchone()
     try:
-        return datetime.fromisoformat(str(row[0]).replace("Z", "+00:00")).timestamp()
+        (created,) = row
+        return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
     except (TypeError, ValueError):
         return time.time()
 

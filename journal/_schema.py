@@ -513,12 +513,12 @@ def connect_writer(
     except sqlite3.Error as exc:
         raise classify_sqlite_error(exc) from exc
     try:
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
         if mode != "wal":
             raise JournalUnavailable("io_error", f"WAL mode unavailable (journal_mode={mode})")
         conn.execute("PRAGMA synchronous=FULL")
         if max_bytes is not None:
-            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            (page_size,) = conn.execute("PRAGMA page_size").fetchone()
             conn.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
         _migrate(conn)
     except sqlite3.Error as exc:
@@ -531,12 +531,14 @@ def connect_writer(
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version > SCHEMA_VERSION:
         raise JournalFormatError(
             f"journal schema version {version} is newer than this code's ({SCHEMA_VERSION})"
         )
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
     if tables and "_sqlite_migrations" not in tables:
         raise JournalFormatError("the file is an SQLite database but not a journal")
     if tables and version == SCHEMA_VERSION:
@@ -570,7 +572,7 @@ def ensure_identity(
                 ],
             )
         else:
-            stored = row[0]
+            (stored,) = row
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -588,7 +590,9 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         conn.execute("PRAGMA query_only=1")
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
     except sqlite3.Error as exc:
         raise JournalFormatError(f"cannot read {path} as a journal: {exc}") from exc
     if "events" not in tables or "journal_meta" not in tables:

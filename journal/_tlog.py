@@ -31,11 +31,11 @@ import hashlib
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from ._canonical import Row
+from ._canonical import COLUMNS, ROW_OF, Row, as_row
 from ._checkpoint import Checkpoint
 from ._events import ERASED_PAYLOAD
 from ._merkle import (
@@ -51,7 +51,9 @@ __all__ = [
     "INSERT_LEAF",
     "LEAF_SALT_BYTES",
     "MERKLE_LOG",
+    "Leaf",
     "LeafRow",
+    "Stored",
     "border_text",
     "checkpoint_row",
     "leaf_bytes",
@@ -61,6 +63,7 @@ __all__ = [
     "record_of_index",
     "start_tree",
     "stored_lookup",
+    "stored_of",
     "tree_checkpoint",
     "tree_rows",
 ]
@@ -72,6 +75,33 @@ INSERT_LEAF: Final = (
 )
 BORDER_KEY: Final = "tlog_border"  # journal_meta: a later segment's copy of the tree's border
 LeafRow = tuple[int, str, str, bytes]  # (seq, salt hex, payload_sha256 hex, stored hashes)
+
+
+class Leaf(NamedTuple):
+    """A v2 event's ``event_leaves`` columns: its salt, salted payload digest (both hex) and the
+    Merkle hashes its append stored (32 bytes each, joined)."""
+
+    salt: str
+    payload_sha256: str
+    tree_hashes: bytes
+
+
+class Stored(NamedTuple):
+    """An event row with its leaf (None: a v1 journal's, or a v2 row whose leaf is missing), as
+    the writer builds it and :meth:`journal.Reader.stored_rows` reads it."""
+
+    event: Row
+    leaf: Leaf | None
+
+
+_WIDTH: Final = len(COLUMNS)
+
+
+def stored_of(_cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Stored:
+    """A ``row_factory`` for the events row joined with its leaf: the 17 COLUMNS, then salt,
+    payload digest and stored hashes (:data:`journal._reader` selects them in this order)."""
+    event, salt = ROW_OF(values[:_WIDTH]), values[_WIDTH]
+    return Stored(event, None if salt is None else Leaf._make(values[_WIDTH:]))
 
 
 class _Leaf(msgspec.Struct):
@@ -103,25 +133,27 @@ def payload_digest(salt: bytes, payload: str | bytes) -> str:
     return hashlib.sha256(salt + data).hexdigest()
 
 
-def leaf_bytes(row: Row, digest: str) -> bytes:
-    """The leaf of a row (a tuple in COLUMNS order) whose payload digest is ``digest``."""
+def leaf_bytes(row: Sequence[Any], digest: str) -> bytes:
+    """The leaf of a row (a Row, or a tuple in COLUMNS order) whose payload digest is
+    ``digest``."""
+    row = as_row(row)
     return _encoder.encode(
         _Leaf(
-            row[3],
-            row[13],
-            row[12],
-            row[9],
-            row[11],
-            row[1],
-            row[10],
-            row[6],
-            row[7],
-            row[8],
+            row.call_id,
+            row.duration_ms,
+            row.error_type,
+            row.gen_ai_tool_name,
+            row.http_response_status_code,
+            row.journal_id,
+            row.jsonrpc_request_id,
+            row.kind,
+            row.kind_version,
+            row.mcp_method_name,
             digest,
-            row[0],
-            row[2],
-            row[4],
-            row[5],
+            row.seq,
+            row.session_id,
+            row.ts_mono_ns,
+            row.ts_wall,
         )
     )
 
@@ -155,13 +187,14 @@ def _salt() -> bytes:
     return salt
 
 
-def leaf_extras(row: Row, tree: Frontier) -> tuple[str, str, list[bytes]]:
+def leaf_extras(row: Row, tree: Frontier) -> Leaf:
     """A v2 row's leaf columns, appended to ``tree`` (the built border): its salt (hex), salted
     payload digest (hex) and the hashes its append stores (from :func:`stored_index_of`)."""
     salt = _salt()
-    text = row[14]
+    text = row.payload
     digest = hashlib.sha256(salt + (text.encode() if isinstance(text, str) else text)).hexdigest()
-    return salt.hex(), digest, tree.append(_sha256(b"\x00" + leaf_bytes(row, digest)).digest())
+    stored = tree.append(_sha256(b"\x00" + leaf_bytes(row, digest)).digest())
+    return Leaf(salt.hex(), digest, b"".join(stored))
 
 
 def stored_index_of(seq: int) -> int:
@@ -169,10 +202,14 @@ def stored_index_of(seq: int) -> int:
     return stored_hash_index(0, seq - 1)
 
 
-def tree_rows(rows: Sequence[Row]) -> list[LeafRow]:
-    """The ``event_leaves`` rows of built v2 rows (17 columns, then salt, digest and stored
-    hashes as :func:`leaf_extras` gave them)."""
-    return [(row[0], row[17], row[18], b"".join(row[19])) for row in rows]
+def tree_rows(rows: Sequence[Stored]) -> list[LeafRow]:
+    """The ``event_leaves`` rows of built v2 rows (their leaves as :func:`leaf_extras` gave
+    them)."""
+    return [
+        (event.seq, leaf.salt, leaf.payload_sha256, leaf.tree_hashes)
+        for event, leaf in rows
+        if leaf is not None
+    ]
 
 
 def border_text(tree: Frontier) -> str:
@@ -193,7 +230,8 @@ def stored_lookup(conn: sqlite3.Connection) -> Callable[[int], bytes | None]:
             "SELECT tree_hashes FROM event_leaves WHERE seq = ?", (record + 1,)
         ).fetchone()
         if row is not None:
-            found = bytes(row[0])[32 * offset : 32 * offset + 32]
+            (hashes,) = row
+            found = bytes(hashes)[32 * offset : 32 * offset + 32]
             return found if len(found) == 32 else None
         if border is None:
             border = _border(conn)
@@ -296,8 +334,8 @@ def start_tree(
 class TreeCheck:
     """Verifies a v2 journal's tree beside :class:`journal.ChainVerifier`, in one pass.
 
-    ``feed(row)`` takes a row with its leaf columns (``Reader.rows(leaves=True)``: salt, payload
-    digest and stored hashes after the 17 columns): the digest must be the salted payload's, the
+    ``feed(row, leaf)`` takes a row with its leaf columns (``Reader.stored_rows(leaves=True)``:
+    salt, payload digest and stored hashes): the digest must be the salted payload's, the
     leaf must exist, and the hashes its append stored must be the recomputed ones; a
     checkpoint's signed root must be the tree hash at its size. Rules: ``leaf_missing``,
     ``payload_digest_mismatch``, ``tree_hash_mismatch``, ``checkpoint_root_mismatch``.
@@ -327,21 +365,21 @@ class TreeCheck:
                     f"size {seq}",
                 )
 
-    def feed(self, row: Row) -> None:
-        seq = row[0]
+    def feed(self, row: Row, leaf: Leaf | None) -> None:
+        seq = row.seq
         frontier = self.frontier
         if self.broken:
             return
         if not isinstance(seq, int) or seq != frontier.size + 1:
             self.broken = True  # the chain reports the gap; later roots are not comparable
             return
-        salt, digest, stored = (row[17], row[18], row[19]) if len(row) > 19 else (None,) * 3
-        if salt is None or digest is None or not isinstance(stored, bytes):
+        if leaf is None or leaf.payload_sha256 is None or not isinstance(leaf.tree_hashes, bytes):
             self._report(seq, "leaf_missing", "a v2 journal's event has no leaf (salt, digest)")
             self.broken = True
             return
+        salt, digest, stored = leaf
         try:
-            text = row[14]
+            text = row.payload
             data = text.encode() if isinstance(text, str) else text
             erased = salt == "" and text == ERASED_PAYLOAD  # see journal._erase
             if not erased and _sha256(bytes.fromhex(salt) + data).hexdigest() != digest:
@@ -350,12 +388,12 @@ class TreeCheck:
                     "payload_digest_mismatch",
                     "the payload is not the one its leaf commits to (sha256(salt || payload))",
                 )
-            leaf = leaf_bytes(row, digest)
+            image = leaf_bytes(row, digest)
         except (TypeError, ValueError, AttributeError, msgspec.EncodeError):
             self._report(seq, "leaf_missing", "the event's leaf cannot be encoded")
             self.broken = True
             return
-        computed = frontier.append(_sha256(b"\x00" + leaf).digest())
+        computed = frontier.append(_sha256(b"\x00" + image).digest())
         if b"".join(computed) != stored:
             self._report(
                 seq,

@@ -82,7 +82,7 @@ from ._checkpoint import (
 )
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES
 from ._reader import Reader, decode_payload, open_reader
-from ._tlog import start_tree, tree_checkpoint
+from ._tlog import Leaf, start_tree, tree_checkpoint
 
 __all__ = ["ChainVerifier", "CheckpointCheck", "Finding", "Rule", "VerifyReport", "verify"]
 
@@ -168,15 +168,15 @@ class ChainVerifier:
         else:
             self.findings_omitted += 1
 
-    def feed(self, row: Row) -> None:
-        """Check one row (a tuple in COLUMNS order) against the previous one and itself."""
-        seq, stored_hash = row[0], row[16]
+    def feed(self, row: Row, leaf: Leaf | None = None) -> None:
+        """Check one row against the previous one and itself (``leaf``: its v2 leaf, if read)."""
+        seq, stored_hash = row.seq, row.hash
         self.count += 1
         if seq != self.seq + 1:
             self.report(seq, "sequence_gap", f"expected seq {self.seq + 1}, found {seq}")
-        if row[15] != self.hash:
+        if row.prev_hash != self.hash:
             self.report(seq, "chain_broken", "prev_hash is not the previous event's hash")
-        if len(row) > 17 and row[17] == "" and row[14] == ERASED_PAYLOAD:
+        if leaf is not None and leaf.salt == "" and row.payload == ERASED_PAYLOAD:
             self.erased.append(seq)  # its leaf vouches for it (TreeCheck); the hash stands
             computed = stored_hash
         else:
@@ -188,8 +188,8 @@ class ChainVerifier:
         else:
             if computed != stored_hash:
                 self.report(seq, "hash_mismatch", "the row's content does not match its hash")
-        if row[1] != self.journal_id:
-            self.report(seq, "journal_id_mismatch", f"row names journal {row[1]!r}")
+        if row.journal_id != self.journal_id:
+            self.report(seq, "journal_id_mismatch", f"row names journal {row.journal_id!r}")
         if self._check_payloads:
             self._check_payload(row)
         # Continue from the stored hash, so one edited row yields one finding, at its seq.
@@ -197,14 +197,14 @@ class ChainVerifier:
         self.hash = stored_hash
 
     def _check_payload(self, row: Row) -> None:
-        kind, version = row[6], row[7]
+        kind, version = row.kind, row.kind_version
         known = PAYLOAD_TYPES.get(kind)
         if known is None or known.kind_version != version:
-            self.report(row[0], "kind_unknown", f"kind {kind!r} version {version!r}")
+            self.report(row.seq, "kind_unknown", f"kind {kind!r} version {version!r}")
         try:
-            decode_payload(kind, version, row[14])
+            decode_payload(kind, version, row.payload)
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
-            self.report(row[0], "payload_invalid", str(exc))
+            self.report(row.seq, "payload_invalid", str(exc))
 
 
 class CheckpointCheck:
@@ -264,15 +264,16 @@ class CheckpointCheck:
 
     def see(self, row: Row) -> None:
         """Compare the row with any checkpoint naming its seq."""
-        named = self._expected.get(row[0])
+        seq = row.seq
+        named = self._expected.get(seq)
         if named is None:
             return
-        self._seen.add(row[0])
+        self._seen.add(seq)
         for head_hash, label in named:
-            if row[16] != head_hash:
-                self._chain.report(row[0], "checkpoint_hash_mismatch", f"{label}: hash differs")
+            if row.hash != head_hash:
+                self._chain.report(seq, "checkpoint_hash_mismatch", f"{label}: hash differs")
             else:
-                self._matched.add((row[0], head_hash))
+                self._matched.add((seq, head_hash))
 
     def note_rotation(self, seq: int, previous: str | None) -> None:
         """A ``key_rotated`` event at ``seq`` naming ``previous`` (a verifier key, or
@@ -459,11 +460,11 @@ def _verify(
         tree = start_tree(
             chain.report, first, start_seq, reader.stored_hash, given + stored, reader.journal_id
         )
-    for row in reader.rows(since_seq=start_seq, leaves=tree is not None):
-        chain.feed(row)
+    for row, leaf in reader.stored_rows(since_seq=start_seq, leaves=tree is not None):
+        chain.feed(row, leaf)
         checks.see(row)
         if tree is not None:
-            tree.feed(row)
+            tree.feed(row, leaf)
         if progress is not None and chain.count % progress_every == 0:
             progress(chain.count)
     checks.finish()

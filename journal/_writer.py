@@ -9,12 +9,12 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Unpack
 
 from ._checkpoint import Checkpoint
-from ._core import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL_S, SignerLike, _Core, open_core
+from ._core import WriterOptions, _Core, open_core
 from ._errors import JournalUnavailable
 from ._events import Event
-from ._schema import BUSY_TIMEOUT_S
 
 __all__ = ["SyncWriter", "open_sync_writer"]
 
@@ -66,7 +66,7 @@ class SyncWriter:
             core.rewind()
             raise
         self._roll_over_if_due()
-        return [row[0] for row in rows]
+        return [row.event.seq for row in rows]
 
     def _roll_over_if_due(self) -> None:
         """Roll over after a commit when due; a roll-over that fails leaves the events where
@@ -115,38 +115,9 @@ class SyncWriter:
         self.close()
 
 
-def open_sync_writer(
-    path: str | os.PathLike[str],
-    *,
-    key: SignerLike = None,
-    journal_id: str | None = None,
-    secrets: Iterable[str] = (),
-    max_bytes: int | None = None,
-    checkpoint_every: int = CHECKPOINT_EVERY,
-    checkpoint_interval: float = CHECKPOINT_INTERVAL_S,
-    checkpoint_path: str | os.PathLike[str] | None = None,
-    synchronous_full: bool = True,
-    busy_timeout: float = BUSY_TIMEOUT_S,
-    segment_bytes: int | None = None,
-    segment_age: float | None = None,
-) -> SyncWriter:
+def open_sync_writer(path: str | os.PathLike[str], **options: Unpack[WriterOptions]) -> SyncWriter:
     """Open (creating and migrating if needed) a journal for blocking writes.
 
-    Parameters are those of :func:`journal.open_writer`.
+    The options are those of :func:`journal.open_writer` (:class:`WriterOptions`).
     """
-    return SyncWriter(
-        open_core(
-            path,
-            key=key,
-            journal_id=journal_id,
-            max_bytes=max_bytes,
-            checkpoint_every=checkpoint_every,
-            checkpoint_interval=checkpoint_interval,
-            checkpoint_path=checkpoint_path,
-            secrets=secrets,
-            synchronous_full=synchronous_full,
-            busy_timeout=busy_timeout,
-            segment_bytes=segment_bytes,
-            segment_age=segment_age,
-        )
-    )
+    return SyncWriter(open_core(path, **options))

@@ -20,8 +20,9 @@ from pathlib import Path
 import msgspec
 
 from agentteam_task_bridge import journal
-from agentteam_task_bridge.journal._erase import EraseResult, Selector
-from agentteam_task_bridge.journal._erase import erase as erase_journal
+from agentteam_task_bridge.journal import EraseResult
+from agentteam_task_bridge.journal import EraseSelector as Selector
+from agentteam_task_bridge.journal import erase_payloads as erase_journal
 
 from ._source import ReplayInputError, journal_files
 

@@ -199,7 +199,8 @@ def _ship_journal(
         journal_id, start_seq=head_seq, start_hash=head_hash, check_payloads=False
     )
     # Reading and checking the next batch overlaps with the server taking this one.
-    checked = _checked_batches(reader.rows(since_seq=head_seq, leaves=True), chain, batch_size)
+    stored = reader.stored_rows(since_seq=head_seq, leaves=True)
+    checked = _checked_batches(stored, chain, batch_size)
     with closing(_prefetched(checked)) as batches:
         for batch in batches:
             _take(conn, journal_id, batch, keys, later, refuse, result)
@@ -249,18 +250,20 @@ def _checked_batches(
 ) -> Iterator[_Batch]:
     for raw in _batches(rows, size):
         batch = _Batch()
-        for row in raw:
+        for event, leaf in raw:
             before = len(chain.findings)
-            chain.feed(row)
+            chain.feed(event, leaf)
             bad = [f for f in chain.findings[before:] if f.rule in _REFUSED]
             if bad:
                 batch.refused = bad[0]
                 yield batch
                 return
-            batch.rows.append(row)
-            batch.hashes[row[0]] = row[16]
-            if row[6] == "key_rotated":
-                batch.rotations.append((row[0], _rotated_key(row[14])))
+            # As staged: the columns, then a v2 leaf's salt and payload digest.
+            leaf_columns = () if leaf is None else (leaf.salt, leaf.payload_sha256)
+            batch.rows.append((*event, *leaf_columns))
+            batch.hashes[event.seq] = event.hash
+            if event.kind == "key_rotated":
+                batch.rotations.append((event.seq, _rotated_key(event.payload)))
         yield batch
 
 

@@ -12,9 +12,10 @@ import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
+
+from agentteam_task_bridge import bridge
 
 from ._fleet_schema import SCHEMA_VERSION, ddl
 from ._source import ReplayInputError
@@ -94,24 +95,16 @@ def is_store_url(text: str) -> bool:
     return text.startswith(_SCHEMES)
 
 
+# The store URL's query keys shown as they are: where it connects, as whom, how (no secret).
+STORE_QUERY_SHOWN: Final = frozenset(
+    {"host", "port", "dbname", "user", "application_name", "sslmode"}
+)
+
+
 def redact_store_url(url: str) -> str:
-    """The URL safe to print: password and query values other than host/port/dbname hidden."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = host if ":" not in host else f"[{host}]"
-    if port is not None:
-        netloc += f":{port}"
-    if parts.username:
-        netloc = f"{parts.username}{':REDACTED' if parts.password else ''}@{netloc}"
-    keep = {"host", "port", "dbname", "user", "application_name", "sslmode"}
-    query = urlencode(
-        [(k, v if k in keep else "REDACTED") for k, v in parse_qsl(parts.query)], safe="/"
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    """The URL safe to print: the bridge's one rule (`bridge.redact_url`), the role and the
+    connection keys of ``STORE_QUERY_SHOWN`` kept."""
+    return bridge.redact_url(url, keep_user=True, keep_query=STORE_QUERY_SHOWN)
 
 
 def psycopg_module() -> Any:

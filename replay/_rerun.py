@@ -35,8 +35,9 @@ import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, Unpack
 
 import msgspec
 import trio
@@ -104,49 +105,37 @@ class RerunResult(msgspec.Struct, frozen=True, kw_only=True):
         return self.differs == 0
 
 
-def rerun(
-    paths: Sequence[str | Path],
-    *,
-    against: str | None = None,
-    allow_mutations: bool = False,
-    call_ids: Sequence[str] = (),
-    tool: str | None = None,
-    session: str | None = None,
-    include_same: bool = False,
-    env: Mapping[str, str] | None = None,
-    progress: Progress | None = None,
-) -> RerunResult:
+class RerunOptions(TypedDict, total=False):
+    """Which recorded calls to re-drive, and how (:func:`rerun_async` says what each means)."""
+
+    against: str | None
+    allow_mutations: bool
+    call_ids: Sequence[str]
+    tool: str | None
+    session: str | None
+    include_same: bool
+    env: Mapping[str, str] | None
+    progress: Progress | None
+
+
+def rerun(paths: Sequence[str | Path], **options: Unpack[RerunOptions]) -> RerunResult:
     """Blocking twin of :func:`rerun_async` (runs its own trio loop)."""
-
-    async def run() -> RerunResult:
-        return await rerun_async(
-            paths,
-            against=against,
-            allow_mutations=allow_mutations,
-            call_ids=call_ids,
-            tool=tool,
-            session=session,
-            include_same=include_same,
-            env=env,
-            progress=progress,
-        )
-
-    return trio.run(run)
+    return trio.run(partial(rerun_async, paths, **options))
 
 
-async def rerun_async(
-    paths: Sequence[str | Path],
-    *,
-    against: str | None = None,
-    allow_mutations: bool = False,
-    call_ids: Sequence[str] = (),
-    tool: str | None = None,
-    session: str | None = None,
-    include_same: bool = False,
-    env: Mapping[str, str] | None = None,
-    progress: Progress | None = None,
-) -> RerunResult:
-    """Re-drive the recorded calls (all, or those selected) and diff today's with the recorded."""
+async def rerun_async(paths: Sequence[str | Path], **options: Unpack[RerunOptions]) -> RerunResult:
+    """Re-drive the recorded calls (all, or those selected) and diff today's with the recorded.
+
+    ``against``: a live API URL (None: the recorded answers); ``allow_mutations``: re-drive
+    mutations against it too; ``call_ids`` / ``tool`` / ``session``: only those calls;
+    ``include_same``: list the calls that did not change too; ``env``: the environment the
+    live drivers read (default os.environ); ``progress``: told of the records read.
+    """
+    against, env = options.get("against"), options.get("env")
+    tool, session = options.get("tool"), options.get("session")
+    allow_mutations = options.get("allow_mutations", False)
+    include_same = options.get("include_same", False)
+    call_ids, progress = options.get("call_ids", ()), options.get("progress")
     wanted = set(call_ids)
     counts = {"same": 0, "differs": 0, "skipped": 0}
     listed: list[RerunCall] = []

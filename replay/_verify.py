@@ -446,14 +446,14 @@ class _FileCheck:
         check_event = self.events.check_event
         for reader in segments:
             linked = previous is None
-            for row in reader.rows(leaves=tree is not None):
+            for row, leaf in reader.stored_rows(leaves=tree is not None):
                 if not linked:
                     self._check_link(chain, previous, reader, row)
                     linked = True
-                chain.feed(row)
+                chain.feed(row, leaf)
                 checkpoints.see(row)
                 if tree is not None:
-                    tree.feed(row)
+                    tree.feed(row, leaf)
                 check_event(row)
                 if row[6] in _NOTED:
                     self._note(row, checkpoints)

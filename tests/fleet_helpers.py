@@ -237,8 +237,9 @@ def reseal_merkle(path: Path, since_seq: int = 1) -> bytes | None:
         cols = ", ".join(journal.COLUMNS)
         rows = f"SELECT {cols} FROM events WHERE seq >= ? ORDER BY seq"
         for row in conn.execute(rows, (since_seq,)).fetchall():
-            salt, digest, stored = _tlog.leaf_extras(row, tree)
-            conn.execute(_tlog.INSERT_LEAF, (row[0], salt, digest, b"".join(stored)))
+            built = journal.Row._make(row)
+            leaf = _tlog.leaf_extras(built, tree)
+            conn.execute(_tlog.INSERT_LEAF, (built.seq, *leaf))
         return tree.root()
     finally:
         conn.close()

@@ -29,9 +29,10 @@ EXPORTED = {
     "RETRY_TABLE",
     "TOOLS",
     "TOOL_MIGRATIONS",
-    "Answer",
+    "RetryCell",
     "ArgumentAlias",
     "Bridge",
+    "BridgeError",
     "CompatPolicy",
     "ConfigError",
     "CredentialError",
@@ -44,7 +45,6 @@ EXPORTED = {
     "PageState",
     "ServeConfig",
     "Session",
-    "SessionJournalLost",
     "TokenSource",
     "ToolError",
     "ToolMigration",
@@ -65,6 +65,7 @@ EXPORTED = {
     "keeps_identities",
     "legacy_journal",
     "load_launch_context",
+    "redact_url",
     "serve",
     "trio_stdio",
 }
@@ -91,3 +92,26 @@ def test_importing_the_package_loads_none_of_the_call_path() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == str(["agentteam_task_bridge", PACKAGE])
+
+
+def test_every_exception_the_bridge_defines_has_the_one_root() -> None:
+    # httpx-style: one root per package; private control-flow exceptions (`_Name`) aside.
+    import importlib
+    import pkgutil
+
+    defined = []
+    for info in pkgutil.iter_modules(bridge.__path__, f"{PACKAGE}."):
+        module = importlib.import_module(info.name)
+        defined += [
+            value
+            for name, value in vars(module).items()
+            if isinstance(value, type)
+            and issubclass(value, BaseException)
+            and value.__module__ == info.name
+            and not name.startswith("_")
+        ]
+    assert len(defined) >= 7, defined  # the tree drawn in bridge/_exceptions.py
+    assert [e for e in defined if not issubclass(e, bridge.BridgeError)] == []
+    # "The journal failed" is one name, whatever the stage.
+    assert {"JournalOpenError", "SessionJournalLost"}.isdisjoint(e.__name__ for e in defined)
+    assert bridge.JournalFailed("x", stage="open").stage == "open"

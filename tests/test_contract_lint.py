@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -308,3 +310,51 @@ def test_the_command_exits_zero_and_says_so() -> None:
     )
     assert done.returncode == 0, done.stdout
     assert "0 violation(s)" in done.stdout
+
+
+# --- the lint command, as it runs, fails on each breakage ------------------------------------
+
+# Each edits the real registry in place, then runs `python -m tools.contract_lint` as it is.
+BREAKAGES = {
+    "snake_case_fields": """
+        task = TOOLS["task_get"].tool.output_schema["properties"]["data"]["properties"]["task"]
+        task["properties"]["updatedAt"] = {"type": "string"}
+    """,
+    "annotations": """
+        TOOLS["task_checkpoint"].tool.annotations.idempotent_hint = True
+    """,
+    "no_deprecated_alias": """
+        prop = TOOLS["task_update"].tool.input_schema["properties"]["number"]
+        prop["description"] += " As in get_task."
+    """,
+    # 60 emoji: 60 characters fit task_get's definition budget, their 240 UTF-8 bytes do not.
+    "definition_budgets": """
+        prop = TOOLS["task_get"].tool.input_schema["properties"]["number"]
+        prop["description"] += "\\N{GRINNING FACE}" * 60
+    """,
+}
+
+
+def _lint_command(edit: str) -> subprocess.CompletedProcess[str]:
+    script = "from agentteam_task_bridge.bridge._registry import TOOLS\n" + textwrap.dedent(edit)
+    script += "import runpy\nrunpy.run_module('tools.contract_lint', run_name='__main__')\n"
+    return subprocess.run(
+        [sys.executable, "-c", script, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("rule", list(BREAKAGES))
+def test_the_lint_command_fails_on_each_breakage(rule: str) -> None:
+    done = _lint_command(BREAKAGES[rule])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert rule in {v["rule"] for v in json.loads(done.stdout)}, done.stdout
+
+
+def test_the_lint_command_passes_unedited_through_the_same_path() -> None:
+    done = _lint_command("")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == []

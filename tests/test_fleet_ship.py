@@ -268,6 +268,29 @@ def test_ship_json_follows_its_published_schema(pg_url: str, tmp_path: Path) -> 
     assert not list(Draft202012Validator(schema).iter_errors(out))
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://ship:s3cret@db.example/fleet?password=s3cret&sslmode=require#s3cret",
+        "postgres://:s3cret@[::1]:5432/fleet?options=s3cret&application_name=&host=/run/pg",
+        "https://ship:s3cret@h.example/?token=s3cret&key=#s3cret",
+        "postgresql://db.example/fleet?k=s3cret",
+    ],
+)
+def test_api_and_store_urls_share_one_redaction_rule(url: str) -> None:
+    from agentteam_task_bridge import bridge
+    from agentteam_task_bridge.replay._fleet_store import STORE_QUERY_SHOWN, redact_store_url
+
+    # A password, a query value, a fragment: hidden by both (an API URL hides its user too).
+    shown = {bridge.redact_url(url), redact_store_url(url)}
+    assert all("s3cret" not in text for text in shown), shown
+    assert "ship" not in bridge.redact_url(url)
+    # The store's is the one rule with its role and connection keys shown, nothing else.
+    assert redact_store_url(url) == bridge.redact_url(
+        url, keep_user=True, keep_query=STORE_QUERY_SHOWN
+    )
+
+
 def test_store_urls_are_printed_without_secrets(tmp_path: Path) -> None:
     from agentteam_task_bridge.replay._fleet_store import redact_store_url
 

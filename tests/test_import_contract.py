@@ -41,7 +41,15 @@ CASES: list[tuple[str, str, str | None]] = [
     ("tools/b.py", "import runtime._tokens\n", BARE),
     (f"{NS}/cli/_a.py", f"from {NS}.bridge import _cli\n", "use the public names"),
     (f"{NS}/cli/_b.py", f"from {NS} import replay, runtime\nfrom {NS}.bridge import serve\n", None),
-    ("tests/test_a.py", f"from {NS}.bridge._call import Bridge\n", None),
+    ("tests/test_a.py", f"from {NS}.bridge._call import Bridge\n", "public names of bridge"),
+    # Every package's public face, not only bridge's; a reach into a private part needs a reason.
+    ("tests/test_bridge_a.py", f"from {NS}.bridge._call import Bridge\n", None),
+    ("tests/test_journal_a.py", f"from {NS}.replay._render import x\n", "public names of replay"),
+    ("replay/_g.py", f"from {NS}.journal._tlog import Leaf\n", "public names of journal"),
+    ("bridge/_g.py", f"from {NS}.journal import _tlog\n", "public names of journal"),
+    ("tools/c.py", f"from {NS}.replay._render import x\n", "public names of replay"),
+    ("tools/bench/a.py", f"from {NS}.replay._render import x\n", None),
+    (f"{NS}/cli/_c.py", f"from {NS}.journal._core import x\n", "public names of journal"),
     ("tests/test_b.py", "def f() -> None:\n    import replay\n", BARE),
     ("tests/test_c.py", "from journal import open_reader\n", BARE),
 ]
@@ -55,6 +63,7 @@ def _tree(root: Path) -> None:
     for package in (*PACKAGES, "tools", "tests"):
         (root / package).mkdir()
         (root / package / "__init__.py").write_text("")
+    (root / "tools" / "bench").mkdir()
     for package in PACKAGES:
         (root / NS / package).symlink_to(Path("..") / package)
 

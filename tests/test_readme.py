@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from agentteam_task_bridge import journal
-from agentteam_task_bridge.bridge._compat import POLICIES, TOOL_MIGRATIONS
+from agentteam_task_bridge.bridge import POLICIES, TOOL_MIGRATIONS
 from agentteam_task_bridge.cli import _cli as bridge_cli
 from agentteam_task_bridge.journal import META_CALLBACK, META_RUN
 from agentteam_task_bridge.replay import _cli as replay_cli

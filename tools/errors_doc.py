@@ -18,8 +18,8 @@ from agentteam_task_bridge.bridge import (
     PRODUCT_CODES,
     REGISTRY,
     RETRY_TABLE,
-    Answer,
     OperationKind,
+    RetryCell,
 )
 from tools._generated import write_or_check
 
@@ -83,7 +83,7 @@ Decisions where HTTP leaves room:
 """
 
 
-def _cell(answer: Answer) -> str:
+def _cell(answer: RetryCell) -> str:
     code = "the product code" if answer.code == PASS_THROUGH else f"`{answer.code}`"
     parts = [code, "retry" if answer.retryable else "no retry"]
     if answer.in_doubt:

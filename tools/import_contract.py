@@ -7,12 +7,15 @@ and the repository's ``tools``:
     runtime        imports nothing of ours: it is the far side of the wire
     bridge         imports journal; runtime only in bridge/_embedded.py (`serve --embedded`);
                    never replay, cli or tools
-    everyone else  uses ``bridge``'s public face: no ``bridge._x`` module outside ``bridge/``
+    everyone else  uses each package's public face (its ``__init__``): no ``pkg._x`` module
+                   outside ``pkg/`` (tools and tests included), but where ``REACHES`` names the
+                   importer and the private module with the reason (a package's own tests,
+                   a benchmark timing a part, a test oracle)
     everyone       imports them through the namespace (``agentteam_task_bridge.journal``), never
                    by a bare top-level name (``import journal``): from the repository's root the
                    bare name loads a second copy of every module (its classes are not the
                    namespace's, so ``except`` misses them), and installed it is PyPI's
-                   ``journal``. Tests are held to this rule alone.
+                   ``journal``.
 
 Every ``import`` and ``from ... import`` counts, also inside functions and under
 ``TYPE_CHECKING``. ``python -m tools.import_contract [ROOT]`` prints one line per violation and
@@ -22,6 +25,7 @@ exits 1 when there is any.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +42,30 @@ _REFUSED: dict[tuple[str, str], str] = {
     ("bridge", "replay"): "the server never imports the offline auditor",
     ("bridge", "cli"): "the command line is built over the bridge, not under it",
 }
+# Who may reach into another package's private modules, and why: (importer path glob, private
+# module glob, reason). "{pkg}" stands for each package: its own tests test its parts.
+REACHES: list[tuple[str, str, str]] = [
+    ("tests/test_{pkg}_*.py", "{pkg}._*", "a package's own tests test its private parts"),
+    ("tests/bridge_inprocess.py", "bridge._*", "the in-process bridge fixture runs its parts"),
+    ("tests/fleet_helpers.py", "journal._*", "rewrites a journal's leaves as the writer does"),
+    ("tests/replay_helpers.py", "replay._cli", "runs the replay command line in-process"),
+    ("tests/test_secret*.py", "*._*", "secret screening is checked part by part"),
+    (
+        "tests/test_bridge_secret_formats.py",
+        "journal._redact",
+        "the journal's rules are the oracle",
+    ),
+    ("tests/test_cli_*.py", "replay._cli_parser", "the command lines share one parser's rules"),
+    ("tests/test_contract_lint.py", "bridge._*", "the lint reads the registry's private tables"),
+    ("tests/test_demo.py", "cli._*", "the demo's parts, run in-process"),
+    ("tests/test_fleet_*.py", "replay._*", "the fleet is replay's: reports, store, witness"),
+    ("tests/test_inventory.py", "bridge._*", "the inventory is generated from private tables"),
+    ("tests/test_readme.py", "*._cli*", "the README's commands run in-process"),
+    ("tests/test_replay_*.py", "runtime._create", "an upstream create built as the runtime does"),
+    ("tests/test_replay_rerun.py", "bridge._call", "rerun drives the bridge's call path"),
+    ("tools/bench/*.py", "replay._*", "benchmarks time replay's parts one by one"),
+    ("agentteam_task_bridge/cli/_cli.py", "runtime._local", "the local runtime's command"),
+]
 _EMBEDDED = "bridge._embedded"  # the one bridge module that starts the reference runtime
 _BARE = f"import it as {NAMESPACE}.{{name}}: a bare name loads a second copy of our modules"
 
@@ -95,11 +123,23 @@ def _imported(module: str, is_package: bool, tree: ast.AST) -> Iterator[tuple[in
                 yield node.lineno, f"{base}.{alias.name}"
 
 
-def _rule(importer: str, imported: str, ours: frozenset[str]) -> str | None:
+def reach_reason(shown: str, private: str) -> str | None:
+    """Why the file at ``shown`` may import the private module ``private`` (``pkg._x``), or
+    None when it may not."""
+    package = private.split(".")[0]
+    for importer, imported, reason in REACHES:
+        if fnmatch.fnmatch(shown, importer.format(pkg=package)) and fnmatch.fnmatch(
+            private, imported.format(pkg=package)
+        ):
+            return reason
+    return None
+
+
+def _rule(importer: str, imported: str, ours: frozenset[str], shown: str = "") -> str | None:
     top = imported.split(".")[0]
     if top in ours:
         return _BARE.format(name=top)
-    if top != NAMESPACE or importer.split(".")[0] == "tests":
+    if top != NAMESPACE:
         return None
     importer = importer.removeprefix(f"{NAMESPACE}.")
     imported = imported.removeprefix(f"{NAMESPACE}.")
@@ -114,13 +154,9 @@ def _rule(importer: str, imported: str, ours: frozenset[str]) -> str | None:
     if (mine, theirs) == ("bridge", "runtime") and importer != _EMBEDDED:
         return f"bridge starts the runtime only in {_EMBEDDED} (serve --embedded)"
     parts = imported.split(".")
-    if (
-        theirs == "bridge"
-        and len(parts) > 1
-        and parts[1].startswith("_")
-        and parts[1] != "__version__"
-    ):
-        return "outside bridge/, use the public names of bridge/__init__.py"
+    private = len(parts) > 1 and parts[1].startswith("_") and not parts[1].startswith("__")
+    if private and reach_reason(shown, ".".join(parts[:2])) is None:
+        return f"outside {theirs}/, use the public names of {theirs}/__init__.py"
     return None
 
 
@@ -131,7 +167,7 @@ def check(root: Path = ROOT) -> list[Violation]:
     for module, path, shown in _sources(root):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for line, imported in _imported(module, path.name == "__init__.py", tree):
-            rule = _rule(module, imported, ours)
+            rule = _rule(module, imported, ours, shown)
             if rule is not None:
                 found.append(Violation(shown, line, imported, rule))
     return found

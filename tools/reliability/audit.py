@@ -80,24 +80,19 @@ class Journaled:
 def read_journal(path: Path) -> Journaled:
     """Every event of a journal, grouped by call; rows are read raw, so none is skipped."""
     out = Journaled()
-    col = {name: i for i, name in enumerate(journal.COLUMNS)}
     with journal.open_reader(path) as reader:
         for row in reader.rows():
             out.events += 1
-            kind, session_id, call_id = (
-                row[col["kind"]],
-                row[col["session_id"]],
-                row[col["call_id"]],
-            )
+            kind, session_id, call_id = row.kind, row.session_id, row.call_id
             try:
-                payload = msgspec.json.decode(row[col["payload"]])  # typed: journal.verify
+                payload = msgspec.json.decode(row.payload)  # typed: journal.verify
             except msgspec.DecodeError as exc:
-                out.unreadable.append(f"event {row[0]}: {exc}")
+                out.unreadable.append(f"event {row.seq}: {exc}")
                 continue
             if not isinstance(payload, dict):
-                out.unreadable.append(f"event {row[0]}: the payload is not an object")
+                out.unreadable.append(f"event {row.seq}: the payload is not an object")
                 continue
-            event = Event(int(row[0]), str(kind), str(session_id), payload)
+            event = Event(int(row.seq), str(kind), str(session_id), payload)
             if kind == "session_started":
                 out.started[session_id] = payload
             elif kind == "session_handshake" and session_id in out.started:
@@ -113,7 +108,7 @@ def read_journal(path: Path) -> Journaled:
             trace = out.calls.get(call_id)
             if trace is None:
                 trace = out.calls[call_id] = CallTrace(
-                    session_id, row[col["gen_ai_tool_name"]], row[col["jsonrpc_request_id"]]
+                    session_id, row.gen_ai_tool_name, row.jsonrpc_request_id
                 )
             trace.kinds.append(kind)
             if kind in OUTCOMES:

@@ -1,4 +1,4 @@
-"""Issue 14's cases that were asserted less than promised, each through the bridge subprocess.
+"""The bridge's answers as a client reads them over the wire, through the bridge subprocess.
 
 - error answers are complete in the text content too (a text-reading runtime sees the code,
   `retryable` and the suggested action), and pass a 2020-12 validator and the SDK's own check;
@@ -7,16 +7,13 @@
   a refused value names the accepted ones;
 - a keyed create's retryability does not depend on how the connection was lost;
 - the defaults of a checklist item written out replay under the same key;
-- `python -m tools.contract_lint` itself fails on each breakage issue 14 named;
-- and, through the subprocess, the issue's cases whose tables run in-process elsewhere.
+- and, once over the wire, the cases whose tables run in-process elsewhere (emoji and Han
+  text, cut tasks and receipts, refused values).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from typing import Any
 
 import mcp_types as types
@@ -64,7 +61,7 @@ async def _checked_error(
     return error
 
 
-# --- issue 14's cases, whose tables run in-process, once over the wire -------------------------
+# --- cases whose tables run in-process, once over the wire ------ -------------------------
 
 
 async def test_fifty_emoji_titled_tasks_created_once_over_the_wire(bridge: BridgeSession) -> None:
@@ -275,51 +272,3 @@ async def test_a_checklist_items_default_written_out_replays_under_its_key(
     error = await _checked_error(bridge, "task_create", {**base, "tasks": [done]}, META)
     assert (error["code"], error["retryable"]) == ("idempotency_conflict", False)
     assert bridge.runtime is not None and bridge.runtime.store.stats()["tasks"] == 1
-
-
-# --- the lint command fails on each breakage -------------------------------------------------
-
-# Each edits the real registry in place, then runs `python -m tools.contract_lint` as it is.
-BREAKAGES = {
-    "snake_case_fields": """
-        task = TOOLS["task_get"].tool.output_schema["properties"]["data"]["properties"]["task"]
-        task["properties"]["updatedAt"] = {"type": "string"}
-    """,
-    "annotations": """
-        TOOLS["task_checkpoint"].tool.annotations.idempotent_hint = True
-    """,
-    "no_deprecated_alias": """
-        prop = TOOLS["task_update"].tool.input_schema["properties"]["number"]
-        prop["description"] += " As in get_task."
-    """,
-    # 60 emoji: 60 characters fit task_get's definition budget, their 240 UTF-8 bytes do not.
-    "definition_budgets": """
-        prop = TOOLS["task_get"].tool.input_schema["properties"]["number"]
-        prop["description"] += "\\N{GRINNING FACE}" * 60
-    """,
-}
-
-
-def _lint_command(edit: str) -> subprocess.CompletedProcess[str]:
-    script = "from agentteam_task_bridge.bridge._registry import TOOLS\n" + textwrap.dedent(edit)
-    script += "import runpy\nrunpy.run_module('tools.contract_lint', run_name='__main__')\n"
-    return subprocess.run(
-        [sys.executable, "-c", script, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-@pytest.mark.parametrize("rule", list(BREAKAGES))
-def test_the_lint_command_fails_on_each_breakage(rule: str) -> None:
-    done = _lint_command(BREAKAGES[rule])
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert rule in {v["rule"] for v in json.loads(done.stdout)}, done.stdout
-
-
-def test_the_lint_command_passes_unedited_through_the_same_path() -> None:
-    done = _lint_command("")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout) == []
