@@ -38,7 +38,7 @@ from agentteam_task_bridge.journal import (
     Payload,
 )
 
-from ._exceptions import JournalFailed
+from ._exceptions import BridgeError, JournalFailed
 
 if TYPE_CHECKING:
     from ._lifecycle import Unanswered
@@ -56,7 +56,7 @@ class JournalPort(Protocol):
     async def append(self, event: Event, *, durable: bool = False) -> None: ...
 
 
-class OutOfOrder(Exception):
+class OutOfOrder(BridgeError):
     """An event the call grammar does not allow where the call is (a bug in the call flow)."""
 
 

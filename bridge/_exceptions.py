@@ -8,6 +8,8 @@
      │                            ``session_end`` (the session ran, its end is not journaled)
      ├── ToolError                a classified failure, answered to the model (bridge._errors)
      ├── TransportFailure         no HTTP answer from upstream (bridge._http11)
+     ├── OutOfOrder               an event the call grammar does not allow there (a bug in the
+     │                            call flow, caught at once: bridge._call_record)
      └── NotAPage                 an upstream list answer with no list (also a ValueError)
 
 "The journal failed" has one name here: the journal package's ``journal.JournalUnavailable``

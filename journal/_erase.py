@@ -314,8 +314,11 @@ def _read(file: Path) -> sqlite3.Connection:
 def _journal_id(file: Path) -> str | None:
     conn = _read(file)
     try:
-        row = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
-        return None if row is None else str(row[0])
+        found = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
+        if found is None:
+            return None
+        (journal_id,) = found
+        return str(journal_id)
     finally:
         conn.close()
 
@@ -405,7 +408,9 @@ def _erase_live(
             head = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             if head is None:
                 raise JournalFormatError(f"{file} holds no event")
-            tree = load_border(conn, int(head[0]))
+            last_seq, last_hash = head
+            head_seq, head_hash = int(last_seq), str(last_hash)
+            tree = load_border(conn, head_seq)
             payload = PayloadErased(
                 seqs=seqs,
                 selector=selector.name,
@@ -414,7 +419,7 @@ def _erase_live(
                 older_than_days=selector.older_than_days,
             )
             base = Row(
-                int(head[0]) + 1,
+                head_seq + 1,
                 meta["journal_id"],
                 WRITER_SESSION,
                 None,
@@ -429,7 +434,7 @@ def _erase_live(
                 None,
                 None,
                 encode_payload(payload),
-                str(head[1]),
+                head_hash,
                 "",
             )
             row = base._replace(hash=row_hash(base))
@@ -501,7 +506,7 @@ def _scrub(file: Path, busy_timeout: float) -> bool:
         return False
     try:
         for _ in range(_SCRUB_TRIES):
-            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if not busy:
                 return True
             time.sleep(0.02)
