@@ -69,11 +69,11 @@ async def test_fifty_emoji_titled_tasks_created_once_over_the_wire(bridge: Bridg
 
 
 async def test_a_9000_han_description_readable_over_the_wire(bridge: BridgeSession) -> None:
-    await truncation.test_a_long_multibyte_description_is_readable_cut_and_marked(bridge)
+    await truncation.test_a_long_multibyte_description_is_cut_and_continued(bridge)
 
 
 async def test_a_full_task_cut_by_field_over_the_wire(bridge: BridgeSession) -> None:
-    await truncation.test_a_full_task_is_cut_by_field_without_promising_a_continuation(bridge)
+    await truncation.test_a_full_task_is_cut_by_field_and_continues_what_it_can(bridge)
 
 
 async def test_a_cut_claim_receipt_schema_valid_over_the_wire(bridge: BridgeSession) -> None:
@@ -173,16 +173,18 @@ async def test_no_list_of_a_full_task_is_emptied_or_cut_without_its_path(
     ):
         assert task[name], name  # never emptied
         assert len(task[name]) == full or f"$.data.task.{name}" in cut, (name, cut)
-    assert task["checkpoints"]["total"] == 5 and task["checkpoints"]["items"]
-    # Every string the answer shortened ends in the marker and is listed by its path.
+    # A section left out of this answer is continued (contract 8.3), never silently emptied.
+    assert task["checkpoints"]["total"] == 5
+    assert task["checkpoints"]["items"] or meta["continuation"]["tool"] == "task_get"
+    # Every profile string the answer shortened ends in the marker and is listed by its path;
+    # the description, which the continuation reads on, is listed and cut without one.
     for path, value in (
         ("$.data.task.title", task["title"]),
-        ("$.data.task.description", task["description"]),
         ("$.data.task.blocker", task["blocker"]),
     ):
         assert (path in cut) == value.endswith("…"), (path, cut)
-    assert "next_cursor" not in meta and "continuation" not in meta
-    assert "No tool returns" in meta["truncation_note"]
+    assert "$.data.task.description" in cut and meta["continuation"]["arguments"]["cursor"]
+    assert "next_cursor" in meta["truncation_note"]
 
 
 # --- enums as served --------------------------------------------------------------------------
