@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from ._compat import TOOL_MIGRATIONS
 from ._registry import TOOLS
+from ._telemetry import exporter_problem
 
 log = logging.getLogger("agentteam.bridge.telemetry")
 
@@ -61,7 +62,6 @@ _OUTCOMES: Final = {
     "call_rejected": "rejected",
     "call_cancelled": "cancelled",
 }
-_EXPORTERS: Final = frozenset({"otlp", "console"})
 _PROTOCOLS: Final = {
     "http/protobuf": "opentelemetry.exporter.otlp.proto.http.metric_exporter",
     "grpc": "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
@@ -101,33 +101,11 @@ def check(env: Mapping[str, str]) -> str | None:
     """Why the metrics settings cannot be honoured (one line for the start-up error), or None."""
     if not wanted(env):
         return None
-    unknown = [name for name in _exporters(env) if name not in _EXPORTERS]
-    if unknown:
-        return (
-            f"OTEL_METRICS_EXPORTER={env.get('OTEL_METRICS_EXPORTER')}: {', '.join(unknown)} is "
-            "not supported (otlp, console or none)"
-        )
-    if "otlp" not in _exporters(env):
-        return None
-    protocol = _protocol(env)
-    if protocol not in _PROTOCOLS:
-        return (
-            f"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL={protocol}: not supported (http/protobuf, or "
-            "grpc with the OTLP gRPC exporter installed)"
-        )
-    if protocol == "grpc":
-        import importlib.util
-
-        try:
-            found = importlib.util.find_spec(_PROTOCOLS["grpc"]) is not None
-        except ImportError:
-            found = False
-        if not found:
-            return (
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: the OTLP gRPC exporter is not installed "
-                "(pip install opentelemetry-exporter-otlp-proto-grpc, or use http/protobuf)"
-            )
-    return None
+    return exporter_problem(
+        ("OTEL_METRICS_EXPORTER", env.get("OTEL_METRICS_EXPORTER"), _exporters(env)),
+        ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", _protocol(env)),
+        _PROTOCOLS,
+    )
 
 
 class Metrics:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -122,25 +122,38 @@ def check(env: Mapping[str, str]) -> str | None:
     Imports nothing of the SDK unless a ``grpc`` exporter is asked for (to see if it exists)."""
     if not wanted(env):
         return None
-    unknown = [name for name in _exporters(env) if name not in _EXPORTERS]
+    return exporter_problem(
+        ("OTEL_TRACES_EXPORTER", env.get("OTEL_TRACES_EXPORTER"), _exporters(env)),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", _protocol(env)),
+        _PROTOCOLS,
+    )
+
+
+def exporter_problem(
+    exporter: tuple[str, str | None, Sequence[str]],
+    protocol: tuple[str, str],
+    modules: Mapping[str, str],
+) -> str | None:
+    """Why one signal's exporter settings cannot be honoured (traces' here, metrics' in
+    `_metrics`), or None: ``exporter`` is (variable, its text, the names it lists), ``protocol``
+    (variable, the OTLP protocol in force), ``modules`` each protocol's exporter module."""
+    variable, text, names = exporter
+    unknown = [name for name in names if name not in _EXPORTERS]
     if unknown:
-        return (
-            f"OTEL_TRACES_EXPORTER={env.get('OTEL_TRACES_EXPORTER')}: {', '.join(unknown)} is "
-            "not supported (otlp, console or none)"
-        )
-    if "otlp" not in _exporters(env):
+        return f"{variable}={text}: {', '.join(unknown)} is not supported (otlp, console or none)"
+    if "otlp" not in names:
         return None
-    protocol = _protocol(env)
-    if protocol not in _PROTOCOLS:
+    variable, chosen = protocol
+    if chosen not in modules:
         return (
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: not supported (http/protobuf, or grpc "
+            f"{variable}={chosen}: not supported (http/protobuf, or grpc "
             "with the OTLP gRPC exporter installed)"
         )
-    if protocol == "grpc":
+    if chosen == "grpc":
         import importlib.util
 
         try:
-            found = importlib.util.find_spec(_PROTOCOLS["grpc"]) is not None
+            found = importlib.util.find_spec(modules["grpc"]) is not None
         except ImportError:
             found = False
         if not found:
