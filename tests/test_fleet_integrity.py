@@ -48,7 +48,7 @@ def login(pg_url: str) -> Iterator[Any]:
 def rows_of(path: Path) -> list[tuple[Any, ...]]:
     """Its rows (COLUMNS order) with their leaf columns (salt, digest, stored hashes)."""
     with journal.open_reader(path) as reader:
-        return list(reader.rows(leaves=True))
+        return [(*event, *(leaf or ())) for event, leaf in reader.stored_rows(leaves=True)]
 
 
 def ingest(conn: psycopg.Connection[Any], journal_id: str, rows: list[tuple[Any, ...]]) -> Any:

@@ -173,5 +173,6 @@ def test_the_inspector_calls_tools_and_the_journal_records_it(inspector: Inspect
     assert_journal_sound(inspector.journal)
     with journal.open_reader(inspector.journal) as reader:
         sessions = [r.payload for r in reader.events(kind="session_started")]
-    assert len(sessions) == 3
-    assert {s.client_name for s in sessions} == {"inspector-cli"}  # type: ignore[union-attr]
+        handshakes = [r.payload for r in reader.events(kind="session_handshake")]
+    assert len(sessions) == len(handshakes) == 3  # the client is named by its handshake
+    assert {h.client_name for h in handshakes} == {"inspector-cli"}  # type: ignore[union-attr]
