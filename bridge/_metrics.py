@@ -42,11 +42,10 @@ from typing import Any, Final
 
 from ._compat import TOOL_MIGRATIONS
 from ._registry import TOOLS
-from ._telemetry import exporter_problem
+from ._telemetry import SCOPE, exporter_problem, resource_attributes
 
 log = logging.getLogger("agentteam.bridge.telemetry")
 
-SCOPE: Final = "agentteam-task-bridge"
 DURATION: Final = "mcp.server.operation.duration"
 CALLS: Final = "agentteam.bridge.calls"
 JOURNAL_EVENTS: Final = "agentteam.journal.events"
@@ -236,11 +235,7 @@ def start(env: Mapping[str, str], version: str, journal: JournalHealth) -> Metri
             "(pip install 'agentteam-task-bridge[otel]'); metrics stay off"
         )
         return None
-    attributes = {"service.version": version}
-    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
-    ):
-        attributes["service.name"] = SCOPE  # the operator's name, when given, wins
+    attributes = resource_attributes(env, version)
     # The reader's interval comes from OTEL_METRIC_EXPORT_INTERVAL; no exit hook (the SDK's
     # would wait for a dead collector after the session's deadline): `serve` shuts it down.
     readers = [PeriodicExportingMetricReader(exporter) for exporter in exporters]

@@ -129,6 +129,17 @@ def check(env: Mapping[str, str]) -> str | None:
     )
 
 
+def resource_attributes(env: Mapping[str, str], version: str) -> dict[str, str]:
+    """The resource the traces and the metrics name: this version, and this service's name
+    unless the operator gave one (``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES``)."""
+    attributes = {"service.version": version}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attributes["service.name"] = SCOPE
+    return attributes
+
+
 def exporter_problem(
     exporter: tuple[str, str | None, Sequence[str]],
     protocol: tuple[str, str],
@@ -296,11 +307,7 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
             "(pip install 'agentteam-task-bridge[otel]'); telemetry stays off"
         )
         return None
-    attributes = {"service.version": version}
-    if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
-    ):
-        attributes["service.name"] = SCOPE  # the operator's name, when given, wins
+    attributes = resource_attributes(env, version)
     # No flush at exit: `serve` flushes once the journal is closed, within the session's
     # deadline; the SDK's own exit hook would wait for a dead collector (10 s) after it.
     provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
