@@ -1,7 +1,9 @@
 """Benchmark of the fleet store: ship against a plain COPY, audit --from against local files.
 
-Run: ``python -m tools.bench.bench_fleet [--journals J] [--events N] [--url URL] [--dir PATH]``
-(default 100 journals of 100,000 events: the issue's 10 million; ``--quick`` 10 of 10,000).
+Run: ``python -m tools.bench.bench_fleet [--journals J] [--events N] [--url URL] [--dir PATH]
+[--keep DIR]`` (default 100 journals of 100,000 events: the issue's 10 million; ``--quick`` 10 of
+10,000; ``--keep`` generates the journals into DIR once and reuses them on later runs, since
+10 million events take the better part of an hour to generate on a busy machine).
 The journals are generated with the journal's own writer (``bench_replay``'s sessions of
 bridge-shaped calls). Without ``--url`` a throwaway PostgreSQL is started as the tests do
 (``tests/pg_cluster.py``). Each journal holds its own sessions (distinct session ids, call
@@ -25,6 +27,7 @@ the whole span as a fleet's machines are, so the last hour holds about 1/(24 x d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import signal
@@ -148,9 +151,13 @@ def report_rows(
     )
 
 
-def calls_rows(paths: list[Path], store: str, events: int) -> None:
-    """``calls`` with a filter, over the files and ``--from`` the store's call lines."""
-    hour = datetime.now(UTC) - timedelta(hours=1)
+def calls_rows(paths: list[Path], store: str, events: int, generated: datetime) -> None:
+    """``calls`` with a filter, over the files and ``--from`` the store's call lines.
+
+    "The last hour" is the hour before the journals were generated: each journal's events run
+    evenly up to the moment it was written.
+    """
+    hour = generated - timedelta(hours=1)
     session = f"s{len(paths) // 2 * 1_000:08x}"  # the first session of the middle journal
     for label, where in [
         ("--since <last hour>", replay.CallFilter(since=hour)),
@@ -189,7 +196,8 @@ def shipper_peak_rss_mb(path: Path, url: str) -> float:
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so a child started by a large
     # parent reports the parent's peak.
     code = (
-        "import sys, replay\n"
+        "import sys\n"
+        "from agentteam_task_bridge import replay\n"
         "assert replay.ship([sys.argv[1]], sys.argv[2]).ok\n"
         "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
         "print(int(status.split()[0]))\n"
@@ -215,12 +223,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="a PostgreSQL server to use (a database is created on it)")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
     parser.add_argument("--days", type=float, default=30, help="the span of the events (30)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="generate the journals into this directory once and reuse them when its manifest"
+        " names the same --journals, --events and --days",
+    )
+    parser.add_argument(
+        "--generate-only", action="store_true", help="with --keep: generate the journals and stop"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
+    if args.generate_only:
+        if args.keep is None:
+            parser.error("--generate-only needs --keep DIR")
+        args.keep.mkdir(parents=True, exist_ok=True)
+        journals_in(args.keep, journals, per, args.days, keep=True)
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.pg_cluster import Cluster, start_cluster
 
@@ -228,29 +253,61 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            run(Path(tmp), cluster, journals, per, args.days)
+            run(Path(tmp), cluster, journals, per, args.days, args.keep)
     finally:
         cluster.stop()
 
 
-def run(tmp: Path, cluster: object, journals: int, per: int, days: float = 30) -> None:
+def journals_in(
+    folder: Path, journals: int, per: int, days: float, keep: bool
+) -> tuple[list[Path], int, datetime]:
+    """The journals to measure, their events and when they were generated.
+
+    With ``keep`` a ``manifest.json`` in ``folder`` that names the same sizes means the journals
+    there are reused as they are; otherwise they are generated (and the manifest written last,
+    so an interrupted generation is never reused).
+    """
+    paths = [folder / f"journal-{i}.db" for i in range(journals)]
+    manifest = folder / "manifest.json"
+    wanted = {"journals": journals, "events": per, "days": days}
+    if keep and manifest.exists():
+        kept = json.loads(manifest.read_text())
+        if {key: kept.get(key) for key in wanted} == wanted and all(p.exists() for p in paths):
+            print(f"reusing the {journals} journals in {folder} ({kept['generated']})", flush=True)
+            return paths, int(kept["total"]), datetime.fromisoformat(kept["generated"])
+    manifest.unlink(missing_ok=True)
+    for path in paths:
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+    generated = datetime.now(UTC)
+    # Sessions hold 2,000 calls (about 12,000 events): 1,000 session numbers per journal apart.
+    gen_s, counts = _timed(lambda: [spread(p, per, i * 1_000, days) for i, p in enumerate(paths)])
+    events = sum(counts)
+    print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s", flush=True)
+    if keep:
+        record = {**wanted, "total": events, "generated": generated.isoformat()}
+        manifest.write_text(json.dumps(record))
+    return paths, events, generated
+
+
+def run(
+    tmp: Path, cluster: object, journals: int, per: int, days: float = 30, keep: Path | None = None
+) -> None:
     from tests.pg_cluster import Cluster
 
     assert isinstance(cluster, Cluster)
     started = time.perf_counter()
     print(f"start: {_load()}", flush=True)
-    paths = [tmp / f"journal-{i}.db" for i in range(journals)]
-    # Sessions hold 2,000 calls (about 12,000 events): 1,000 session numbers per journal apart.
-    gen_s, counts = _timed(lambda: [spread(p, per, i * 1_000, days) for i, p in enumerate(paths)])
-    events = sum(counts)
-    print(f"generated {journals} journals, {events:,} events in {gen_s:.1f} s", flush=True)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    paths, events, generated = journals_in(keep or tmp, journals, per, days, keep is not None)
     store, baseline = cluster.create_database("bench"), cluster.create_database("plain")
     print(f"{'case':<48} {'seconds':>8} {'events/s':>10} {'ratio':>7}", flush=True)
     ship_s, shipped = _timed(lambda: replay.ship(paths, store))
     assert shipped.ok and shipped.shipped == events
     copy_s, copied = _timed(lambda: plain_copy(baseline, paths))
     assert copied == events
-    files = sum(p.stat().st_size for p in tmp.iterdir())
+    files = sum(p.stat().st_size for p in paths)
     print(
         f"sizes: journal files {files / 1e9:.1f} GB, store {_size(store)},"
         f" plain table {_size(baseline)}; {_call_lines_size(store)}",
@@ -265,7 +322,7 @@ def run(tmp: Path, cluster: object, journals: int, per: int, days: float = 30) -
     assert to_json(stored) == to_json(local), "audit differs"
     del local, stored
     report_rows(tmp, paths, store, events, local_s, from_s)
-    calls_rows(paths, store, events)
+    calls_rows(paths, store, events, generated)
     idem_s, (idem_rc, idem_local) = _timed(lambda: idempotency_cli([str(p) for p in paths]))
     _row("idempotency over local files (CLI)", idem_s, events, 1)
     idem_from_s, (from_rc, idem_from) = _timed(lambda: idempotency_cli(["--from", store]))
