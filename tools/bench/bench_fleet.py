@@ -49,6 +49,9 @@ from agentteam_task_bridge.replay._render import to_json
 from .bench_replay import generate
 
 T = TypeVar("T")
+# What --skip may leave out: the local report and calls lists (compared with --from at smaller
+# sizes; each reads every event of every file), idempotency, the shipper's RSS.
+SKIPPABLE: tuple[str, ...] = ("report-local", "calls-local", "idempotency", "rss")
 _PLAIN: str = """
 CREATE TABLE plain_events (
   ts timestamptz, journal_id text, seq bigint, session_id text, call_id text,
@@ -130,45 +133,63 @@ def _load() -> str:
 
 
 def report_rows(
-    tmp: Path, paths: list[Path], store: str, events: int, audit_s: float, audit_from_s: float
+    tmp: Path,
+    paths: list[Path],
+    store: str,
+    events: int,
+    audit_s: float,
+    audit_from_s: float,
+    local: bool = True,
 ) -> None:
     """``report --html`` over the files and ``--from`` the store: time beside ``audit``, size."""
     from agentteam_task_bridge.replay._fleet_report import report_from
     from agentteam_task_bridge.replay._report_html import write_html
 
-    local_s, local = _timed(lambda: replay.report(paths, accept_unverified=True))
-    local_size = write_html(local, tmp / "local.html")
-    _row("report --html over local files", local_s, events, audit_s / local_s)
-    del local
+    if local:
+        local_s, page = _timed(lambda: replay.report(paths, accept_unverified=True))
+        local_size = write_html(page, tmp / "local.html")
+        _row("report --html over local files", local_s, events, audit_s / local_s)
+        del page
+        print(
+            f"report: local {local_s / audit_s:.2f}x the local audit's time;"
+            f" HTML {local_size / 1e6:.2f} MB",
+            flush=True,
+        )
     from_s, stored = _timed(lambda: report_from(store))
     from_size = write_html(stored, tmp / "from.html")
     _row("report --html --from the store (SQL)", from_s, events, audit_from_s / from_s)
     print(
-        f"report: local {local_s / audit_s:.2f}x the local audit's time, --from"
-        f" {from_s / audit_from_s:.2f}x audit --from's; HTML {local_size / 1e6:.2f} MB local,"
-        f" {from_size / 1e6:.2f} MB --from",
+        f"report --from: {from_s / audit_from_s:.2f}x audit --from's time;"
+        f" HTML {from_size / 1e6:.2f} MB",
         flush=True,
     )
 
 
-def calls_rows(paths: list[Path], store: str, events: int, generated: datetime) -> None:
+def calls_rows(
+    paths: list[Path], store: str, events: int, generated: datetime, local: bool = True
+) -> None:
     """``calls`` with a filter, over the files and ``--from`` the store's call lines.
 
     "The last hour" is the hour before the journals were generated: each journal's events run
-    evenly up to the moment it was written.
+    evenly up to the moment it was written. Without ``local`` only ``--from`` is timed (the
+    files' lists are not built, so the two are not compared).
     """
     hour = generated - timedelta(hours=1)
     session = f"s{len(paths) // 2 * 1_000:08x}"  # the first session of the middle journal
-    for label, where in [
+    filters = [
         ("--since <last hour>", replay.CallFilter(since=hour)),
         ("--since 2099 (nothing)", replay.CallFilter(since=datetime(2099, 1, 1, tzinfo=UTC))),
         (f"--session {session}", replay.CallFilter(session=session)),
-    ]:
-        local_s, local = _timed(lambda w=where: replay.list_calls(paths, w))  # type: ignore[misc]
+    ]
+    for label, where in filters:
         from_s, stored = _timed(lambda w=where: reports.calls_from(store, w))  # type: ignore[misc]
-        same = to_json(stored) == to_json(local)
+        if not local:
+            print(f"calls {label}: {len(stored.calls):,} calls; --from {from_s:.3f} s", flush=True)
+            continue
+        local_s, listed = _timed(lambda w=where: replay.list_calls(paths, w))  # type: ignore[misc]
+        same = to_json(stored) == to_json(listed)
         print(
-            f"calls {label}: {len(local.calls):,} calls; files {local_s:.2f} s,"
+            f"calls {label}: {len(listed.calls):,} calls; files {local_s:.2f} s,"
             f" --from {from_s:.3f} s ({local_s / from_s:.0f}x faster);"
             f" {'equal' if same else 'DIFFER'}",
             flush=True,
@@ -233,12 +254,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--generate-only", action="store_true", help="with --keep: generate the journals and stop"
     )
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated parts not to run at 10M, where they take longest:"
+        f" {', '.join(SKIPPABLE)}",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    skip = frozenset(part for part in args.skip.split(",") if part)
+    if unknown := skip - set(SKIPPABLE):
+        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
     journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
     if args.generate_only:
         if args.keep is None:
@@ -253,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            run(Path(tmp), cluster, journals, per, args.days, args.keep)
+            run(Path(tmp), cluster, journals, per, args.days, args.keep, skip)
     finally:
         cluster.stop()
 
@@ -291,7 +321,13 @@ def journals_in(
 
 
 def run(
-    tmp: Path, cluster: object, journals: int, per: int, days: float = 30, keep: Path | None = None
+    tmp: Path,
+    cluster: object,
+    journals: int,
+    per: int,
+    days: float = 30,
+    keep: Path | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> None:
     from tests.pg_cluster import Cluster
 
@@ -321,8 +357,17 @@ def run(
     _row("audit --from the store (SQL)", from_s, events, local_s / from_s)
     assert to_json(stored) == to_json(local), "audit differs"
     del local, stored
-    report_rows(tmp, paths, store, events, local_s, from_s)
-    calls_rows(paths, store, events, generated)
+    report_rows(tmp, paths, store, events, local_s, from_s, "report-local" not in skip)
+    calls_rows(paths, store, events, generated, "calls-local" not in skip)
+    if "idempotency" not in skip:
+        idempotency_rows(paths, store, events)
+    if "rss" not in skip:
+        rss_rows(tmp, per, cluster)
+    print(f"end: {_load()}; wall time {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def idempotency_rows(paths: list[Path], store: str, events: int) -> None:
+    """``idempotency --json`` over the files and ``--from`` the store, as CLI processes."""
     idem_s, (idem_rc, idem_local) = _timed(lambda: idempotency_cli([str(p) for p in paths]))
     _row("idempotency over local files (CLI)", idem_s, events, 1)
     idem_from_s, (from_rc, idem_from) = _timed(lambda: idempotency_cli(["--from", store]))
@@ -333,6 +378,15 @@ def run(
         f" ({len(idem_local):,} bytes of --json, exit {idem_rc})",
         flush=True,
     )
+    if not same:
+        raise SystemExit("idempotency --from differs from the local report")
+
+
+def rss_rows(tmp: Path, per: int, cluster: object) -> None:
+    """The shipper's peak RSS for a journal of ``per`` events beside one of a tenth of that."""
+    from tests.pg_cluster import Cluster
+
+    assert isinstance(cluster, Cluster)
     big = tmp / "big.db"
     small = tmp / "small.db"
     generate(small, max(1_000, per // 10))
@@ -344,9 +398,6 @@ def run(
         f" {rss_big:.0f} MB for {per:,} events ({rss_big / rss_small:.2f}x);"
         f" bench process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
     )
-    print(f"end: {_load()}; wall time {time.perf_counter() - started:.0f} s", flush=True)
-    if not same:
-        raise SystemExit("idempotency --from differs from the local report")
 
 
 if __name__ == "__main__":
