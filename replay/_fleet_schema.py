@@ -126,6 +126,10 @@ CREATE TABLE IF NOT EXISTS agentteam.events (
 ) PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS events_call ON agentteam.events (journal_id, call_id, seq);
 CREATE INDEX IF NOT EXISTS events_kind ON agentteam.events (kind, journal_id);
+-- A session's own events (start, handshake, end), found by their session: a call's session start
+-- is one probe, not a walk back through every event of a long session (SESSION_STARTED_OF_CALL).
+CREATE INDEX IF NOT EXISTS events_session ON agentteam.events (journal_id, session_id, kind, seq)
+  WHERE call_id IS NULL;
 """
 
 _APPEND_ONLY: Final = """

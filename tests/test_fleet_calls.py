@@ -221,3 +221,36 @@ def test_only_the_ingest_writes_the_lines(paths: list[Path], pg_url: str) -> Non
                 owner.execute(statement)
         owner.execute(f"DROP OWNED BY {name}")
         owner.execute(f"DROP ROLE {name}")
+
+
+def test_a_calls_session_start_is_found_without_walking_its_session(shipped: str) -> None:
+    """The last call of the longest session finds its session's start (and handshake) by an
+    index on the session's own events: no event of the session is read and thrown away, so a
+    call late in a long session costs the ingest what an early one does (it once walked back
+    through every event before it, and forward through every event after the start)."""
+    from agentteam_task_bridge.replay._fleet_store import SESSION_STARTED_OF_CALL
+
+    longest = """
+SELECT journal_id, session_id, max(seq) FROM agentteam.events WHERE call_id IS NOT NULL
+GROUP BY journal_id, session_id ORDER BY count(*) DESC LIMIT 1"""
+    lookup = f"""
+EXPLAIN (ANALYZE, FORMAT JSON)
+SELECT s.doc FROM (SELECT %s::text AS journal_id, %s::text AS session_id, %s::bigint AS first_seq) f
+{SESSION_STARTED_OF_CALL}"""
+    with psycopg.connect(shipped, autocommit=True) as conn:
+        call = conn.execute(longest).fetchone()
+        assert call is not None and call[2] > 50  # a session long enough for a walk to show
+        [(plan,)] = conn.execute(lookup, call).fetchall()
+    thrown_away: list[int] = []
+    found: list[Any] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if node.get("Relation Name", "").startswith("events"):
+            thrown_away.append(int(node.get("Rows Removed by Filter", 0)))
+            found.append(node.get("Index Name"))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+    assert found and all(name and "session_id_kind_seq" in name for name in found), found
+    assert sum(thrown_away) == 0, thrown_away
