@@ -160,7 +160,10 @@ def _no_replace_trigger(table: str, match: str) -> str:
 
 VIEWS: Final[dict[str, str]] = {
     # One row per call: its outcome (result, error, rejected, cancelled; in_doubt when a request
-    # went upstream without a recorded outcome), duration and upstream traffic.
+    # went upstream without a recorded outcome), duration and upstream traffic. duration_ms is
+    # the outcome's own (call_result / call_error: the bridge's timer, arrival to answer; null
+    # for any other outcome), not replay's bridge_ms (the monotonic stamps, call_received to any
+    # outcome): README "A call is timed two ways", tests/test_call_summary_engines.py.
     "calls": """
 SELECT
   e.call_id,
