@@ -153,6 +153,7 @@ from ._merkle import (
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
+from ._rollover import held_by_a_writer
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
 from ._tlog import (
@@ -254,6 +255,7 @@ __all__ = [
     "erase_payloads",
     "export_checkpoint",
     "files_reader",
+    "held_by_a_writer",
     "inclusion_proof",
     "is_hidden_name",
     "leaf_bytes",
