@@ -66,6 +66,7 @@ Errors::
 """
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
+from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
 from ._checkpoint import (
     ORIGIN_PREFIX,
@@ -248,6 +249,7 @@ __all__ = [
     "accepts",
     "announce_key",
     "base_path",
+    "calls_view",
     "canonical_bytes",
     "consistency_proof",
     "cut_point",

@@ -170,3 +170,25 @@ def test_each_duration_is_the_clock_its_docs_name(shipped: tuple[list[Path], str
     assert both > 20
     assert any(s.status == "rejected" and s.bridge_ms is not None for s in fold.values())
     assert all(local[k]["duration_ms"] is None for k, s in fold.items() if s.status == "rejected")
+
+
+def test_the_two_views_are_one_definition_rendered_per_dialect(
+    shipped: tuple[list[Path], str],
+) -> None:
+    """The journal file's view and the store's are `journal.calls_view` in each dialect: the
+    same columns in the same order (the store's keyed by journal too)."""
+    paths, url = shipped
+    sqlite_text, pg_text = journal.calls_view("sqlite"), journal.calls_view("postgresql")
+    assert "SUM(e.kind = 'call_result') > 0" in sqlite_text and "bool_or(" not in sqlite_text
+    assert "bool_or(e.kind = 'call_result')" in pg_text and "SUM(" not in pg_text
+    conn = sqlite3.connect(f"file:{paths[0]}?mode=ro", uri=True)
+    try:
+        (stored,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'calls'").fetchone()
+        local = [d[0] for d in conn.execute("SELECT * FROM calls LIMIT 0").description]
+    finally:
+        conn.close()
+    assert stored.endswith(sqlite_text.strip())
+    with psycopg.connect(url) as pg, pg.cursor() as cur:
+        cur.execute("SELECT * FROM agentteam.calls LIMIT 0")
+        store = [d.name for d in cur.description or ()]
+    assert store == ["journal_id", *local]
