@@ -52,9 +52,11 @@ if TYPE_CHECKING:
         add_completion_command,
         add_serve_command,
         configure_logging,
+        number_type,
         port_number,
         positive_integer,
         positive_number,
+        retention_days,
     )
     from ._compat import (
         ARGUMENT_ALIASES,

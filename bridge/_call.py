@@ -56,14 +56,7 @@ from ._context import Credentials, LaunchContext
 from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request
 from ._detail import DetailState, continue_detail, detail_request, fit_answer
 from ._dto import from_upstream
-from ._errors import (
-    OperationKind,
-    ToolError,
-    classify_upstream_error,
-    internal_error,
-    malformed_answer,
-    suggest,
-)
+from ._errors import OperationKind, ToolError, internal_error, suggest
 from ._exceptions import JournalFailed
 from ._lifecycle import Unanswered
 from ._metrics import Metrics
@@ -72,6 +65,7 @@ from ._render import render, render_error
 from ._screen import Screen
 from ._telemetry import Tracing, client_trace, passthrough_headers, screened_trace
 from ._upstream import UpstreamClient, prepare
+from ._upstream_errors import classify_upstream_error, malformed_answer
 from ._validate import canonical_arguments, validate
 
 __all__ = ["Bridge", "JournalFailed", "JournalPort", "Session"]

@@ -23,11 +23,12 @@ from agentteam_task_bridge.journal import (
 from ._call_body import decode_body
 from ._call_record import CallRecord
 from ._context import CredentialError, Credentials
-from ._errors import CODES, OperationKind, ToolError, malformed_answer, transport_error
+from ._errors import CODES, OperationKind, ToolError
 from ._registry import ToolSpec
 from ._screen import Screen, cut
 from ._telemetry import Tracing
 from ._upstream import Prepared, Reply, TransportFailure, UpstreamClient
+from ._upstream_errors import malformed_answer, transport_error
 
 if TYPE_CHECKING:
     from ._call import Session

@@ -95,11 +95,12 @@ def print_completion(args: argparse.Namespace) -> int:
     return 0
 
 
-def _number(
+def number_type(
     convert: Callable[[str], float], what: str, fits: Callable[[float], bool], range_: str
 ) -> Callable[[str], Any]:
     """An argparse type: ``convert`` the text (else "is not ``what``"), then refuse a value
-    ``fits`` refuses ("is not ``range_``"), so a bad number stops the start in one line."""
+    ``fits`` refuses ("is not ``range_``"), so a bad number stops the start in one line that
+    names the value given. Every number option of both commands is one of these."""
 
     def parse(text: str) -> Any:
         try:
@@ -115,11 +116,11 @@ def _number(
 
 # A finite number above 0 (seconds, a lifetime): 0, -1, nan and inf are refused at start rather
 # than making every call time out; a whole number above 0 (a byte count); a TCP port (0: any).
-positive_number = _number(
+positive_number = number_type(
     float, "a number", lambda v: v > 0 and math.isfinite(v), "a finite number above 0"
 )
-positive_integer = _number(int, "a whole number", lambda v: v > 0, "above 0")
-port_number = _number(int, "a port number", lambda v: 0 <= v <= 65535, "a port (0-65535)")
+positive_integer = number_type(int, "a whole number", lambda v: v > 0, "above 0")
+port_number = number_type(int, "a port number", lambda v: 0 <= v <= 65535, "a port (0-65535)")
 
 
 def segment_bytes(text: str) -> int | None:
@@ -153,15 +154,10 @@ def segment_age(text: str) -> float | None:
     return seconds
 
 
-def retention_days(text: str) -> float:
-    """``--retain-payloads``: a number of days, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not 0 <= value < 100_000:
-        raise argparse.ArgumentTypeError("a number of days, 0 or more")
-    return value
+# ``--retain-payloads``, replay's ``--older-than``: a number of days, 0 or more.
+retention_days = number_type(
+    float, "a number of days", lambda v: 0 <= v < 100_000, "a number of days, 0 or more"
+)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -35,14 +35,13 @@ and no hidden context (workspace, agent, token) can be exported.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ._compat import TOOL_MIGRATIONS
 from ._registry import TOOLS
-from ._telemetry import SCOPE, exporter_problem, resource_attributes
+from ._telemetry import SCOPE, Signal, exporter_problem, resource_attributes
 
 log = logging.getLogger("agentteam.bridge.telemetry")
 
@@ -61,10 +60,15 @@ _OUTCOMES: Final = {
     "call_rejected": "rejected",
     "call_cancelled": "cancelled",
 }
-_PROTOCOLS: Final = {
-    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-    "grpc": "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
-}
+METRICS: Final = Signal(
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    {
+        "http/protobuf": "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "grpc": "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+    },
+    "OTLPMetricExporter",
+)
 
 # (events appended, committed, lost, seconds degraded): the journal writer's counters.
 JournalHealth = Callable[[], tuple[int, int, int, float]]
@@ -74,7 +78,7 @@ def wanted(env: Mapping[str, str]) -> bool:
     """Whether the standard OpenTelemetry environment asks for metrics."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    if not _exporters(env):
+    if not METRICS.exporters(env):
         return False
     return bool(
         env.get("OTEL_METRICS_EXPORTER", "").strip()
@@ -83,27 +87,14 @@ def wanted(env: Mapping[str, str]) -> bool:
     )
 
 
-def _exporters(env: Mapping[str, str]) -> list[str]:
-    """OTEL_METRICS_EXPORTER as the SDK reads it: a comma-separated list, ``otlp`` by default."""
-    names = [n.strip().lower() for n in env.get("OTEL_METRICS_EXPORTER", "").split(",")]
-    return [n for n in names if n and n != "none"] or ([] if "none" in names else ["otlp"])
-
-
-def _protocol(env: Mapping[str, str]) -> str:
-    chosen = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL"
-    )
-    return (chosen or "http/protobuf").strip().lower()
-
-
 def check(env: Mapping[str, str]) -> str | None:
     """Why the metrics settings cannot be honoured (one line for the start-up error), or None."""
     if not wanted(env):
         return None
     return exporter_problem(
-        ("OTEL_METRICS_EXPORTER", env.get("OTEL_METRICS_EXPORTER"), _exporters(env)),
-        ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", _protocol(env)),
-        _PROTOCOLS,
+        ("OTEL_METRICS_EXPORTER", env.get("OTEL_METRICS_EXPORTER"), METRICS.exporters(env)),
+        ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", METRICS.protocol(env)),
+        METRICS.modules,
     )
 
 
@@ -213,8 +204,6 @@ def start(env: Mapping[str, str], version: str, journal: JournalHealth) -> Metri
     if not wanted(env):
         return None
     try:
-        import importlib
-
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import (
             ConsoleMetricExporter,
@@ -222,13 +211,7 @@ def start(env: Mapping[str, str], version: str, journal: JournalHealth) -> Metri
         )
         from opentelemetry.sdk.resources import Resource
 
-        exporters: list[Any] = []
-        for name in _exporters(env):
-            if name == "console":  # stdout is the MCP protocol: metrics go to stderr
-                exporters.append(ConsoleMetricExporter(out=sys.stderr))
-            else:
-                module = importlib.import_module(_PROTOCOLS[_protocol(env)])
-                exporters.append(module.OTLPMetricExporter())
+        exporters = METRICS.open_exporters(env, ConsoleMetricExporter)
     except ImportError:
         log.warning(
             "OTEL_* asks for metrics but the [otel] extra is not installed "

@@ -40,10 +40,10 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import urlsplit
 
 import msgspec
@@ -93,28 +93,52 @@ def screened_trace(meta: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | No
 
 
 _EXPORTERS = frozenset({"otlp", "console"})
-_PROTOCOLS = {
-    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-}
 
 
-def _exporters(env: Mapping[str, str]) -> list[str]:
-    """OTEL_TRACES_EXPORTER as the SDK reads it: a comma-separated list, ``otlp`` by default."""
-    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",")]
-    return [n for n in names if n and n != "none"] or ([] if "none" in names else ["otlp"])
+class Signal(NamedTuple):
+    """One OpenTelemetry signal's exporter settings, read as the SDK reads them, one rule for
+    both signals (traces here, metrics in `_metrics`): the variable listing its exporters, its
+    own protocol variable (else OTEL_EXPORTER_OTLP_PROTOCOL), each protocol's OTLP exporter
+    module, and the OTLP exporter class there."""
+
+    exporter_variable: str
+    protocol_variable: str
+    modules: Mapping[str, str]
+    otlp_class: str
+
+    def exporters(self, env: Mapping[str, str]) -> list[str]:
+        """The exporter variable as a comma-separated list, ``otlp`` by default."""
+        names = [n.strip().lower() for n in env.get(self.exporter_variable, "").split(",")]
+        return [n for n in names if n and n != "none"] or ([] if "none" in names else ["otlp"])
+
+    def protocol(self, env: Mapping[str, str]) -> str:
+        chosen = env.get(self.protocol_variable) or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        return (chosen or "http/protobuf").strip().lower()
+
+    def open_exporters(self, env: Mapping[str, str], console: Callable[..., Any]) -> list[Any]:
+        """The exporters the settings ask for (ImportError without the [otel] extra);
+        ``console`` writes to stderr: stdout is the MCP protocol."""
+        import importlib
+
+        exporters: list[Any] = []
+        for name in self.exporters(env):
+            if name == "console":
+                exporters.append(console(out=sys.stderr))
+            else:
+                module = importlib.import_module(self.modules[self.protocol(env)])
+                exporters.append(getattr(module, self.otlp_class)())
+        return exporters
 
 
-def _protocol(env: Mapping[str, str]) -> str:
-    return (
-        (
-            env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf"
-        )
-        .strip()
-        .lower()
-    )
+TRACES: Final = Signal(
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    {
+        "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    },
+    "OTLPSpanExporter",
+)
 
 
 def check(env: Mapping[str, str]) -> str | None:
@@ -123,9 +147,9 @@ def check(env: Mapping[str, str]) -> str | None:
     if not wanted(env):
         return None
     return exporter_problem(
-        ("OTEL_TRACES_EXPORTER", env.get("OTEL_TRACES_EXPORTER"), _exporters(env)),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", _protocol(env)),
-        _PROTOCOLS,
+        ("OTEL_TRACES_EXPORTER", env.get("OTEL_TRACES_EXPORTER"), TRACES.exporters(env)),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", TRACES.protocol(env)),
+        TRACES.modules,
     )
 
 
@@ -287,20 +311,12 @@ def start(env: Mapping[str, str], api_url: str, version: str) -> Tracing | None:
     if not wanted(env):
         return None
     try:
-        import importlib
-
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-        exporters: list[Any] = []
-        for name in _exporters(env):
-            if name == "console":  # stdout is the MCP protocol: spans go to stderr
-                exporters.append(ConsoleSpanExporter(out=sys.stderr))
-            else:
-                module = importlib.import_module(_PROTOCOLS[_protocol(env)])
-                exporters.append(module.OTLPSpanExporter())
+        exporters = TRACES.open_exporters(env, ConsoleSpanExporter)
     except ImportError:
         log.warning(
             "OTEL_* asks for traces but the [otel] extra is not installed "

@@ -138,7 +138,7 @@ class ScriptedTokens:
 
 
 # The retry table's rows for a request without an HTTP answer, and the pool's failure that is
-# each (kind, sent): what `transport_error` reads back into the row.
+# each (kind, sent): what `transport_error` (bridge._upstream_errors) reads back into the row.
 FailureKind = Literal[
     "connect_refused",
     "dropped_before_send",

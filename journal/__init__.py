@@ -66,6 +66,7 @@ Errors::
 """
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
+from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
 from ._checkpoint import (
     ORIGIN_PREFIX,
@@ -130,6 +131,7 @@ from ._events import (
     SegmentsPruned,
     SegmentStarted,
     SessionEnded,
+    SessionFields,
     SessionHandshake,
     SessionStarted,
     TokenRefreshed,
@@ -152,6 +154,7 @@ from ._merkle import (
 from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
+from ._rollover import held_by_a_writer
 from ._schema import SCHEMA_VERSION, VIEWS
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
 from ._tlog import (
@@ -229,6 +232,7 @@ __all__ = [
     "SegmentStarted",
     "SegmentsPruned",
     "SessionEnded",
+    "SessionFields",
     "SessionHandshake",
     "SessionStarted",
     "SigningKey",
@@ -245,6 +249,7 @@ __all__ = [
     "accepts",
     "announce_key",
     "base_path",
+    "calls_view",
     "canonical_bytes",
     "consistency_proof",
     "cut_point",
@@ -252,6 +257,7 @@ __all__ = [
     "erase_payloads",
     "export_checkpoint",
     "files_reader",
+    "held_by_a_writer",
     "inclusion_proof",
     "is_hidden_name",
     "leaf_bytes",

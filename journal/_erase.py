@@ -47,6 +47,7 @@ from ._checkpoint import SigningKey, export_checkpoint, sign_checkpoint
 from ._errors import JournalFormatError, JournalUnavailable, classify_sqlite_error
 from ._events import ERASED_PAYLOAD, WRITER_SESSION, PayloadErased
 from ._merkle import Frontier
+from ._rollover import held_by_a_writer
 from ._schema import INSERT_CHECKPOINT, INSERT_EVENT, connect_reader, connect_writer
 from ._segments import base_path, segment_files
 from ._tlog import (
@@ -211,7 +212,7 @@ def erase(
     plan = [(f, _select(f, where, name, calls)) for f in files]
     chosen = sorted(s for _, seqs in plan for s in seqs)
     journal_id = _journal_id(files[-1])
-    live = _held(files[-1])
+    live = held_by_a_writer(files[-1])
     if dry_run:
         return EraseResult(
             journal=str(base),
@@ -302,7 +303,7 @@ def _task_calls(files: Sequence[Path], selector: Selector) -> list[str]:
 def _read(file: Path) -> sqlite3.Connection:
     """A read-only connection that changes no byte of a journal at rest: a file without a WAL
     that no writer holds is opened ``immutable`` (SQLite creates no ``-wal`` or ``-shm``)."""
-    if Path(f"{file}-wal").exists() or _held(file):
+    if Path(f"{file}-wal").exists() or held_by_a_writer(file):
         return connect_reader(file)
     uri = f"file:{quote(str(file.resolve()))}?mode=ro&immutable=1"
     try:
@@ -321,21 +322,6 @@ def _journal_id(file: Path) -> str | None:
         return str(journal_id)
     finally:
         conn.close()
-
-
-def _held(file: Path) -> bool:
-    """Whether a writer holds the file's lock (a non-blocking shared lock, let go at once)."""
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 @contextlib.contextmanager

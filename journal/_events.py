@@ -43,6 +43,7 @@ __all__ = [
     "SegmentStarted",
     "SegmentsPruned",
     "SessionEnded",
+    "SessionFields",
     "SessionHandshake",
     "SessionStarted",
     "TokenRefreshed",
@@ -87,17 +88,29 @@ class _Payload(msgspec.Struct, frozen=True, kw_only=True):
     description: ClassVar[str]
 
 
-class SessionStarted(_Payload, frozen=True, kw_only=True):
-    kind: ClassVar[Kind] = "session_started"
-    description: ClassVar[str] = "an MCP session began: client, protocol, bridge and policy"
-    bridge_version: str
-    compat_policy: str
+class SessionFields(msgspec.Struct, kw_only=True):
+    """What a ``session_started`` says of its session, declared once: the event derives from it
+    (bridge version and policy required there), and so does replay's ``SessionInfo`` (the
+    session as read back, every field optional), which copies these fields by name. A field
+    added here is journaled and read back with no second declaration."""
+
+    bridge_version: str | None = None
+    compat_policy: str | None = None
     client_name: str | None = None
     client_version: str | None = None
     protocol_version: str | None = None
     workspace_id: str | None = None
     agent_id: str | None = None
     api_url: str | None = None
+
+
+# mypy refuses a frozen dataclass over a mutable base; msgspec allows it and the event is
+# frozen (hashable, immutable) all the same, while SessionInfo, over the same base, is mutable.
+class SessionStarted(_Payload, SessionFields, frozen=True, kw_only=True):  # type: ignore[misc]
+    kind: ClassVar[Kind] = "session_started"
+    description: ClassVar[str] = "an MCP session began: client, protocol, bridge and policy"
+    bridge_version: str
+    compat_policy: str
 
 
 class SessionHandshake(_Payload, frozen=True, kw_only=True):

@@ -46,7 +46,7 @@ from ._segments import (
 )
 from ._tlog import BORDER_KEY, INSERT_LEAF, Stored, border_text, checkpoint_row, tree_rows
 
-__all__ = ["ROLLOVER_RETRY_S", "LiveSegment"]
+__all__ = ["ROLLOVER_RETRY_S", "LiveSegment", "held_by_a_writer"]
 
 _T = TypeVar("_T")
 
@@ -393,3 +393,33 @@ def _lock_exclusively(fd: int, path: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
         raise JournalUnavailable("locked", f"another writer holds {path}") from exc
+
+
+def held_by_a_writer(path: Path) -> bool:
+    """Whether a writer holds ``path``'s lock now (the one ``_lock_exclusively`` takes: a live
+    session). Linux: ``/proc/locks``, read only, so no writer is ever kept from its lock by the
+    probe; elsewhere a non-blocking shared lock taken and let go at once. ``erase`` and
+    ``agentteam-replay verify`` both ask here."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            return any("FLOCK" in line and wanted in line.split() for line in locks)
+    except OSError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing lets go of a lock it took
+    return False

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
+from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, format_wall
 from ._errors import (
     JournalFormatError,
@@ -159,39 +160,9 @@ def _no_replace_trigger(table: str, match: str) -> str:
 
 
 VIEWS: Final[dict[str, str]] = {
-    # One row per call: its outcome (result, error, rejected, cancelled; in_doubt when a request
-    # went upstream without a recorded outcome), duration and upstream traffic.
-    "calls": """
-SELECT
-  e.call_id,
-  MIN(e.session_id) AS session_id,
-  MIN(e.seq) AS first_seq,
-  MAX(e.seq) AS last_seq,
-  MIN(e.ts_wall) AS started_at,
-  MAX(e.ts_wall) AS ended_at,
-  MAX(e.gen_ai_tool_name) AS gen_ai_tool_name,
-  MAX(e.mcp_method_name) AS mcp_method_name,
-  MAX(e.jsonrpc_request_id) AS jsonrpc_request_id,
-  CASE
-    WHEN SUM(e.kind = 'call_result') > 0 THEN 'result'
-    WHEN SUM(e.kind = 'call_error') > 0 THEN 'error'
-    WHEN SUM(e.kind = 'call_rejected') > 0 THEN 'rejected'
-    WHEN SUM(e.kind = 'call_cancelled') > 0 THEN 'cancelled'
-    WHEN SUM(e.kind = 'upstream_request') > 0 THEN 'in_doubt'
-    ELSE 'incomplete'
-  END AS outcome,
-  MAX(CASE WHEN e.kind IN ('call_error', 'call_rejected') THEN e.error_type END) AS error_type,
-  MAX(CASE WHEN e.kind IN ('call_result', 'call_error') THEN e.duration_ms END) AS duration_ms,
-  SUM(e.kind = 'upstream_request') AS upstream_requests,
-  (SELECT u.http_response_status_code FROM events u
-    WHERE u.call_id = e.call_id AND u.kind = 'upstream_response'
-    ORDER BY u.seq DESC LIMIT 1) AS last_http_response_status_code,
-  SUM(e.kind = 'deprecated_usage') AS deprecated_uses,
-  SUM(e.kind = 'token_refreshed') AS token_refreshes
-FROM events e
-WHERE e.call_id IS NOT NULL
-GROUP BY e.call_id
-ORDER BY first_seq""",
+    # One row per call: its outcome, duration and upstream traffic. One definition with the
+    # fleet store's (journal._call_view): duration_ms is the outcome's own, not replay's bridge_ms.
+    "calls": calls_view("sqlite"),
     # Every failure: error results, rejections, and upstream responses of 400 or more.
     "errors": """
 SELECT

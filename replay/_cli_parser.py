@@ -159,6 +159,7 @@ examples:
 
 _RELATIVE: Final = re.compile(r"^(?P<n>\d+(\.\d+)?)(?P<unit>[smhdw])$")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_STORIES: Final = "between 0 and 100000"
 
 
 def parse_time(text: str) -> datetime:
@@ -190,16 +191,6 @@ def call_filter(args: argparse.Namespace) -> CallFilter:
         since=args.since,
         until=args.until,
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--error-code", help="only calls that failed with this code")
     p.add_argument("--since", type=parse_time, help="calls started at or after (ISO or 2h)")
     p.add_argument("--until", type=parse_time, help="calls started at or before (ISO or 2h)")
-    p.add_argument("--limit", type=_positive, help="at most this many calls (the first ones)")
+    p.add_argument(
+        "--limit", type=bridge.positive_integer, help="at most this many calls (the first ones)"
+    )
 
     p = command(
         "show",
@@ -315,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
         "client and agent, with first and last use, counts, and each name's removal gate "
         "(no use for N consecutive days).",
     )
-    p.add_argument("--gate-days", type=_positive, default=30, metavar="N", help="default 30")
+    p.add_argument(
+        "--gate-days", type=bridge.positive_integer, default=30, metavar="N", help="default 30"
+    )
     p.add_argument("--as-of", type=parse_time, help="judge the gate at this time (default now)")
     p.add_argument(
         "--name", action="append", default=[], help="only this name, reported even if unused"
@@ -360,7 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=parse_time, help="calls started at or after (ISO or 2h)")
     p.add_argument("--until", type=parse_time, help="calls started at or before (ISO or 2h)")
     p.add_argument(
-        "--stories", type=_count, default=50, metavar="N", help="keep the first N calls' stories"
+        "--stories",
+        type=bridge.number_type(int, "a whole number", lambda v: 0 <= v <= 100_000, _STORIES),
+        default=50,
+        metavar="N",
+        help="keep the first N calls' stories",
     )
     p.add_argument(
         "--trusted-key",
@@ -420,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--older-than",
         required=True,
-        type=_days,
+        type=bridge.retention_days,
         metavar="DAYS",
         help="remove only segments whose last event is older than this many days",
     )
@@ -444,7 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     which.add_argument("--matching", metavar="TEXT", help="every event whose payload holds TEXT")
     which.add_argument(
-        "--older-than", type=_days, metavar="DAYS", help="every event older than DAYS"
+        "--older-than",
+        type=bridge.retention_days,
+        metavar="DAYS",
+        help="every event older than DAYS",
     )
     p.add_argument("--reason", required=True, metavar="TEXT", help="why (journaled)")
     p.add_argument("--dry-run", action="store_true", help="list the seqs; change nothing")
@@ -456,16 +458,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= 100_000:
-        raise argparse.ArgumentTypeError("between 0 and 100000")
-    return value
-
-
 def _task(text: str) -> tuple[str, int]:
     from ._erase import parse_task
 
@@ -473,13 +465,3 @@ def _task(text: str) -> tuple[str, int]:
         return parse_task(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not 0 <= value < 100_000:
-        raise argparse.ArgumentTypeError("a number of days, 0 or more")
-    return value

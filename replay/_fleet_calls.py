@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ._fleet_schema import partition_function
 from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL
 from ._story import MAX_EVENTS_PER_CALL
 
@@ -190,27 +191,7 @@ CREATE OR REPLACE TRIGGER call_counts_append_only BEFORE DELETE ON agentteam.cal
 CREATE OR REPLACE TRIGGER call_counts_no_truncate BEFORE TRUNCATE ON agentteam.call_counts
   FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
 
-CREATE OR REPLACE FUNCTION agentteam.ensure_call_partition(month date) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
-DECLARE
-  first_day date := date_trunc('month', month)::date;
-  name text := format('call_lines_%s', to_char(first_day, 'YYYY_MM'));
-BEGIN
-  IF to_regclass(format('agentteam.%I', name)) IS NOT NULL THEN
-    RETURN;
-  END IF;
-  PERFORM pg_advisory_xact_lock(hashtext('agentteam.ensure_call_partition'));
-  IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
-    EXECUTE format(
-      'CREATE TABLE agentteam.%I PARTITION OF agentteam.call_lines'
-      ' FOR VALUES FROM (%L) TO (%L)',
-      name, first_day::timestamp AT TIME ZONE 'UTC',
-      (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
-    EXECUTE format(
-      'CREATE TRIGGER call_lines_no_truncate BEFORE TRUNCATE ON agentteam.%I'
-      ' FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change()', name);
-  END IF;
-END $$;
+{partition_function("ensure_call_partition", "call_lines", definer=False)}
 
 -- Refold the calls with an event in seq a_first..a_last of the journal (the ingest's hook).
 CREATE OR REPLACE FUNCTION agentteam.fold_calls(a_journal text, a_first bigint, a_last bigint)

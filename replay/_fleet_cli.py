@@ -10,6 +10,8 @@ from typing import Any, Final
 
 from rich.console import Console
 
+from agentteam_task_bridge import bridge
+
 from ._fleet_ship import BATCH_SIZE, ShipReport
 from ._fleet_store import is_store_url, store_errors
 from ._source import Progress, ReplayInputError
@@ -48,26 +50,6 @@ def store_url(text: str) -> str:
     return text
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0.05 <= value <= 3600:
-        raise argparse.ArgumentTypeError("between 0.05 and 3600 seconds")
-    return value
-
-
-def _batch(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError("between 1 and 1000000")
-    return value
-
-
 def add_ship(sub: Any) -> None:
     p = sub.add_parser(
         "ship",
@@ -85,10 +67,25 @@ def add_ship(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--follow", action="store_true", help="keep shipping live journals")
     p.add_argument(
-        "--interval", type=_interval, default=1.0, metavar="SECONDS", help="with --follow (1)"
+        "--interval",
+        type=bridge.number_type(
+            float,
+            "a number of seconds",
+            lambda v: 0.05 <= v <= 3600,
+            "between 0.05 and 3600 seconds",
+        ),
+        default=1.0,
+        metavar="SECONDS",
+        help="with --follow (1)",
     )
     p.add_argument(
-        "--batch-size", type=_batch, default=BATCH_SIZE, metavar="N", help=f"({BATCH_SIZE})"
+        "--batch-size",
+        type=bridge.number_type(
+            int, "a whole number", lambda v: 1 <= v <= 1_000_000, "between 1 and 1000000"
+        ),
+        default=BATCH_SIZE,
+        metavar="N",
+        help=f"({BATCH_SIZE})",
     )
 
 

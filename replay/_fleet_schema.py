@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from agentteam_task_bridge import journal
+
 from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 
-__all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
+__all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
 SCHEMA_VERSION: Final = 3
@@ -142,63 +144,42 @@ BEGIN
 END $$;
 """
 
-_PARTITIONS: Final = """
-CREATE OR REPLACE FUNCTION agentteam.ensure_partition(month date) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+
+def partition_function(function: str, table: str, *, definer: bool) -> str:
+    """``agentteam.<function>(month)``: makes ``table``'s partition for that month once (under
+    an advisory lock), with the TRUNCATE trigger the parent's cannot give it. One definition
+    for ``events`` (SECURITY DEFINER: the ingest's role calls it) and ``call_lines``."""
+    security = " SECURITY DEFINER" if definer else ""
+    return f"""
+CREATE OR REPLACE FUNCTION agentteam.{function}(month date) RETURNS void
+LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam AS $$
 DECLARE
   first_day date := date_trunc('month', month)::date;
-  name text := format('events_%s', to_char(first_day, 'YYYY_MM'));
+  name text := format('{table}_%s', to_char(first_day, 'YYYY_MM'));
 BEGIN
   IF to_regclass(format('agentteam.%I', name)) IS NOT NULL THEN
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock(hashtext('agentteam.ensure_partition'));
+  PERFORM pg_advisory_xact_lock(hashtext('agentteam.{function}'));
   IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
     -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
     EXECUTE format(
-      'CREATE TABLE agentteam.%I PARTITION OF agentteam.events FOR VALUES FROM (%L) TO (%L)',
+      'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'
+      ' FOR VALUES FROM (%L) TO (%L)',
       name, first_day::timestamp AT TIME ZONE 'UTC',
       (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
     -- A statement trigger of the parent does not fire for its partitions: each has its own.
     EXECUTE format(
-      'CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON agentteam.%I'
+      'CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON agentteam.%I'
       ' FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change()', name);
   END IF;
 END $$;
 """
 
+
 # The local views (journal/_schema.py VIEWS), in PostgreSQL, over every journal of the fleet.
 VIEWS: Final[dict[str, str]] = {
-    "calls": """
-SELECT
-  e.journal_id,
-  e.call_id,
-  MIN(e.session_id) AS session_id,
-  MIN(e.seq) AS first_seq,
-  MAX(e.seq) AS last_seq,
-  MIN(e.ts_wall) AS started_at,
-  MAX(e.ts_wall) AS ended_at,
-  MAX(e.gen_ai_tool_name) AS gen_ai_tool_name,
-  MAX(e.mcp_method_name) AS mcp_method_name,
-  MAX(e.jsonrpc_request_id) AS jsonrpc_request_id,
-  CASE
-    WHEN bool_or(e.kind = 'call_result') THEN 'result'
-    WHEN bool_or(e.kind = 'call_error') THEN 'error'
-    WHEN bool_or(e.kind = 'call_rejected') THEN 'rejected'
-    WHEN bool_or(e.kind = 'call_cancelled') THEN 'cancelled'
-    WHEN bool_or(e.kind = 'upstream_request') THEN 'in_doubt'
-    ELSE 'incomplete'
-  END AS outcome,
-  MAX(CASE WHEN e.kind IN ('call_error', 'call_rejected') THEN e.error_type END) AS error_type,
-  MAX(CASE WHEN e.kind IN ('call_result', 'call_error') THEN e.duration_ms END) AS duration_ms,
-  COUNT(*) FILTER (WHERE e.kind = 'upstream_request') AS upstream_requests,
-  (array_agg(e.http_response_status_code ORDER BY e.seq DESC)
-    FILTER (WHERE e.kind = 'upstream_response'))[1] AS last_http_response_status_code,
-  COUNT(*) FILTER (WHERE e.kind = 'deprecated_usage') AS deprecated_uses,
-  COUNT(*) FILTER (WHERE e.kind = 'token_refreshed') AS token_refreshes
-FROM agentteam.events e
-WHERE e.call_id IS NOT NULL
-GROUP BY e.journal_id, e.call_id""",
+    "calls": journal.calls_view("postgresql"),  # one definition with the local view
     "errors": """
 SELECT
   journal_id, seq, ts_wall, session_id, call_id, gen_ai_tool_name, kind, error_type,
@@ -318,7 +299,7 @@ def ddl() -> list[str]:
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
         _TABLES,
         _APPEND_ONLY,
-        _PARTITIONS,
+        partition_function("ensure_partition", "events", definer=True),
         INGEST,
         CALLS_DDL,
         _triggers(),

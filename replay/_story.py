@@ -26,6 +26,7 @@ from agentteam_task_bridge.journal import (
     ContextInjected,
     Record,
     SessionEnded,
+    SessionFields,
     SessionHandshake,
     SessionStarted,
     UpstreamRequest,
@@ -50,22 +51,15 @@ ClosedBy = Literal["outcome", "session_ended", "end_of_stream", "evicted"]
 STATUSES: Final = ("result", "error", "rejected", "cancelled", "in_doubt", "incomplete")
 
 
-class SessionInfo(msgspec.Struct, kw_only=True):
+class SessionInfo(SessionFields, kw_only=True):
     """One MCP session as its ``session_started``, ``session_handshake`` and ``session_ended``
-    tell it."""
+    tell it: the start's own fields (``SessionFields``, declared once with the event) and where
+    and when it began and ended."""
 
     journal_id: str
     session_id: str
     seq: int
     started_at: str
-    bridge_version: str | None = None
-    compat_policy: str | None = None
-    client_name: str | None = None
-    client_version: str | None = None
-    protocol_version: str | None = None
-    workspace_id: str | None = None
-    agent_id: str | None = None
-    api_url: str | None = None
     ended_at: str | None = None
     end_reason: str | None = None
 
@@ -79,10 +73,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
         )
         p = record.payload
         if isinstance(p, SessionStarted):
-            info.bridge_version, info.compat_policy = p.bridge_version, p.compat_policy
-            info.client_name, info.client_version = p.client_name, p.client_version
-            info.protocol_version, info.api_url = p.protocol_version, p.api_url
-            info.workspace_id, info.agent_id = p.workspace_id, p.agent_id
+            for name in SessionFields.__struct_fields__:
+                setattr(info, name, getattr(p, name))
         return info
 
     def handshake(self, record: Record) -> None:

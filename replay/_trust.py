@@ -40,10 +40,7 @@ of another machine, which only a key held elsewhere (``--trusted-key``) or a wit
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Final
 
 from agentteam_task_bridge import journal
@@ -52,7 +49,6 @@ __all__ = [
     "EXCUSES",
     "UNSIGNED_TAIL_LIMIT",
     "TrustFinding",
-    "held_by_a_writer",
     "key_file_findings",
     "local_key_ids",
     "signed_history_findings",
@@ -150,32 +146,3 @@ def key_file_findings(
 
 def _key_id(vkey: str) -> str:
     return "+".join(vkey.split("+", 2)[:2])  # <name>+<hex ID> of a verifier key
-
-
-def held_by_a_writer(path: Path) -> bool:
-    """Whether a writer holds ``path``'s lock now (a live session). Linux: ``/proc/locks``,
-    read only, so no writer is ever kept from its lock; elsewhere a non-blocking shared lock
-    taken and let go at once."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
-            return any("FLOCK" in line and wanted in line.split() for line in locks)
-    except OSError:
-        pass
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing lets go of a lock it took
-    return False

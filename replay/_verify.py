@@ -78,7 +78,6 @@ from ._source import (
 from ._trust import (
     EXCUSES,
     excuse_findings,
-    held_by_a_writer,
     key_file_findings,
     local_key_ids,
     signed_history_findings,
@@ -474,7 +473,7 @@ class _FileCheck:
                 pruned_through = start_seq  # the first segments were pruned, as journaled
             else:
                 self._check_start(segments[0], start_seq)
-        live = held_by_a_writer(segments[-1].path)
+        live = journal.held_by_a_writer(segments[-1].path)
         policy, unsigned = signed_history_findings(
             first_seq=start_seq + 1, head_seq=chain.seq, signed_through=signed, live=live
         )

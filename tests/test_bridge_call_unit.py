@@ -205,7 +205,7 @@ async def test_hidden_workflow_context_comes_only_from_meta() -> None:
 
 
 def test_upstream_messages_name_fields_as_the_model_knows_them() -> None:
-    from agentteam_task_bridge.bridge._errors import classify_upstream_error
+    from agentteam_task_bridge.bridge._upstream_errors import classify_upstream_error
 
     error = classify_upstream_error(
         409,

@@ -226,6 +226,39 @@ def test_the_settings_as_the_sdk_reads_them() -> None:
     assert _metrics.check({"OTEL_METRICS_EXPORTER": "otlp,console"}) is None
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"EXPORTER": "console"},
+        {"EXPORTER": " OTLP , console ,"},
+        {"EXPORTER": "none"},
+        {"EXPORTER": "none,console"},
+        {"EXPORTER": "otlp", "PROTOCOL": " GRPC "},
+        {"EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+        {"PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+    ],
+)
+def test_traces_and_metrics_read_their_exporter_settings_by_one_rule(
+    settings: dict[str, str],
+) -> None:
+    """The same settings, each signal under its own variable names, give the same exporters
+    and protocol (`_telemetry.Signal`: one reader for both, not two copies)."""
+    from agentteam_task_bridge.bridge import _telemetry
+
+    def env(signal: str) -> dict[str, str]:
+        named = {
+            "EXPORTER": f"OTEL_{signal}_EXPORTER",
+            "PROTOCOL": f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL",
+        }
+        return {named.get(key, key): value for key, value in settings.items()}
+
+    traces, metrics = _telemetry.TRACES, _metrics.METRICS
+    assert traces.exporters(env("TRACES")) == metrics.exporters(env("METRICS"))
+    assert traces.protocol(env("TRACES")) == metrics.protocol(env("METRICS"))
+    assert set(traces.modules) == set(metrics.modules) == {"http/protobuf", "grpc"}
+
+
 def _collected(reader: Any) -> dict[str, list[Any]]:
     data = reader.get_metrics_data()
     return {

@@ -32,12 +32,14 @@ from agentteam_task_bridge.bridge._errors import (
     Failure,
     OperationKind,
     ProductCode,
+)
+from agentteam_task_bridge.bridge._http11 import TransportFailure
+from agentteam_task_bridge.bridge._registry import TOOLS
+from agentteam_task_bridge.bridge._upstream_errors import (
     classify_upstream_error,
     parse_retry_after,
     transport_error,
 )
-from agentteam_task_bridge.bridge._http11 import TransportFailure
-from agentteam_task_bridge.bridge._registry import TOOLS
 from agentteam_task_bridge.bridge.testing import MemoryJournal, ScriptedTokens
 from agentteam_task_bridge.journal import CallError
 from tools.errors_doc import ERRORS, render

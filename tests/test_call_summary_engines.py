@@ -3,11 +3,13 @@
 store's PostgreSQL `calls` view and the store's call lines kept at ingest (`replay._fleet_calls`)
 agree on every call and every column they share.
 
-The views and the Python fold time a call by two clocks, each documented: a view's
-`duration_ms` is the outcome event's own (`call_result` / `call_error`, the bridge's timer), the
-fold's `bridge_ms` the monotonic stamps from `call_received` to the outcome (any outcome). So
-the views are compared with each other on every column, duration included, and with the fold
-on the rest; the call lines keep the fold's nanoseconds and are compared with it exactly.
+The views and the Python fold time a call by two clocks, each documented (README "A call is
+timed two ways", the views' docstrings): a view's `duration_ms` is the outcome event's own
+(`call_result` / `call_error`, the bridge's timer), the fold's `bridge_ms` the monotonic stamps
+from `call_received` to the outcome (any outcome). So the views are compared with each other on
+every column, duration included, and with the fold on the rest; the call lines keep the fold's
+nanoseconds and are compared with it exactly; and each figure is checked against the events it
+is defined by.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentteam_task_bridge import replay
+from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import CallSummary
 
 from .fleet_helpers import write_fleet, write_idempotency_fleet
@@ -136,3 +138,57 @@ def test_the_call_lines_are_the_python_fold_column_by_column(
         assert summary.bridge_ms == (None if ns is None else round(ns / 1e6, 3)), key
         durations = line["upstream_durations"]
         assert summary.upstream_ms == (round(sum(durations), 3) if durations else None), key
+
+
+def test_each_duration_is_the_clock_its_docs_name(shipped: tuple[list[Path], str]) -> None:
+    """A view's `duration_ms` is the outcome event's own (null for an outcome that carries none);
+    the fold's `bridge_ms` is the outcome's monotonic stamp less the `call_received`'s."""
+    paths, url = shipped
+    fold, local = python_fold(paths), sqlite_view(paths)
+    view = store_rows(url, "SELECT journal_id, call_id, duration_ms FROM agentteam.calls")
+    received: dict[Key, journal.Record] = {}
+    outcome: dict[Key, journal.Record] = {}
+    with replay.open_journals(paths) as journals:
+        for record in journals.records():
+            if record.call_id is None:
+                continue
+            key = (record.journal_id, record.call_id)
+            if record.kind == "call_received":
+                received.setdefault(key, record)
+            elif record.kind in journal.OUTCOMES:
+                outcome[key] = record
+    both = 0
+    for key, summary in fold.items():
+        end, start = outcome.get(key), received.get(key)
+        timed = end is not None and end.kind in ("call_result", "call_error")
+        own = end.duration_ms if end is not None and timed else None
+        assert local[key]["duration_ms"] == view[key]["duration_ms"] == own, key
+        stamps = None if end is None or start is None else end.ts_mono_ns - start.ts_mono_ns
+        assert summary.bridge_ms == (None if stamps is None else round(stamps / 1e6, 3)), key
+        both += own is not None and stamps is not None
+    # Both figures are exercised, and a rejected call has the journal's figure only.
+    assert both > 20
+    assert any(s.status == "rejected" and s.bridge_ms is not None for s in fold.values())
+    assert all(local[k]["duration_ms"] is None for k, s in fold.items() if s.status == "rejected")
+
+
+def test_the_two_views_are_one_definition_rendered_per_dialect(
+    shipped: tuple[list[Path], str],
+) -> None:
+    """The journal file's view and the store's are `journal.calls_view` in each dialect: the
+    same columns in the same order (the store's keyed by journal too)."""
+    paths, url = shipped
+    sqlite_text, pg_text = journal.calls_view("sqlite"), journal.calls_view("postgresql")
+    assert "SUM(e.kind = 'call_result') > 0" in sqlite_text and "bool_or(" not in sqlite_text
+    assert "bool_or(e.kind = 'call_result')" in pg_text and "SUM(" not in pg_text
+    conn = sqlite3.connect(f"file:{paths[0]}?mode=ro", uri=True)
+    try:
+        (stored,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'calls'").fetchone()
+        local = [d[0] for d in conn.execute("SELECT * FROM calls LIMIT 0").description]
+    finally:
+        conn.close()
+    assert stored.endswith(sqlite_text.strip())
+    with psycopg.connect(url) as pg, pg.cursor() as cur:
+        cur.execute("SELECT * FROM agentteam.calls LIMIT 0")
+        store = [d.name for d in cur.description or ()]
+    assert store == ["journal_id", *local]

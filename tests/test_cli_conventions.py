@@ -108,6 +108,47 @@ def test_a_bad_number_or_flag_is_one_line_and_exit_2(args: list[str], named: str
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("program", "args", "named", "value"),
+    [
+        ("agentteam-bridge", ["serve", "--retain-payloads", "-1"], "--retain-payloads", "-1"),
+        ("agentteam-bridge", ["serve", "--upstream-timeout", "0"], "--upstream-timeout", "0"),
+        ("agentteam-replay", ["calls", "j.db", "--limit", "0"], "--limit", "0"),
+        ("agentteam-replay", ["deprecations", "j.db", "--gate-days", "x"], "--gate-days", "x"),
+        ("agentteam-replay", ["report", "j.db", "--stories", "100001"], "--stories", "100001"),
+        (
+            "agentteam-replay",
+            ["erase", "j.db", "--older-than", "-2", "--reason", "r"],
+            "--older",
+            "-2",
+        ),
+        ("agentteam-replay", ["prune", "j.db", "--older-than", "1e9"], "--older-than", "1e9"),
+        (
+            "agentteam-replay",
+            ["ship", "--to", "postgresql://h/d", "--interval", "0"],
+            "--interval",
+            "0",
+        ),
+        (
+            "agentteam-replay",
+            ["ship", "--to", "postgresql://h/d", "--batch-size", "0"],
+            "--batch",
+            "0",
+        ),
+    ],
+)
+def test_every_bad_number_names_its_option_and_the_value_given(
+    program: str, args: list[str], named: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One number type for both commands (`bridge.number_type`): the refusal is one line that
+    names the option and the value, whichever option and whichever way the value is wrong."""
+    with pytest.raises(SystemExit) as stopped:
+        PARSERS[program]().parse_args(args)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stopped.value.code == 2
+    assert named in err and repr(value) in err, err
+
+
 def test_a_bad_log_setting_in_the_environment_is_refused_at_start() -> None:
     env = {**os.environ, "AGENTTEAM_LOG_LEVEL": "chatty"}
     done = _cli("agentteam-bridge", "serve", "--embedded", env=env, stdin=subprocess.DEVNULL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import random
 import signal
@@ -144,6 +145,33 @@ def test_erasing_twice_is_a_no_op_and_dry_run_changes_no_byte(tmp_path: Path) ->
     assert again.seqs == [] and again.event_seq is None
     with journal.open_reader(path) as reader:
         assert reader.head() == head
+
+
+def test_asking_whether_a_writer_holds_the_journal_takes_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`erase` and `verify` ask one question, `journal.held_by_a_writer`, and on Linux answer it
+    from /proc/locks: the probe never takes the lock, so a writer opening at that moment (a
+    non-blocking exclusive lock) is never refused because of it."""
+    path = _journal(tmp_path)
+    taken: list[int] = []
+    flock = fcntl.flock
+
+    def recording(fd: int, operation: int) -> None:
+        taken.append(operation)
+        flock(fd, operation)
+
+    with journal.open_sync_writer(path, key=KEY) as writer:
+        live = writer.path
+        monkeypatch.setattr(fcntl, "flock", recording)
+        assert journal.held_by_a_writer(live)
+        dry = erase(path, Selector(call_id="call-3"), reason="r", key=SIGNER, dry_run=True)
+        assert dry.live and taken == []
+        monkeypatch.undo()
+    monkeypatch.setattr(fcntl, "flock", recording)
+    assert not journal.held_by_a_writer(live)
+    dry = erase(path, Selector(call_id="call-3"), reason="r", key=SIGNER, dry_run=True)
+    assert not dry.live and taken == []
 
 
 def test_selectors_choose_the_calls_they_name(tmp_path: Path) -> None:
