@@ -157,7 +157,7 @@ def report(
             if not calls.matches(s):
                 continue
             matched += 1
-            acc.call(story)
+            acc.call(story, s)
             checker.feed(story)
             timeline.add(s.started_at, s.tool or "?", s.status, s.bridge_ms)
             if s.error_code is not None:
