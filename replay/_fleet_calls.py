@@ -69,6 +69,10 @@ LINE_COLUMNS: Final = (
     ("idem_run", "jsonb"),
     ("idem_cb", "jsonb"),
     ("idem_payload", "jsonb"),
+    # The tasks the call touched: [channel, number, index, epoch increment, change] each.
+    ("idem_touches", "jsonb"),
+    # A claim's tasks: [listed as changed, number, position] each.
+    ("idem_claims", "jsonb"),
     # --- end of the idempotency fields -----------------------------------------------------
 )
 
@@ -79,6 +83,11 @@ def truthy(expr: str) -> str:
         f"(({expr}) IS NOT NULL AND ({expr}) NOT IN"
         " ('null'::jsonb, 'false', '0', '\"\"', '[]', '{}'))"
     )
+
+
+def is_int(expr: str) -> str:
+    """Whether a ``jsonb`` value is a JSON integer (Python ``isinstance(v, int)``)."""
+    return f"coalesce(jsonb_typeof({expr}) = 'number' AND ({expr})::text ~ '^-?[0-9]+$', false)"
 
 
 def text_of(expr: str) -> str:
@@ -113,6 +122,55 @@ _IDEM_DATA: Final = f"""CASE
         ELSE 'null'::jsonb END ORDER BY i), '[]')
         FROM jsonb_array_elements(l.data -> 'tasks') WITH ORDINALITY x(t, i)))
     ELSE {_KEPT_DATA} END"""
+
+
+# How many changes the call made to the task x.num (the idempotency check's task epochs).
+_CHANGES: Final = f"""CASE WHEN l.data IS NULL THEN 0
+    WHEN l.tool = 'task_update' THEN CASE WHEN {truthy("l.data -> 'changed'")} THEN 1 ELSE 0 END
+    WHEN l.tool = 'task_set_claim' THEN
+      CASE WHEN jsonb_typeof(l.data -> 'changed') = 'array'
+                AND l.data -> 'changed' @> jsonb_build_array(x.num) THEN 1 ELSE 0 END
+    WHEN l.tool IN ('task_checkpoint', 'task_delete') THEN 1
+    WHEN l.tool = 'task_create' THEN CASE WHEN {truthy("l.data -> 'reused'")} THEN 0 ELSE 1 END
+    ELSE 0 END"""
+# The tasks a call observed (its request's number or numbers, or the tasks it created), with
+# what it changed: only a call received, with a body, that ended after its request or changed.
+_TOUCHES: Final = f"""CASE WHEN l.received AND l.tool IS NOT NULL AND l.body IS NOT NULL
+    AND (l.request IS NOT NULL AND l.outcome_kind IS NOT NULL OR l.data IS NOT NULL AND l.mutation)
+  THEN (SELECT jsonb_agg(jsonb_build_array(
+      x.ch, x.num, x.idx,
+      CASE WHEN l.data IS NOT NULL AND l.mutation THEN {_CHANGES} ELSE 0 END,
+      CASE WHEN l.data IS NOT NULL THEN {_CHANGES} ELSE 0 END) ORDER BY x.idx)
+    FROM (
+      SELECT {text_of("l.body -> 'channel'")} AS ch, l.body -> 'number' AS num, 1::bigint AS idx
+      WHERE {is_int("l.body -> 'number'")}
+      UNION ALL
+      SELECT {text_of("l.body -> 'channel'")}, v, i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.body -> 'numbers') = 'array' THEN l.body -> 'numbers'
+             ELSE '[]' END) WITH ORDINALITY y(v, i)
+      WHERE NOT {is_int("l.body -> 'number'")} AND {is_int("v")}
+      UNION ALL
+      SELECT {text_of("t -> 'channel'")}, t -> 'number', i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'tasks') = 'array' THEN l.data -> 'tasks'
+             ELSE '[]' END) WITH ORDINALITY z(t, i)
+      WHERE NOT {is_int("l.body -> 'number'")}
+        AND jsonb_typeof(l.body -> 'numbers') IS DISTINCT FROM 'array'
+        AND l.tool = 'task_create' AND jsonb_typeof(t) = 'object' AND {is_int("t -> 'number'")}
+    ) x)
+  END"""
+# A claim's tasks as its result lists them: changed (in order), then unchanged.
+_CLAIMS: Final = """CASE WHEN l.received AND l.tool = 'task_set_claim'
+    AND jsonb_typeof(l.data -> 'claimed') = 'boolean'
+  THEN (SELECT jsonb_agg(jsonb_build_array(x.listed, x.v, x.pos) ORDER BY x.pos) FROM (
+      SELECT true AS listed, v, i AS pos FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'changed') = 'array' THEN l.data -> 'changed'
+             ELSE '[]' END) WITH ORDINALITY a(v, i)
+      UNION ALL
+      SELECT false, v, 1000000000 + i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'unchanged') = 'array' THEN l.data -> 'unchanged'
+             ELSE '[]' END) WITH ORDINALITY b(v, i)
+    ) x)
+  END"""
 
 
 def fold_sql(scope: str) -> str:
@@ -259,7 +317,9 @@ SELECT
          ELSE l.inj -> 'callback_effect_id' END, 'null') END AS idem_cb,
   CASE WHEN l.idem_key IS NOT NULL
        THEN l.body - 'idempotencyKey' - 'workflowRunId' - 'callbackEffectId' END
-    AS idem_payload
+    AS idem_payload,
+  {_TOUCHES} AS idem_touches,
+  {_CLAIMS} AS idem_claims
 FROM placed l
 """
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ._findings import Finding
+from ._fleet_calls import is_int as _int
 from ._fleet_calls import text_of as _text
 from ._fleet_calls import truthy as _truthy
 from ._fleet_store import connect
@@ -50,11 +51,6 @@ from ._idempotency import (
 __all__ = ["IDEMPOTENCY_SQL", "idempotency_from", "idempotency_query"]
 
 
-def _int(expr: str) -> str:
-    """Whether a ``jsonb`` value is a JSON integer (Python ``isinstance(v, int)``)."""
-    return f"coalesce(jsonb_typeof({expr}) = 'number' AND ({expr})::text ~ '^-?[0-9]+$', false)"
-
-
 # Where the report's filter goes (a condition on the call lines ``c``).
 _LINES: Final = "{lines}"
 
@@ -64,6 +60,7 @@ WITH placed AS (
   SELECT c.journal_id, c.call_id, c.first_seq, c.last_seq, c.tool, c.received, c.status,
     c.mutation, c.error_code, c.in_doubt, c.outcome_seq, c.idem_workspace, c.idem_agent,
     c.idem_data, c.idem_body, c.idem_sig, c.idem_key, c.idem_run, c.idem_cb, c.idem_payload,
+    c.idem_touches, c.idem_claims,
     CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
     coalesce(c.closed_seq, se.seq, c.first_seq) AS close_seq
   FROM agentteam.call_lines c
@@ -88,7 +85,8 @@ WITH placed AS (
     END AS outcome_kind,
     c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent, c.idem_data AS data,
     c.idem_body AS body, c.idem_sig AS sig, c.error_code, c.in_doubt, c.idem_key AS key,
-    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload
+    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
+    c.idem_claims AS claims
   FROM c
 ), keyed AS MATERIALIZED (
   SELECT k.*, NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
@@ -163,55 +161,16 @@ WITH placed AS (
     min(first_o) AS first_o
   FROM replayed r GROUP BY r.scope
 ), touch AS (
-  SELECT t.o, t.ws, t.ch, t.num, t.idx,
-    CASE WHEN t.data IS NOT NULL AND t.mutation THEN t.changes ELSE 0 END AS inc,
-    CASE WHEN t.data IS NOT NULL THEN t.changes ELSE 0 END AS chg
-  FROM (
-    SELECT c.o, c.ws, c.data, c.mutation, x.ch, x.num, x.idx,
-      CASE WHEN c.data IS NULL THEN 0
-           WHEN c.tool = 'task_update' THEN CASE WHEN {_truthy("c.data -> 'changed'")}
-                                                 THEN 1 ELSE 0 END
-           WHEN c.tool = 'task_set_claim' THEN
-             CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array'
-                       AND c.data -> 'changed' @> jsonb_build_array(x.num) THEN 1 ELSE 0 END
-           WHEN c.tool IN ('task_checkpoint', 'task_delete') THEN 1
-           WHEN c.tool = 'task_create' THEN CASE WHEN {_truthy("c.data -> 'reused'")}
-                                                 THEN 0 ELSE 1 END
-           ELSE 0 END AS changes
-    FROM calls c, LATERAL (
-      SELECT {_text("c.body -> 'channel'")} AS ch, c.body -> 'number' AS num, 1::bigint AS idx
-      WHERE {_int("c.body -> 'number'")}
-      UNION ALL
-      SELECT {_text("c.body -> 'channel'")}, v, i FROM jsonb_array_elements(
-        CASE WHEN jsonb_typeof(c.body -> 'numbers') = 'array' THEN c.body -> 'numbers'
-             ELSE '[]' END) WITH ORDINALITY y(v, i)
-      WHERE NOT {_int("c.body -> 'number'")} AND {_int("v")}
-      UNION ALL
-      SELECT {_text("t -> 'channel'")}, t -> 'number', i FROM jsonb_array_elements(
-        CASE WHEN jsonb_typeof(c.data -> 'tasks') = 'array' THEN c.data -> 'tasks'
-             ELSE '[]' END) WITH ORDINALITY z(t, i)
-      WHERE NOT {_int("c.body -> 'number'")}
-        AND jsonb_typeof(c.body -> 'numbers') IS DISTINCT FROM 'array'
-        AND c.tool = 'task_create' AND jsonb_typeof(t) = 'object' AND {_int("t -> 'number'")}
-    ) x
-    WHERE c.fed AND c.body IS NOT NULL
-      AND (c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
-           OR c.data IS NOT NULL AND c.mutation)
-  ) t
+  SELECT c.o, c.ws, t ->> 0 AS ch, t -> 1 AS num, (t ->> 2)::bigint AS idx,
+    (t ->> 3)::bigint AS inc, (t ->> 4)::bigint AS chg
+  FROM calls c, jsonb_array_elements(c.touches) t
+  WHERE c.touches IS NOT NULL
 ), claiming AS (
   SELECT c.o, c.ws, {_text("c.data -> 'channel'")} AS ch, c.mutation,
-    CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired, l.listed, l.v AS num,
-    l.pos
-  FROM calls c, LATERAL (
-    SELECT true AS listed, v, i AS pos FROM jsonb_array_elements(
-      CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array' THEN c.data -> 'changed'
-           ELSE '[]' END) WITH ORDINALITY a(v, i)
-    UNION ALL
-    SELECT false, v, 1000000000 + i FROM jsonb_array_elements(
-      CASE WHEN jsonb_typeof(c.data -> 'unchanged') = 'array' THEN c.data -> 'unchanged'
-           ELSE '[]' END) WITH ORDINALITY b(v, i)
-  ) l
-  WHERE c.fed AND c.tool = 'task_set_claim' AND jsonb_typeof(c.data -> 'claimed') = 'boolean'
+    CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired,
+    (l ->> 0)::boolean AS listed, l -> 1 AS num, (l ->> 2)::bigint AS pos
+  FROM calls c, jsonb_array_elements(c.claims) l
+  WHERE c.claims IS NOT NULL
 ), points AS (
   SELECT o, ws, ch, num, 't' AS role, inc, chg, idx, NULL::text AS holder FROM touch
   UNION ALL
@@ -341,6 +300,9 @@ def idempotency_from(
         # Compiling the plan's ~300 expressions costs seconds (3.6 s of 4.7 on 100,000 events)
         # and saves little: the work is sorts and windows.
         conn.execute("SET jit = off")
+        # Its windows sort the calls several times: at the default 4MB each sort of 20,000
+        # calls spills to disk.
+        conn.execute("SET work_mem = '32MB'")
         row = conn.execute(sql, params).fetchone()
     assert row is not None
     group_rows, finding_rows, hint_rows, calls, keyed, claim_calls, claim_repeats = row
