@@ -10,7 +10,8 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
   session (partitions pruned, indexes used), equal to what the local ``report`` shows for the
   same journals and filter;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
-  most ``MAX_NAMED_STORIES``) are read back from the events, one call at a time.
+  most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
+  events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
 
 The client receives aggregates and the stories' events, never the whole history.
 """
