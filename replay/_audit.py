@@ -17,7 +17,7 @@ from typing import Final
 import msgspec
 
 from ._source import Progress, open_journals
-from ._story import CallStory, SessionInfo, iter_stories
+from ._story import CallStory, CallSummary, SessionInfo, iter_stories
 
 __all__ = [
     "AuditReport",
@@ -187,9 +187,10 @@ class _Audit:
         self.boards: Counter[tuple[str, str, str]] = Counter()
         self.sessions: dict[tuple[str, str], SessionRow] = {}
 
-    def call(self, story: CallStory) -> None:
+    def call(self, story: CallStory, summary: CallSummary | None = None) -> None:
+        """Count one call (``summary``: its summary, when the caller made it already)."""
         self.calls += 1
-        s = story.summary()
+        s = summary or story.summary()
         tool = s.tool or "?"
         self.usage[(tool, s.agent_id or "?", s.status)] += 1
         if s.error_code is not None:

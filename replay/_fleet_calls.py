@@ -21,6 +21,7 @@ events) plus the few fields of its session's start the reports use. Invariants:
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 from ._fleet_schema import partition_function
@@ -56,7 +57,121 @@ LINE_COLUMNS: Final = (
     ("channel", 'text COLLATE "C"'),
     # The session start's client and agent (null when the store holds no start).
     ("session", "jsonb"),
+    # --- idempotency fields (issue 30): what `idempotency --from` reads per call -----------
+    ("received", "boolean NOT NULL"),
+    ("closed_seq", "bigint"),
+    ("outcome_seq", "bigint"),
+    ("idem_workspace", 'text COLLATE "C"'),
+    ("idem_agent", 'text COLLATE "C"'),
+    ("idem_data", "jsonb"),
+    ("idem_body", "jsonb"),
+    ("idem_sig", "text"),
+    ("idem_key", 'text COLLATE "C"'),
+    ("idem_run", "jsonb"),
+    ("idem_cb", "jsonb"),
+    ("idem_payload", "jsonb"),
+    # The tasks the call touched: [channel, number, index, epoch increment, change] each.
+    ("idem_touches", "jsonb"),
+    # A claim's tasks: [listed as changed, number, position] each.
+    ("idem_claims", "jsonb"),
+    # --- end of the idempotency fields -----------------------------------------------------
 )
+
+
+def truthy(expr: str) -> str:
+    """Python's truth of a JSON value (``jsonb``): not null, false, 0, "", [] or {}."""
+    return (
+        f"(({expr}) IS NOT NULL AND ({expr}) NOT IN"
+        " ('null'::jsonb, 'false', '0', '\"\"', '[]', '{}'))"
+    )
+
+
+def is_int(expr: str) -> str:
+    """Whether a ``jsonb`` value is a JSON integer (Python ``isinstance(v, int)``)."""
+    return f"coalesce(jsonb_typeof({expr}) = 'number' AND ({expr})::text ~ '^-?[0-9]+$', false)"
+
+
+def text_of(expr: str) -> str:
+    """The ``jsonb`` value's text when it is a JSON string, else null."""
+    return f"CASE WHEN jsonb_typeof({expr}) = 'string' THEN ({expr}) #>> '{{}}' END"
+
+
+def _context(name: str) -> str:
+    """The injected value (when truthy; a string, else None) or the session's."""
+    value = f"l.inj -> '{name}'"
+    return f"CASE WHEN {truthy(value)} THEN {text_of(value)} ELSE l.session ->> '{name}' END"
+
+
+# What Python's str.strip() removes (the local reader strips an argument key), as a literal.
+_WHITESPACE: Final = (
+    "U&'" + "".join(f"\\+{c:06X}" for c in range(sys.maxunicode + 1) if chr(c).isspace()) + "'"
+)
+# Not a key scoped by a workflow callback: the body does not carry both of its ids.
+_OUTSIDE: Final = " AND ".join(
+    truthy(f"l.body -> '{name}'") for name in ("workflowRunId", "callbackEffectId")
+)
+# The result's data, only the members the idempotency check reads (a created task: only its
+# identity, and only for task_create).
+_DATA_KEPT: Final = "('reused', 'changed', 'claimed', 'unchanged', 'channel')"
+_KEPT_DATA: Final = f"""(l.data - coalesce((SELECT array_agg(k) FROM jsonb_object_keys(l.data) k
+    WHERE k NOT IN {_DATA_KEPT} AND NOT (k = 'tasks' AND l.tool = 'task_create')), '{{}}'))"""
+_IDEM_DATA: Final = f"""CASE
+    WHEN l.tool = 'task_create' AND jsonb_typeof(l.data -> 'tasks') = 'array' THEN jsonb_set(
+      {_KEPT_DATA}, '{{tasks}}', (SELECT coalesce(jsonb_agg(
+        CASE WHEN jsonb_typeof(t) = 'object' THEN jsonb_build_object(
+          'channel', t -> 'channel', 'number', t -> 'number', 'scope_id', t -> 'scope_id')
+        ELSE 'null'::jsonb END ORDER BY i), '[]')
+        FROM jsonb_array_elements(l.data -> 'tasks') WITH ORDINALITY x(t, i)))
+    ELSE {_KEPT_DATA} END"""
+
+
+# How many changes the call made to the task x.num (the idempotency check's task epochs).
+_CHANGES: Final = f"""CASE WHEN l.data IS NULL THEN 0
+    WHEN l.tool = 'task_update' THEN CASE WHEN {truthy("l.data -> 'changed'")} THEN 1 ELSE 0 END
+    WHEN l.tool = 'task_set_claim' THEN
+      CASE WHEN jsonb_typeof(l.data -> 'changed') = 'array'
+                AND l.data -> 'changed' @> jsonb_build_array(x.num) THEN 1 ELSE 0 END
+    WHEN l.tool IN ('task_checkpoint', 'task_delete') THEN 1
+    WHEN l.tool = 'task_create' THEN CASE WHEN {truthy("l.data -> 'reused'")} THEN 0 ELSE 1 END
+    ELSE 0 END"""
+# The tasks a call observed (its request's number or numbers, or the tasks it created), with
+# what it changed: only a call received, with a body, that ended after its request or changed.
+_TOUCHES: Final = f"""CASE WHEN l.received AND l.tool IS NOT NULL AND l.body IS NOT NULL
+    AND (l.request IS NOT NULL AND l.outcome_kind IS NOT NULL OR l.data IS NOT NULL AND l.mutation)
+  THEN (SELECT jsonb_agg(jsonb_build_array(
+      x.ch, x.num, x.idx,
+      CASE WHEN l.data IS NOT NULL AND l.mutation THEN {_CHANGES} ELSE 0 END,
+      CASE WHEN l.data IS NOT NULL THEN {_CHANGES} ELSE 0 END) ORDER BY x.idx)
+    FROM (
+      SELECT {text_of("l.body -> 'channel'")} AS ch, l.body -> 'number' AS num, 1::bigint AS idx
+      WHERE {is_int("l.body -> 'number'")}
+      UNION ALL
+      SELECT {text_of("l.body -> 'channel'")}, v, i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.body -> 'numbers') = 'array' THEN l.body -> 'numbers'
+             ELSE '[]' END) WITH ORDINALITY y(v, i)
+      WHERE NOT {is_int("l.body -> 'number'")} AND {is_int("v")}
+      UNION ALL
+      SELECT {text_of("t -> 'channel'")}, t -> 'number', i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'tasks') = 'array' THEN l.data -> 'tasks'
+             ELSE '[]' END) WITH ORDINALITY z(t, i)
+      WHERE NOT {is_int("l.body -> 'number'")}
+        AND jsonb_typeof(l.body -> 'numbers') IS DISTINCT FROM 'array'
+        AND l.tool = 'task_create' AND jsonb_typeof(t) = 'object' AND {is_int("t -> 'number'")}
+    ) x)
+  END"""
+# A claim's tasks as its result lists them: changed (in order), then unchanged.
+_CLAIMS: Final = """CASE WHEN l.received AND l.tool = 'task_set_claim'
+    AND jsonb_typeof(l.data -> 'claimed') = 'boolean'
+  THEN (SELECT jsonb_agg(jsonb_build_array(x.listed, x.v, x.pos) ORDER BY x.pos) FROM (
+      SELECT true AS listed, v, i AS pos FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'changed') = 'array' THEN l.data -> 'changed'
+             ELSE '[]' END) WITH ORDINALITY a(v, i)
+      UNION ALL
+      SELECT false, v, 1000000000 + i FROM jsonb_array_elements(
+        CASE WHEN jsonb_typeof(l.data -> 'unchanged') = 'array' THEN l.data -> 'unchanged'
+             ELSE '[]' END) WITH ORDINALITY b(v, i)
+    ) x)
+  END"""
 
 
 def fold_sql(scope: str) -> str:
@@ -102,7 +217,14 @@ WITH ev AS (
       FILTER (WHERE kind = 'upstream_request'
               AND jsonb_typeof(doc -> 'body' -> 'channel') = 'string'))[1] AS request_channel,
     (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
-      AS injected
+      AS injected,
+    -- idempotency fields
+    (array_agg(doc -> 'arguments' ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1]
+      AS arguments,
+    bool_or(kind = 'call_received') AS received,
+    min(seq) FILTER (WHERE kind IN {OUTCOME_KINDS}) AS closed_seq,
+    (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_seq,
+    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind = 'upstream_request'))[1] AS request
   FROM ev
   WHERE n <= {MAX_EVENTS_PER_CALL}
   GROUP BY journal_id, call_id
@@ -139,9 +261,29 @@ WITH ev AS (
              THEN f.outcome -> 'result' -> 'data' ->> 'channel' END,
         CASE WHEN jsonb_typeof(f.outcome -> 'result' -> 'data' -> 'task' -> 'channel') = 'string'
              THEN f.outcome -> 'result' -> 'data' -> 'task' ->> 'channel' END) END
-    ) AS channel
+    ) AS channel,
+    -- idempotency fields: the injected context by name, the result's data, the request's body
+    (SELECT jsonb_object_agg(x.f ->> 'name', x.f -> 'value' ORDER BY x.i)
+     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.injected) = 'array' THEN f.injected
+                                    ELSE '[]' END) WITH ORDINALITY x(f, i)
+     WHERE jsonb_typeof(x.f -> 'name') = 'string') AS inj,
+    CASE WHEN f.outcome_kind = 'call_result'
+              AND jsonb_typeof(f.outcome -> 'result' -> 'data') = 'object'
+         THEN f.outcome -> 'result' -> 'data' END AS data,
+    CASE WHEN jsonb_typeof(f.request -> 'body') = 'object' THEN f.request -> 'body' END AS body
   FROM folded f
   {SESSION_STARTED_OF_CALL}
+), placed AS (
+  SELECT l.*,
+    {_context("workspace_id")} AS idem_workspace,
+    {_context("agent_id")} AS idem_agent,
+    CASE WHEN l.tool = 'task_create' THEN
+      CASE WHEN jsonb_typeof(l.body -> 'idempotencyKey') = 'string'
+             THEN l.body ->> 'idempotencyKey'
+           WHEN jsonb_typeof(l.arguments -> 'idempotency_key') = 'string'
+             THEN btrim(l.arguments ->> 'idempotency_key', {_WHITESPACE})
+      END END AS idem_key
+  FROM lines l
 )
 SELECT
   l.journal_id, l.call_id, l.started_ts, l.session_id, l.tool, l.requested_tool,
@@ -159,8 +301,27 @@ SELECT
   l.truncated, l.deprecated_uses, l.mutation, l.channel,
   CASE WHEN l.session IS NOT NULL THEN jsonb_build_object(
     'client_name', l.session -> 'client_name', 'client_version', l.session -> 'client_version',
-    'agent_id', l.session -> 'agent_id') END AS session
-FROM lines l
+    'agent_id', l.session -> 'agent_id') END AS session,
+  l.received, l.closed_seq, l.outcome_seq, l.idem_workspace, l.idem_agent,
+  {_IDEM_DATA} AS idem_data,
+  l.body - coalesce((SELECT array_agg(k) FROM jsonb_object_keys(l.body) k
+                     WHERE k NOT IN ('channel', 'number', 'numbers')), '{{}}') AS idem_body,
+  CASE WHEN l.request IS NOT NULL THEN md5(jsonb_build_array(
+    l.idem_workspace, l.idem_agent, l.tool, l.request -> 'method', l.request -> 'route',
+    l.request -> 'body')::text) END AS idem_sig,
+  l.idem_key,
+  CASE WHEN l.idem_key IS NOT NULL THEN nullif(
+    CASE WHEN l.body IS NOT NULL AND NOT ({_OUTSIDE}) THEN l.body -> 'workflowRunId'
+         ELSE l.inj -> 'workflow_run_id' END, 'null') END AS idem_run,
+  CASE WHEN l.idem_key IS NOT NULL THEN nullif(
+    CASE WHEN l.body IS NOT NULL AND NOT ({_OUTSIDE}) THEN l.body -> 'callbackEffectId'
+         ELSE l.inj -> 'callback_effect_id' END, 'null') END AS idem_cb,
+  CASE WHEN l.idem_key IS NOT NULL
+       THEN l.body - 'idempotencyKey' - 'workflowRunId' - 'callbackEffectId' END
+    AS idem_payload,
+  {_TOUCHES} AS idem_touches,
+  {_CLAIMS} AS idem_claims
+FROM placed l
 """
 
 

@@ -4,7 +4,11 @@ The local checker (``_idempotency``) is a state machine fed the calls one by one
 ``iter_stories`` closes them: journal by journal (journal id order), each call when its outcome
 arrives (or its session ends), the calls never closed last. Each of its states is a function of
 what came before a call in that order, so the query numbers the calls in that order (``o``) and
-replaces each state by a window over it:
+replaces each state by a window over it. It reads calls, not events: each call's fields the
+checks need (its injected context, the members of its result's data and request body they read,
+its request's signature, its idempotency key and scope) are kept on its call line at ingest
+(``_fleet_calls``); only a call never closed looks up its session's end among the events.
+The windows:
 
 * **keyed creates**: the scope's first success is the baseline (``min(o)`` over the scope), each
   later success is compared with it;
@@ -28,11 +32,13 @@ over as another call (a bridge never has that many calls in flight); values are 
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Final
 
 from ._findings import Finding
-from ._fleet_store import MUTATION_FOLD, OUTCOME_KINDS, SESSION_STARTED_OF_CALL, connect
+from ._fleet_calls import is_int as _int
+from ._fleet_calls import text_of as _text
+from ._fleet_calls import truthy as _truthy
+from ._fleet_store import connect
 from ._idempotency import (
     REPEAT_WINDOW,
     HintCheck,
@@ -41,83 +47,30 @@ from ._idempotency import (
     _held,
     declared_hints,
 )
-from ._story import MAX_EVENTS_PER_CALL
 
-__all__ = ["IDEMPOTENCY_SQL", "idempotency_from"]
-
-# What Python's str.strip() removes (the local reader strips an argument key).
-_WHITESPACE: Final = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+__all__ = ["IDEMPOTENCY_SQL", "idempotency_from", "idempotency_query"]
 
 
-def _truthy(expr: str) -> str:
-    """Python's truth of a JSON value (``jsonb``): not null, false, 0, "", [] or {}."""
-    return (
-        f"(({expr}) IS NOT NULL AND ({expr}) NOT IN"
-        " ('null'::jsonb, 'false', '0', '\"\"', '[]', '{}'))"
-    )
-
-
-def _int(expr: str) -> str:
-    """Whether a ``jsonb`` value is a JSON integer (Python ``isinstance(v, int)``)."""
-    return f"coalesce(jsonb_typeof({expr}) = 'number' AND ({expr})::text ~ '^-?[0-9]+$', false)"
-
-
-def _text(expr: str) -> str:
-    return f"CASE WHEN jsonb_typeof({expr}) = 'string' THEN ({expr}) #>> '{{}}' END"
-
-
-def _context(name: str, field: str) -> str:
-    """The injected value (when truthy; a string, else None) or the session's."""
-    value = f"c.inj -> '{name}'"
-    return f"CASE WHEN {_truthy(value)} THEN {_text(value)} ELSE c.session ->> '{field}' END"
+# Where the report's filter goes (a condition on the call lines ``c``).
+_LINES: Final = "{lines}"
 
 
 IDEMPOTENCY_SQL: Final = f"""
-WITH ev AS (
-  SELECT e.journal_id, e.call_id, e.session_id, e.seq, e.kind, e.gen_ai_tool_name, e.doc,
-    row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
-  FROM agentteam.events e
-  WHERE e.call_id IS NOT NULL
-), folded AS (
-  SELECT
-    journal_id, call_id,
-    (array_agg(session_id ORDER BY seq))[1] AS session_id,
-    min(seq) AS first_seq,
-    max(seq) AS last_seq,
-    (array_agg(gen_ai_tool_name ORDER BY seq DESC)
-      FILTER (WHERE gen_ai_tool_name <> ''))[1] AS tool,
-    (array_agg(doc -> 'arguments' ORDER BY seq) FILTER (WHERE kind = 'call_received'))[1]
-      AS arguments,
-    bool_or(kind = 'call_received') AS received,
-    (array_agg(doc -> 'fields' ORDER BY seq) FILTER (WHERE kind = 'context_injected'))[1]
-      AS fields,
-    min(seq) FILTER (WHERE kind IN {OUTCOME_KINDS}) AS closed_at,
-    (array_agg(kind ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_kind,
-    (array_agg(seq ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome_seq,
-    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind IN {OUTCOME_KINDS}))[1] AS outcome,
-    (array_agg(doc ORDER BY seq DESC) FILTER (WHERE kind = 'upstream_request'))[1] AS request,
-    {MUTATION_FOLD} AS mutation,
-    (array_agg(kind ORDER BY seq DESC)
-      FILTER (WHERE kind IN ('upstream_request', 'upstream_response')))[1] AS last_upstream
-  FROM ev
-  WHERE n <= {MAX_EVENTS_PER_CALL}
-  GROUP BY journal_id, call_id
-), placed AS (
-  SELECT f.*, s.doc AS session,
-    (SELECT jsonb_object_agg(x.f ->> 'name', x.f -> 'value' ORDER BY x.i)
-     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.fields) = 'array' THEN f.fields
-                                    ELSE '[]' END) WITH ORDINALITY x(f, i)
-     WHERE jsonb_typeof(x.f -> 'name') = 'string') AS inj,
-    CASE WHEN f.closed_at IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
-    coalesce(f.closed_at, se.seq, f.first_seq) AS close_seq
-  FROM folded f
-  {SESSION_STARTED_OF_CALL}
+WITH placed AS (
+  SELECT c.journal_id, c.call_id, c.first_seq, c.last_seq, c.tool, c.received, c.status,
+    c.mutation, c.error_code, c.in_doubt, c.outcome_seq, c.idem_workspace, c.idem_agent,
+    c.idem_data, c.idem_body, c.idem_sig, c.idem_key, c.idem_run, c.idem_cb, c.idem_payload,
+    c.idem_touches, c.idem_claims,
+    CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
+    coalesce(c.closed_seq, se.seq, c.first_seq) AS close_seq
+  FROM agentteam.call_lines c
   LEFT JOIN LATERAL (
     SELECT x.seq FROM agentteam.events x
-    WHERE f.closed_at IS NULL AND x.journal_id = f.journal_id AND x.session_id = f.session_id
-      AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > f.first_seq
+    WHERE c.closed_seq IS NULL AND x.journal_id = c.journal_id AND x.session_id = c.session_id
+      AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > c.first_seq
     ORDER BY x.seq LIMIT 1
   ) se ON true
+  WHERE {_LINES}
 ), c AS (
   SELECT
     row_number() OVER (ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq) AS o,
@@ -126,35 +79,19 @@ WITH ev AS (
 ), calls AS MATERIALIZED (
   SELECT
     c.o, c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
-    coalesce(c.outcome_seq, c.last_seq) AS fseq, c.outcome_kind, c.mutation, c.inj,
-    {_context("workspace_id", "workspace_id")} AS ws,
-    {_context("agent_id", "agent_id")} AS agent,
-    CASE WHEN c.outcome_kind = 'call_result'
-              AND jsonb_typeof(c.outcome -> 'result' -> 'data') = 'object'
-         THEN c.outcome -> 'result' -> 'data' END AS data,
-    CASE WHEN jsonb_typeof(c.request -> 'body') = 'object' THEN c.request -> 'body' END AS body,
-    c.request,
-    CASE WHEN c.outcome_kind IN ('call_error', 'call_rejected')
-         THEN c.outcome ->> 'error_code' END AS error_code,
-    c.arguments, c.last_upstream
+    coalesce(c.outcome_seq, c.last_seq) AS fseq,
+    CASE c.status WHEN 'result' THEN 'call_result' WHEN 'error' THEN 'call_error'
+      WHEN 'rejected' THEN 'call_rejected' WHEN 'cancelled' THEN 'call_cancelled'
+    END AS outcome_kind,
+    c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent, c.idem_data AS data,
+    c.idem_body AS body, c.idem_sig AS sig, c.error_code, c.in_doubt, c.idem_key AS key,
+    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
+    c.idem_claims AS claims
   FROM c
 ), keyed AS MATERIALIZED (
-  SELECT k.*,
-    NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
-  FROM (
-    SELECT calls.*,
-      CASE WHEN jsonb_typeof(body -> 'idempotencyKey') = 'string' THEN body ->> 'idempotencyKey'
-           WHEN jsonb_typeof(arguments -> 'idempotency_key') = 'string'
-             THEN btrim(arguments ->> 'idempotency_key', %(whitespace)s) END AS key,
-      nullif(CASE WHEN body IS NOT NULL AND NOT ({_truthy("body -> 'workflowRunId'")}
-                                             AND {_truthy("body -> 'callbackEffectId'")})
-             THEN body -> 'workflowRunId' ELSE inj -> 'workflow_run_id' END, 'null') AS run,
-      nullif(CASE WHEN body IS NOT NULL AND NOT ({_truthy("body -> 'workflowRunId'")}
-                                             AND {_truthy("body -> 'callbackEffectId'")})
-             THEN body -> 'callbackEffectId' ELSE inj -> 'callback_effect_id' END, 'null') AS cb
-    FROM calls WHERE fed AND tool = 'task_create'
-  ) k
-  WHERE k.key IS NOT NULL
+  SELECT k.*, NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
+  FROM calls k
+  WHERE k.fed AND k.tool = 'task_create' AND k.key IS NOT NULL
 ), classed AS (
   SELECT k.*,
     CASE WHEN outside THEN CASE WHEN body IS NOT NULL THEN 'sent'
@@ -162,7 +99,6 @@ WITH ev AS (
          WHEN error_code = 'idempotency_conflict' THEN 'conflict'
          WHEN data IS NULL OR body IS NULL THEN NULL
          ELSE 'success' END AS class,
-    body - 'idempotencyKey' - 'workflowRunId' - 'callbackEffectId' AS payload,
     (SELECT coalesce(jsonb_agg(jsonb_build_array(t -> 'channel', t -> 'number', t -> 'scope_id')
                                ORDER BY i), '[]')
      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(data -> 'tasks') = 'array'
@@ -225,55 +161,16 @@ WITH ev AS (
     min(first_o) AS first_o
   FROM replayed r GROUP BY r.scope
 ), touch AS (
-  SELECT t.o, t.ws, t.ch, t.num, t.idx,
-    CASE WHEN t.data IS NOT NULL AND t.mutation THEN t.changes ELSE 0 END AS inc,
-    CASE WHEN t.data IS NOT NULL THEN t.changes ELSE 0 END AS chg
-  FROM (
-    SELECT c.o, c.ws, c.data, c.mutation, x.ch, x.num, x.idx,
-      CASE WHEN c.data IS NULL THEN 0
-           WHEN c.tool = 'task_update' THEN CASE WHEN {_truthy("c.data -> 'changed'")}
-                                                 THEN 1 ELSE 0 END
-           WHEN c.tool = 'task_set_claim' THEN
-             CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array'
-                       AND c.data -> 'changed' @> jsonb_build_array(x.num) THEN 1 ELSE 0 END
-           WHEN c.tool IN ('task_checkpoint', 'task_delete') THEN 1
-           WHEN c.tool = 'task_create' THEN CASE WHEN {_truthy("c.data -> 'reused'")}
-                                                 THEN 0 ELSE 1 END
-           ELSE 0 END AS changes
-    FROM calls c, LATERAL (
-      SELECT {_text("c.body -> 'channel'")} AS ch, c.body -> 'number' AS num, 1::bigint AS idx
-      WHERE {_int("c.body -> 'number'")}
-      UNION ALL
-      SELECT {_text("c.body -> 'channel'")}, v, i FROM jsonb_array_elements(
-        CASE WHEN jsonb_typeof(c.body -> 'numbers') = 'array' THEN c.body -> 'numbers'
-             ELSE '[]' END) WITH ORDINALITY y(v, i)
-      WHERE NOT {_int("c.body -> 'number'")} AND {_int("v")}
-      UNION ALL
-      SELECT {_text("t -> 'channel'")}, t -> 'number', i FROM jsonb_array_elements(
-        CASE WHEN jsonb_typeof(c.data -> 'tasks') = 'array' THEN c.data -> 'tasks'
-             ELSE '[]' END) WITH ORDINALITY z(t, i)
-      WHERE NOT {_int("c.body -> 'number'")}
-        AND jsonb_typeof(c.body -> 'numbers') IS DISTINCT FROM 'array'
-        AND c.tool = 'task_create' AND jsonb_typeof(t) = 'object' AND {_int("t -> 'number'")}
-    ) x
-    WHERE c.fed AND c.body IS NOT NULL
-      AND (c.request IS NOT NULL AND c.outcome_kind IS NOT NULL
-           OR c.data IS NOT NULL AND c.mutation)
-  ) t
+  SELECT c.o, c.ws, t ->> 0 AS ch, t -> 1 AS num, (t ->> 2)::bigint AS idx,
+    (t ->> 3)::bigint AS inc, (t ->> 4)::bigint AS chg
+  FROM calls c, jsonb_array_elements(c.touches) t
+  WHERE c.touches IS NOT NULL
 ), claiming AS (
   SELECT c.o, c.ws, {_text("c.data -> 'channel'")} AS ch, c.mutation,
-    CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired, l.listed, l.v AS num,
-    l.pos
-  FROM calls c, LATERAL (
-    SELECT true AS listed, v, i AS pos FROM jsonb_array_elements(
-      CASE WHEN jsonb_typeof(c.data -> 'changed') = 'array' THEN c.data -> 'changed'
-           ELSE '[]' END) WITH ORDINALITY a(v, i)
-    UNION ALL
-    SELECT false, v, 1000000000 + i FROM jsonb_array_elements(
-      CASE WHEN jsonb_typeof(c.data -> 'unchanged') = 'array' THEN c.data -> 'unchanged'
-           ELSE '[]' END) WITH ORDINALITY b(v, i)
-  ) l
-  WHERE c.fed AND c.tool = 'task_set_claim' AND jsonb_typeof(c.data -> 'claimed') = 'boolean'
+    CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired,
+    (l ->> 0)::boolean AS listed, l -> 1 AS num, (l ->> 2)::bigint AS pos
+  FROM calls c, jsonb_array_elements(c.claims) l
+  WHERE c.claims IS NOT NULL
 ), points AS (
   SELECT o, ws, ch, num, 't' AS role, inc, chg, idx, NULL::text AS holder FROM touch
   UNION ALL
@@ -317,17 +214,13 @@ WITH ev AS (
     lag(r.o) OVER w AS prev_o,
     lag(r.data IS NOT NULL) OVER w AS prev_ok
   FROM (
-    SELECT c.*, md5(jsonb_build_array(c.ws, c.agent, c.tool, c.request -> 'method',
-                                      c.request -> 'route', c.request -> 'body')::text) AS sig
-    FROM calls c WHERE c.fed AND c.request IS NOT NULL AND c.outcome_kind IS NOT NULL
+    SELECT c.* FROM calls c WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
   ) r
   WINDOW w AS (PARTITION BY r.sig ORDER BY r.o)
 ), repeats AS (
   SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool,
     CASE WHEN NOT r.mutation THEN true
-         WHEN r.data IS NULL THEN NOT (
-           r.outcome_kind = 'call_cancelled' AND r.last_upstream = 'upstream_request'
-           OR r.error_code IN ('outcome_unknown', 'internal_error'))
+         WHEN r.data IS NULL THEN r.in_doubt IS NULL
          WHEN r.tool IN ('task_update', 'task_set_claim')
            THEN NOT {_truthy("r.data -> 'changed'")}
          WHEN r.tool = 'task_create' THEN coalesce(r.data -> 'reused' = 'true', false)
@@ -364,7 +257,26 @@ SELECT
 
 
 _CLOSE_ORDER: Final = 'ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq'
-_EVENTS: Final = "  FROM agentteam.events e\n  WHERE e.call_id IS NOT NULL\n"
+
+
+def idempotency_query(
+    *,
+    hints: dict[str, bool],
+    calls: str | None = None,
+    call_params: dict[str, Any] | None = None,
+    in_order: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """The query :func:`idempotency_from` runs, and its parameters."""
+    assert IDEMPOTENCY_SQL.count(_LINES) == 1 and IDEMPOTENCY_SQL.count(_CLOSE_ORDER) == 1
+    sql = IDEMPOTENCY_SQL.replace(_LINES, calls or "true")
+    if in_order:
+        sql = sql.replace(_CLOSE_ORDER, 'ORDER BY journal_id COLLATE "C", first_seq')
+    params = {
+        **(call_params or {}),
+        "window": REPEAT_WINDOW,
+        "declared": sorted(tool for tool, declared in hints.items() if declared),
+    }
+    return sql, params
 
 
 def idempotency_from(
@@ -376,32 +288,21 @@ def idempotency_from(
     in_order: bool = False,
 ) -> IdempotencyResult:
     """``idempotency`` over the store, computed in SQL (see the module docstring); ``calls``,
-    a condition on ``agentteam.call_lines`` (named parameters ``call_params``), checks only the
-    calls it selects, as ``report`` feeds the checker only the calls its filter keeps;
+    a condition on ``agentteam.call_lines c`` (named parameters ``call_params``), checks only
+    the calls it selects, as ``report`` feeds the checker only the calls its filter keeps;
     ``in_order`` feeds the calls in the order of their first event, as ``report`` does
     (``iter_stories(in_order=True)``), not in the order they closed."""
     hints = declared_hints() if hints is None else hints
-    sql = IDEMPOTENCY_SQL
-    if calls is not None:
-        assert sql.count(_EVENTS) == 1
-        sql = sql.replace(
-            _EVENTS,
-            _EVENTS + "    AND (e.journal_id, e.call_id) IN (SELECT c.journal_id, c.call_id"
-            f" FROM agentteam.call_lines c WHERE {calls})\n",
-        )
-    if in_order:
-        assert sql.count(_CLOSE_ORDER) == 1
-        sql = sql.replace(_CLOSE_ORDER, 'ORDER BY journal_id COLLATE "C", first_seq')
-    params = {
-        **(call_params or {}),
-        "whitespace": _WHITESPACE,
-        "window": REPEAT_WINDOW,
-        "declared": sorted(tool for tool, declared in hints.items() if declared),
-    }
+    sql, params = idempotency_query(
+        hints=hints, calls=calls, call_params=call_params, in_order=in_order
+    )
     with connect(store_url, autocommit=True) as conn:
         # Compiling the plan's ~300 expressions costs seconds (3.6 s of 4.7 on 100,000 events)
         # and saves little: the work is sorts and windows.
         conn.execute("SET jit = off")
+        # Its windows sort the calls several times: at the default 4MB each sort of 20,000
+        # calls spills to disk.
+        conn.execute("SET work_mem = '32MB'")
         row = conn.execute(sql, params).fetchone()
     assert row is not None
     group_rows, finding_rows, hint_rows, calls, keyed, claim_calls, claim_repeats = row

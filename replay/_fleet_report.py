@@ -10,7 +10,8 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
   session (partitions pruned, indexes used), equal to what the local ``report`` shows for the
   same journals and filter;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
-  most ``MAX_NAMED_STORIES``) are read back from the events, one call at a time.
+  most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
+  events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
 
 The client receives aggregates and the stories' events, never the whole history.
 """
@@ -135,16 +136,24 @@ def report_from(
         ).fetchall()
         matched = audit.calls
         kept: dict[str, CallDetail] = {}
-        for jid, call_id in first:
-            detail = _story(conn, call_id, jid)
-            if detail is not None:
-                kept.setdefault(call_id, detail)
+        for (_, call_id), detail in _stories(conn, [(j, c) for j, c in first], True).items():
+            kept.setdefault(call_id, detail)
         by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
         named_calls = _named_calls(verified, checked, by_code)
-        for call_id in [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]:
-            detail = _story(conn, call_id, None)
-            if detail is not None:
-                kept[call_id] = detail
+        wanted = [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]
+        # A named call is read from the first journal holding its id, as the local report does.
+        holders = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (call_id) call_id, journal_id FROM agentteam.call_lines"
+                " WHERE call_id = ANY (%s) ORDER BY call_id, journal_id",
+                (wanted,),
+            ).fetchall()
+            if wanted
+            else []
+        )
+        named_stories = _stories(conn, [(holders[c], c) for c in wanted if c in holders], False)
+        for (_, call_id), detail in named_stories.items():
+            kept[call_id] = detail
     ordered = sorted(kept.values(), key=lambda d: (d.summary.journal_id, d.summary.first_seq))
     shown = min(stories, matched)
     return Report(
@@ -301,58 +310,80 @@ def _errors(conn: Any, scope: Scope) -> list[ErrorExample]:
     return sorted(found, key=lambda e: (-e.calls, e.error_code))
 
 
-def _story(conn: Any, call_id: str, journal_id: str | None) -> CallDetail | None:
-    """One call's story from the store's events (of ``journal_id``, or of the first journal
-    holding the call id, as the local report reads a named call)."""
-    named_by = None if journal_id is not None else call_id
-    if journal_id is None:
-        row = conn.execute(
-            "SELECT journal_id FROM agentteam.call_lines WHERE call_id = %s"
-            " ORDER BY journal_id LIMIT 1",
-            (call_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        journal_id = str(row[0])
+_SESSION_EVENT: Final = """
+SELECT w.i, x.* FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY w(j, s, q, i)
+JOIN LATERAL (
+  SELECT {columns} FROM agentteam.events
+  WHERE journal_id = w.j AND session_id = w.s AND kind = %s AND call_id IS NULL AND {where}
+  ORDER BY seq {order} LIMIT 1
+) x ON true
+"""
+
+
+def _session_events(
+    conn: Any,
+    kind: str,
+    where: str,
+    order: str,
+    at: list[tuple[str, str, int]],
+    columns: str = _COLUMNS,
+) -> dict[int, tuple[Any, ...]]:
+    """For each (journal, session, seq) of ``at``, by its index: the ``columns`` of the
+    session's event of ``kind`` that ``where`` (``seq < w.q`` or ``seq > w.q``) and ``order``
+    pick."""
+    if not at:
+        return {}
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND call_id = %s"
-        " ORDER BY seq",
-        (journal_id, call_id),
+        _SESSION_EVENT.format(columns=columns, where=where, order=order),
+        ([a[0] for a in at], [a[1] for a in at], [a[2] for a in at], kind),
     ).fetchall()
-    if not rows:
-        return None
-    records = [_record(tuple(r)) for r in rows]
-    first = records[0]
-    # A call the report iterates has its session as the stream left it (its latest start before
-    # the call, and its end once read); a call it names is read back with the session's first
-    # start only, as the local report reads it.
-    iterated = named_by is None
-    started = conn.execute(
-        f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND session_id = %s"
-        " AND kind = 'session_started' AND call_id IS NULL"
-        + (" AND seq < %s ORDER BY seq DESC LIMIT 1" if iterated else " ORDER BY seq LIMIT 1"),
-        (first.journal_id, first.session_id, *((first.seq,) if iterated else ())),
-    ).fetchone()
-    session = SessionInfo.from_record(_record(tuple(started))) if started else None
-    if session is not None:  # the client, from the session's handshake (kind set 7)
-        handshake = conn.execute(
-            f"SELECT {_COLUMNS} FROM agentteam.events WHERE journal_id = %s AND session_id = %s"
-            " AND kind = 'session_handshake' AND call_id IS NULL AND seq > %s"
-            " ORDER BY seq LIMIT 1",
-            (session.journal_id, session.session_id, session.seq),
-        ).fetchone()
-        if handshake is not None:
-            session.handshake(_record(tuple(handshake)))
-    if session is not None and iterated:
-        ended = conn.execute(
-            "SELECT ts_wall, doc ->> 'reason' FROM agentteam.events WHERE journal_id = %s"
-            " AND session_id = %s AND kind = 'session_ended' AND call_id IS NULL AND seq > %s"
-            " ORDER BY seq LIMIT 1",
-            (session.journal_id, session.session_id, session.seq),
-        ).fetchone()
-        if ended is not None:
-            session.ended_at, session.end_reason = ended
-    story = CallStory(first.journal_id, call_id, first.session_id, session)
-    for record in records:
-        story.add(record)
-    return story_detail(story)
+    return {int(row[0]) - 1: tuple(row[1:]) for row in rows}
+
+
+def _stories(
+    conn: Any, calls: list[tuple[str, str]], iterated: bool
+) -> dict[tuple[str, str], CallDetail]:
+    """The stories of the calls ``(journal_id, call_id)`` from the store's events, a few queries
+    for them all. A call the report iterates has its session as the stream left it (its latest
+    start before the call, and its end once read); a call it names is read back with the
+    session's first start only, as the local report reads it."""
+    if not calls:
+        return {}
+    by_call: dict[tuple[str, str], list[Any]] = {}
+    for row in conn.execute(
+        f"SELECT {_COLUMNS} FROM agentteam.events JOIN unnest(%s::text[], %s::text[]) w(j, c)"
+        " ON journal_id = w.j AND call_id = w.c ORDER BY journal_id, call_id, seq",
+        ([j for j, _ in calls], [c for _, c in calls]),
+    ):
+        record = _record(tuple(row))
+        by_call.setdefault((record.journal_id, record.call_id or ""), []).append(record)
+    found = [(key, by_call[key]) for key in dict.fromkeys(calls) if key in by_call]
+    starts = _session_events(
+        conn,
+        "session_started",
+        "seq < w.q" if iterated else "true",
+        "DESC" if iterated else "ASC",
+        [(r[0].journal_id, r[0].session_id, r[0].seq) for _, r in found],
+    )
+    sessions = {i: SessionInfo.from_record(_record(start)) for i, start in starts.items()}
+    at = [(s.journal_id, s.session_id, s.seq) for s in sessions.values()]
+    # The client, from the session's handshake (kind set 7).
+    handshakes = _session_events(conn, "session_handshake", "seq > w.q", "ASC", at)
+    ended = (
+        _session_events(conn, "session_ended", "seq > w.q", "ASC", at, "ts_wall, doc ->> 'reason'")
+        if iterated
+        else {}
+    )
+    out: dict[tuple[str, str], CallDetail] = {}
+    for n, i in enumerate(sessions):
+        if n in handshakes:
+            sessions[i].handshake(_record(handshakes[n]))
+        if n in ended:
+            sessions[i].ended_at, sessions[i].end_reason = ended[n]
+    for i, (key, records) in enumerate(found):
+        first = records[0]
+        story = CallStory(first.journal_id, key[1], first.session_id, sessions.get(i))
+        for record in records:
+            story.add(record)
+        out[key] = story_detail(story)
+    return out

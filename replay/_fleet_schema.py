@@ -36,7 +36,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 

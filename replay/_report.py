@@ -1,9 +1,11 @@
 """``report``: everything an auditor looks at, gathered for one self-contained HTML page.
 
 The verdict is :func:`replay.verify`'s over the whole journals (integrity does not depend on a
-filter); everything else comes from one more pass over the calls that match the filter, fed to
-the same accumulators ``audit``, ``idempotency`` and ``deprecations`` use, so the page shows the
-figures those commands print. Memory stays bounded however long the journals are:
+filter), reached in a second process (forked, where the platform forks) while this one makes
+one more pass over the calls that match the filter, fed to the same accumulators ``audit``,
+``idempotency`` and ``deprecations`` use, so the page shows the figures those commands print
+and takes about as long as the longer of the two passes (verify, on a journal of
+bridge-shaped calls). Memory stays bounded however long the journals are:
 
 * calls over time are counted in at most :data:`MAX_BUCKETS` buckets whose width doubles
   (1 s, 2 s, 4 s, ...) whenever more would be needed, each with a latency histogram;
@@ -17,11 +19,13 @@ the bridge redacted before writing, and what the journal erased stays erased.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -133,14 +137,29 @@ def report(
     if stories < 0:
         raise ReplayInputError("the number of stories cannot be negative")
     where = where or ReportFilter()
-    verified = verify(
+    verified = _verify_beside(
         paths,
         checkpoints=checkpoints,
         trusted=trusted,
         accept_unverified=accept_unverified,
         local_key_file=local_key_file,
-        progress=progress,
     )
+    try:
+        return _gather(paths, where, verified, stories, gate_days, progress)
+    except ReplayInputError:
+        verified()  # an input verify refuses is reported as verify words it
+        raise
+
+
+def _gather(
+    paths: Sequence[str | Path],
+    where: ReportFilter,
+    verdict: Callable[[], VerifyResult],
+    stories: int,
+    gate_days: int,
+    progress: Progress | None,
+) -> Report:
+    """The pass over the calls ``where`` selects, beside the verification ``verdict`` awaits."""
     calls = where.calls
     acc, checker, tally = _Audit(), _Checker(declared_hints()), Tally()
     timeline = _Timeline()
@@ -157,7 +176,7 @@ def report(
             if not calls.matches(s):
                 continue
             matched += 1
-            acc.call(story)
+            acc.call(story, s)
             checker.feed(story)
             timeline.add(s.started_at, s.tool or "?", s.status, s.bridge_ms)
             if s.error_code is not None:
@@ -168,6 +187,7 @@ def report(
                 kept[story.call_id] = story_detail(story)
         acc.sessions_ended([s for s in ended if where.keeps_session(s)])
         checked = checker.result()
+        verified = verdict()
         named = _named_calls(verified, checked, errors)
         for call_id in [c for c in named if c not in kept][:MAX_NAMED_STORIES]:
             detail = _read_story(journals, call_id)
@@ -193,6 +213,50 @@ def report(
         stories_first=first,
         stories_more=matched - first,
     )
+
+
+def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[], VerifyResult]:
+    """Start :func:`replay.verify` in a second process (forked, where the platform forks),
+    beside the pass over the calls; the function returned waits for its result. The process
+    sends back the result or the input error verify raised; should it die otherwise, verify
+    runs again here, where its error shows as it is."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        result = verify(paths, **options)
+        return lambda: result
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_verify_child, args=(sender, paths, options), daemon=True)
+    process.start()
+    sender.close()
+    done: list[VerifyResult] = []
+
+    def wait() -> VerifyResult:
+        if done:
+            return done[0]
+        try:
+            kind, value = receiver.recv()
+        except (EOFError, OSError):
+            kind, value = "failed", None
+        finally:
+            receiver.close()
+            process.join()
+        if kind == "input":
+            raise ReplayInputError(value)
+        done.append(value if kind == "ok" else verify(paths, **options))
+        return done[0]
+
+    return wait
+
+
+def _verify_child(sender: Connection, paths: Sequence[str | Path], options: Any) -> None:
+    try:
+        sender.send(("ok", verify(paths, **options)))
+    except ReplayInputError as exc:
+        sender.send(("input", str(exc)))
+    except BaseException:  # the parent verifies again and shows the error
+        sender.send(("failed", None))
+    finally:
+        sender.close()
 
 
 def _kept(records: Iterator[Record], where: ReportFilter, tally: Tally) -> Iterator[Record]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,36 @@ def test_an_empty_journal_reads_the_same_from_the_store(tmp_path: Path, pg_url: 
         replay.deprecations([path], as_of=AS_OF)
     )
     assert to_json(reports.idempotency_from(pg_url)) == to_json(replay.check_idempotency([path]))
+
+
+def _relation_rows(plan: dict[str, Any], prefix: str) -> int:
+    """The rows a plan's scans of the relations named ``prefix...`` returned, every loop."""
+    rows = 0
+    if str(plan.get("Relation Name", "")).startswith(prefix):
+        rows += int(plan["Actual Rows"]) * int(plan["Actual Loops"])
+    for child in plan.get("Plans", []):
+        rows += _relation_rows(child, prefix)
+    return rows
+
+
+def test_idempotency_from_reads_the_call_lines_not_the_events(
+    fleet: tuple[list[Path], str],
+) -> None:
+    """The check's per-call fields are kept on the call lines at ingest: the query reads one
+    line per call and, of the events, only the session ends of the calls never closed."""
+    from agentteam_task_bridge.replay._fleet_idempotency import idempotency_query
+    from agentteam_task_bridge.replay._idempotency import declared_hints
+
+    _, url = fleet
+    sql, params = idempotency_query(hints=declared_hints())
+    with reports.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+        events, lines, unclosed = conn.execute(
+            "SELECT (SELECT count(*) FROM agentteam.events),"
+            " (SELECT count(*) FROM agentteam.call_lines),"
+            " (SELECT count(*) FROM agentteam.call_lines WHERE closed_seq IS NULL)"
+        ).fetchone()
+    assert events > 4 * lines > 0 and 0 < unclosed < lines
+    assert _relation_rows(plan["Plan"], "call_lines") == lines
+    assert _relation_rows(plan["Plan"], "events") <= unclosed

@@ -222,6 +222,51 @@ def test_filters_select_the_calls_and_the_stories_are_bounded(multi: Path, tmp_p
     assert counted == whole.audit.calls
 
 
+def _verify_in(pids: Path) -> Any:
+    """replay.verify, noting the id of the process it runs in."""
+    real = replay._verify.verify
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        with pids.open("a") as file:
+            file.write(f"{os.getpid()}\n")
+        return real(*args, **kwargs)
+
+    return noted
+
+
+def test_the_verdict_is_reached_in_a_second_process_beside_the_calls(
+    multi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal is verified in a forked process while this one reads the calls (the report
+    takes about as long as the longer of the two); the verdict is verify's, whole."""
+    pids = tmp_path / "pids"
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    monkeypatch.setattr("agentteam_task_bridge.replay._report.verify", _verify_in(pids))
+    reported = replay.report([multi], trusted=trusted)
+    assert [int(p) for p in pids.read_text().split()] != [os.getpid()]
+    assert len(pids.read_text().split()) == 1
+    assert reported.verify == replay.verify([multi], trusted=trusted)
+    with pytest.raises(replay.ReplayInputError, match="no journal at"):
+        replay.report([tmp_path / "absent.db"])
+
+
+def test_a_verification_process_that_dies_is_replaced_by_verifying_here(
+    multi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    here = os.getpid()
+    real = replay._verify.verify
+
+    def dies_elsewhere(*args: Any, **kwargs: Any) -> Any:
+        if os.getpid() != here:
+            os._exit(3)  # killed, out of memory, ...: nothing sent back
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("agentteam_task_bridge.replay._report.verify", dies_elsewhere)
+    reported = replay.report([multi], trusted=trusted)
+    assert reported.verify == real([multi], trusted=trusted) and reported.audit.calls == 14
+
+
 def test_calls_over_a_long_span_fold_into_bounded_buckets() -> None:
     from agentteam_task_bridge.replay._report import MAX_BUCKETS, _Timeline
 

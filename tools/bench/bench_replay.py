@@ -1,7 +1,8 @@
 """Benchmark of ``agentteam-replay`` over a large generated journal, beside a plain sqlite3 scan.
 
-Run: ``python -m tools.bench.bench_replay [--events N] [--quick] [--dir PATH]`` (default one
-million events; ``--quick`` 100,000). The journal is generated in a temporary directory with the
+Run: ``python -m tools.bench.bench_replay [--events N] [--quick] [--dir PATH] [--keep FILE]``
+(default one million events; ``--quick`` 100,000; ``--keep`` generates the journal into FILE
+once and reuses it). The journal is generated in a temporary directory with the
 journal's own writer: sessions of calls shaped like the bridge's (received, injected, upstream
 request and response, result; errors, rejections, 401 refresh-and-replays, keyed creates and their
 replays, claims, lists). Printed: events per second of ``replay.verify`` (hash chain, sequence,
@@ -264,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--events", type=int, default=1_000_000, help="default 1,000,000")
     parser.add_argument("--quick", action="store_true", help="100,000 events")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="generate the journal into FILE once and reuse it on later runs",
+    )
     return parser
 
 
@@ -271,9 +279,14 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     n = 100_000 if args.quick else args.events
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        path = Path(tmp) / "journal.db"
-        seconds, events = _timed(lambda: generate(path, n))
-        print(f"generated {events:,} events in {seconds:.1f} s ({events / seconds:,.0f} ev/s)")
+        path = args.keep or Path(tmp) / "journal.db"
+        if args.keep is not None and path.exists():
+            with journal.open_reader(path) as reader:
+                events = reader.head()[0]
+            print(f"reusing {path}: {events:,} events")
+        else:
+            seconds, events = _timed(lambda: generate(path, n))
+            print(f"generated {events:,} events in {seconds:.1f} s ({events / seconds:,.0f} ev/s)")
         scan_s, scanned = _timed(lambda: plain_scan(path))
         verify_s, verified = _timed(lambda: replay.verify([path], key=KEY))
         assert verified.ok, verified.findings[:3]
