@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentteam_task_bridge import bridge
 
-from . import _fleet_cli, _prove_cli
+from . import _fleet_cli, _prove_cli, _witness_cli
 
 if TYPE_CHECKING:
     from ._calls import CallFilter
@@ -452,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
+    _witness_cli.add_witness(sub)
     bridge.add_completion_command(sub, PROG, build_parser)
     return parser
 

@@ -34,7 +34,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -309,6 +309,7 @@ def ddl() -> list[str]:
         f"CREATE OR REPLACE VIEW agentteam.{name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]
     from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
+    from ._fleet_cosign import COSIGN_DDL  # the witness's table and role (_fleet_cosign)
 
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
@@ -320,6 +321,7 @@ def ddl() -> list[str]:
         _triggers(),
         *views,
         _roles(),
+        COSIGN_DDL,
         f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",
         "INSERT INTO agentteam.store_meta (key, value) VALUES"
         f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING;",
