@@ -162,7 +162,11 @@ def _prune_journal(
         journal_id = reader.journal_id
     _link(segments)
     held = contiguous_seq(store_url, journal_id) if journal_id else 0
-    witnessed, disagreement = _cosigned(store_url, journal_id, files, witness_keys)
+    witnessed, disagreement = (
+        _cosigned(store_url, journal_id, files, witness_keys)
+        if held
+        else (None, "the store holds no event of this journal")
+    )
 
     def report(removed: list[_Segment], stopped: str, *, removed_bytes: int = 0) -> JournalPruned:
         return JournalPruned(
