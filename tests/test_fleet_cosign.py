@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import stat
 import struct
 import subprocess
@@ -37,9 +38,35 @@ from agentteam_task_bridge.replay._fleet_cosign import cosign_once, cosignatures
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
 from .fleet_helpers import append_calls, consolidated_copy, rewrite_payload, write_fleet_journal
+from .journal_helpers import VKEY
+from .test_journal_tlog import GOCODE, ORACLE_SOURCE
 
 WITNESS = WitnessKey("witness.example/w1", bytes(range(100, 132)))
 OTHER = WitnessKey("witness.example/w1", bytes(range(1, 33)))  # same name, another key
+
+
+@pytest.fixture(scope="module")
+def go_oracle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/tlog_oracle built offline (as tests/test_journal_tlog.py builds it)."""
+    go = shutil.which("go")
+    if go is None or not (GOCODE / "src/golang.org/x/mod/sumdb/note").is_dir():
+        pytest.skip(
+            "the Go oracle needs golang-go and golang-golang-x-mod-dev "
+            "(apt-get install golang-go golang-golang-x-mod-dev; .ci/run installs them)"
+        )
+    built = tmp_path_factory.mktemp("cosign-oracle") / "tlog_oracle"
+    env = {
+        **os.environ,
+        "GOPATH": str(GOCODE),
+        "GO111MODULE": "off",
+        "GOFLAGS": "",
+        "GOCACHE": str(built.parent / "cache"),
+        "CGO_ENABLED": "0",
+    }
+    subprocess.run(
+        [go, "build", "-o", str(built), "."], cwd=ORACLE_SOURCE, env=env, check=True, timeout=600
+    )
+    return built
 
 
 def as_login(pg_url: str, name: str) -> str:
@@ -334,3 +361,65 @@ def test_verify_witness_key_on_the_command_line(pg_url: str, logins: Any, tmp_pa
         [*verify, "not-a-key"], capture_output=True, text=True, timeout=120, env=env, check=False
     )
     assert bad.returncode == 2 and "witness key" in bad.stderr
+
+
+def test_go_checks_the_cosigned_note(
+    pg_url: str, logins: Any, tmp_path: Path, go_oracle: Path
+) -> None:
+    """An implementation this project did not write: Go's sumdb/note checks the journal's
+    signature, crypto/ed25519 the cosignature/v1 line on the spec's bytes."""
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 9, 4)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS, now=1_790_000_123).ok
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash"
+            " FROM agentteam.checkpoints WHERE journal_id = %s ORDER BY seq DESC LIMIT 1",
+            (jid,),
+        ).fetchone()
+        (cosigned,) = cosignatures(conn, jid)
+    assert row is not None
+    checkpoint = journal.Checkpoint(
+        journal_id=row[0],
+        seq=row[1],
+        head_hash=row[2],
+        ts_wall=row[3],
+        key_id=row[4],
+        signature=row[5],
+        root_hash=row[6],
+    )
+    assert cosigned.body() == checkpoint.note_text()
+    note = tmp_path / "cosigned.note"
+    note.write_text(checkpoint.note() + cosigned.line() + "\n")
+    wkey = WITNESS.verifier.to_text()
+    checked = subprocess.run(
+        [str(go_oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.split() == ["ok", str(checkpoint.seq), "1790000123"]
+    raw = bytearray(base64.b64decode(cosigned.signature))
+    raw[11] ^= 1  # another time than the one signed
+    forged = Cosignature(**{**_fields(cosigned), "signature": base64.b64encode(raw).decode()})
+    note.write_text(checkpoint.note() + forged.line() + "\n")
+    refused = subprocess.run(
+        [str(go_oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1 and "does not verify" in refused.stderr
+    other = subprocess.run(
+        [str(go_oracle), "cosigned", VKEY.to_text(), OTHER.verifier.to_text(), str(note)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert other.returncode == 1
