@@ -199,7 +199,7 @@ def _prune(args: argparse.Namespace, out: Console) -> int:
         args.journals or default_journals(),
         args.shipped_to,
         older_than_days=args.older_than,
-        witness_keys=args.witness_key,
+        witness_keys=_witness_cli.witness_keys(args.witness_key) or [],
         dry_run=args.dry_run,
     )
     if args.json:

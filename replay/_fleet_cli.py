@@ -137,9 +137,11 @@ def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) ->
     import msgspec
 
     from ._fleet_witness import witness_findings
+    from ._witness_cli import witness_keys
 
+    keys = witness_keys(args.witness_key)
     with store_errors(args.witness):
-        found = witness_findings(args.witness, paths, witness_keys=args.witness_key)
+        found = witness_findings(args.witness, paths, witness_keys=keys)
     return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ._cosign import CosignerKey
 
-__all__ = ["add_witness", "run", "witness_key"]
+__all__ = ["add_witness", "run", "witness_key", "witness_keys"]
 
 EPILOG: Final = """\
 examples:
@@ -31,19 +31,34 @@ this machine. Give its verifier key (the key file's second line) to verify and p
 """
 
 
-def witness_key(text: str) -> CosignerKey:
-    """argparse type of ``--witness-key``: a witness verifier key, or a file holding one."""
-    source = text
-    path = Path(text)
+def witness_key(text: str) -> CosignerKey | Path:
+    """argparse type of ``--witness-key``: a witness verifier key (checked now), or the path of
+    a file holding one (read by :func:`witness_keys`)."""
+    if "+" not in text:
+        return Path(text)
     try:
-        if "+" not in text and path.is_file():
-            source = path.read_text()
-    except OSError:
-        pass
-    try:
-        return CosignerKey.find(source)
+        return CosignerKey.find(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a witness key ({exc})") from None
+
+
+def witness_keys(given: list[CosignerKey | Path] | None) -> list[CosignerKey] | None:
+    """The keys of ``--witness-key``, files read (ReplayInputError when one holds none)."""
+    from ._source import ReplayInputError
+
+    if given is None:
+        return None
+    keys = []
+    for item in given:
+        if isinstance(item, CosignerKey):
+            keys.append(item)
+            continue
+        try:
+            keys.append(CosignerKey.find(item.read_text()))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ReplayInputError(f"cannot read the witness key {item}: {reason}") from None
+    return keys
 
 
 def _interval(text: str) -> float:
