@@ -341,6 +341,24 @@ def test_verify_witness_key_on_the_command_line(pg_url: str, logins: Any, tmp_pa
     assert "witness key w.example/1+" in made.stderr and "PRIVATE" not in made.stderr
     assert "cosigned" in made.stdout
     vkey = CosignerKey.find(key_file.read_text()).to_text()
+    again = subprocess.run(
+        [*cli, "witness", "--from", witness, "--key", str(key_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    schema = json.loads(
+        (Path(__file__).parents[1] / "docs/replay-json/witness.schema.json").read_text()
+    )
+    from jsonschema import Draft202012Validator
+
+    assert not list(Draft202012Validator(schema).iter_errors(report))
+    assert [j["outcome"] for j in report["journals"]] == ["current"]
+    assert report["witness_key"] == vkey and "PRIVATE" not in again.stdout
     verify = [*cli, "verify", str(path), "--json", "--witness", pg_url, "--witness-key"]
     good = subprocess.run(
         [*verify, vkey], capture_output=True, text=True, timeout=120, env=env, check=False
