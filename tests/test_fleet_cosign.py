@@ -441,3 +441,91 @@ def test_go_checks_the_cosigned_note(
         check=False,
     )
     assert other.returncode == 1
+
+
+def test_the_witness_refuses_a_history_that_contradicts_what_it_cosigned(
+    pg_url: str, logins: Any, tmp_path: Path
+) -> None:
+    """A split view (the witness was shown another tree at a smaller size) and stored hashes
+    the owner changed: never cosigned, said, exit status 1 on the command line."""
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 10, 4)
+    assert replay.ship([path], shipper).ok
+    seen = WITNESS.cosign(jid, 3, hashlib.sha256(b"another tree").digest(), 1_700_000_000)
+    with psycopg.connect(witness, autocommit=True) as conn:  # what it cosigned earlier
+        conn.execute(
+            "INSERT INTO agentteam.cosignatures"
+            " (journal_id, tree_size, root_hash, key_id, cosigned_at, signature)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (jid, 3, seen.root_hash, seen.key_id, seen.timestamp, seen.signature),
+        )
+    (refused,) = cosign_once(witness, WITNESS).journals
+    assert (refused.outcome, refused.previous_size) == ("inconsistent", 3)
+    assert not cosign_once(witness, WITNESS).ok
+    fresh = WitnessKey("witness.example/w3", bytes(range(60, 92)))
+    assert [j.outcome for j in cosign_once(witness, fresh).journals] == ["cosigned"]
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute("ALTER TABLE agentteam.events DISABLE TRIGGER USER")
+        # the event whose append stored the hash of the largest complete subtree
+        owner.execute(
+            "UPDATE agentteam.events SET tree_hashes = overlay(tree_hashes PLACING"
+            " sha256(tree_hashes) FROM length(tree_hashes) - 31)"
+            " WHERE journal_id = %s AND seq = %s",
+            (jid, 1 << (head(path).bit_length() - 1)),
+        )
+        owner.execute("ALTER TABLE agentteam.events ENABLE TRIGGER USER")
+    other = WitnessKey("witness.example/w4", bytes(range(90, 122)))
+    (changed,) = cosign_once(witness, other).journals
+    assert changed.outcome == "root_mismatch"
+    key_file = tmp_path / "w4.key"
+    key_file.write_text(other.to_file_text())
+    key_file.chmod(0o600)
+    cli = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "witness"]
+    done = subprocess.run(
+        [*cli, "--from", witness, "--key", str(key_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1 and f"refused {jid}" in done.stderr
+
+
+def test_witness_follow_cosigns_what_arrives_and_stops_on_sigterm(
+    pg_url: str, logins: Any, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 11, 2)
+    key_file = tmp_path / "w.key"
+    key_file.write_text(WITNESS.to_file_text())
+    key_file.chmod(0o600)
+    cli = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "witness"]
+    process = subprocess.Popen(
+        [*cli, "--from", witness, "--key", str(key_file), "--follow", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert replay.ship([path], shipper).ok
+        sizes: list[int] = []
+        for _ in range(600):  # bounded: up to ~60 s on a loaded machine
+            with psycopg.connect(pg_url) as conn:
+                sizes = [c.tree_size for c in cosignatures(conn, jid)]
+            if sizes and sizes[0] == head(path):
+                break
+            time.sleep(0.1)
+        assert sizes and sizes[0] == head(path)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "cosigned" in out or "current" in out
