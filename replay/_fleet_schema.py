@@ -22,7 +22,9 @@ Everything lives in the schema ``agentteam``:
 The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
 functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
 and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
-``agentteam_read`` may only SELECT.
+``agentteam_read`` may only SELECT. ``agentteam_witness`` (the witness process's login,
+``_fleet_cosign``, whose DDL is its own block there) may SELECT and INSERT into
+``cosignatures``, which nobody may UPDATE, DELETE or TRUNCATE.
 """
 
 from __future__ import annotations
