@@ -155,13 +155,16 @@ def store_reader(conn: psycopg.Connection[Any], journal_id: str) -> HashReader:
     return read
 
 
-def cosignatures(conn: psycopg.Connection[Any], journal_id: str) -> list[Cosignature]:
-    """Every cosignature row of the journal, largest size first (unchecked: see
-    :func:`trusted_cosignature`)."""
+def cosignatures(
+    conn: psycopg.Connection[Any], journal_id: str, key_ids: Sequence[str] | None = None
+) -> list[Cosignature]:
+    """The cosignature rows of the journal (naming one of ``key_ids``, or all), largest size
+    first (unchecked: see :func:`trusted_cosignature`)."""
     rows = conn.execute(
         "SELECT tree_size, root_hash, key_id, cosigned_at, signature FROM agentteam.cosignatures"
-        " WHERE journal_id = %s ORDER BY tree_size DESC, key_id",
-        (journal_id,),
+        " WHERE journal_id = %s AND (%s::text[] IS NULL OR key_id = ANY(%s::text[]))"
+        " ORDER BY tree_size DESC, key_id",
+        (journal_id, key_ids, key_ids),
     ).fetchall()
     return [
         Cosignature(
@@ -183,7 +186,7 @@ def trusted_cosignature(
     name one of ``keys`` but do not verify: forged or damaged). Rows of other keys are ignored."""
     by_id = {key.key_id: key for key in keys}
     bad: list[Cosignature] = []
-    for row in cosignatures(conn, journal_id):
+    for row in cosignatures(conn, journal_id, list(by_id)):
         key = by_id.get(row.key_id)
         if key is None:
             continue
