@@ -44,11 +44,13 @@ from ._calls import (
     show_call,
     stream_calls,
 )
+from ._cosign import CosignerKey, WitnessKey
 from ._deprecations import DeprecatedName, DeprecatedUser, DeprecationReport, Gate, deprecations
 from ._diff import Difference, normalize
 from ._erase import EraseReport, EraseResult, Selector, erase
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
+from ._fleet_cosign import CosignReport, JournalCosigned, cosign_once
 from ._fleet_follow import ship_follow
 from ._fleet_ship import JournalShipped, ShipReport, ship
 from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_checkpoint
@@ -86,6 +88,8 @@ __all__ = [
     "CallStream",
     "CallSummary",
     "ConsistencyProof",
+    "CosignReport",
+    "CosignerKey",
     "DeprecatedName",
     "DeprecatedUser",
     "DeprecationReport",
@@ -103,6 +107,7 @@ __all__ = [
     "IdempotencyResult",
     "InDoubtCall",
     "InclusionProof",
+    "JournalCosigned",
     "JournalPruned",
     "JournalReport",
     "JournalShipped",
@@ -128,10 +133,12 @@ __all__ = [
     "StoryEvent",
     "ToolUsage",
     "VerifyResult",
+    "WitnessKey",
     "audit",
     "check_idempotency",
     "check_proof",
     "contiguous_seq",
+    "cosign_once",
     "deprecations",
     "erase",
     "export_jsonl",

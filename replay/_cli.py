@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from agentteam_task_bridge import bridge, journal
 
-from . import _calls_table, _fleet_cli, _prove_cli
+from . import _calls_table, _fleet_cli, _prove_cli, _witness_cli
 from . import _render as render
 from ._cli_parser import PROG, build_parser, call_filter
 from ._source import Progress as ProgressCallback
@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _ship(args, out, err)
     if args.command == "prune":
         return _prune(args, out)
+    if args.command == "witness":
+        return _witness_cli.run(args, out)
     if args.command == "erase":
         return _erase(args, out)
     if args.command == "report":
@@ -197,6 +199,7 @@ def _prune(args: argparse.Namespace, out: Console) -> int:
         args.journals or default_journals(),
         args.shipped_to,
         older_than_days=args.older_than,
+        witness_keys=_witness_cli.witness_keys(args.witness_key) or [],
         dry_run=args.dry_run,
     )
     if args.json:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentteam_task_bridge import bridge
 
-from . import _fleet_cli, _prove_cli
+from . import _fleet_cli, _prove_cli, _witness_cli
 
 if TYPE_CHECKING:
     from ._calls import CallFilter
@@ -59,14 +59,17 @@ that the journal was cut back below it.
 """,
     "prune": """\
 examples:
-  agentteam-replay prune --shipped-to postgresql://ship@db/fleet --older-than 30    # the pool
-  agentteam-replay prune journals/ --shipped-to postgresql://ship@db/fleet --older-than 90 --dry-run
+  agentteam-replay prune --shipped-to postgresql://ship@db/fleet --older-than 30 --witness-key w.vk
+  agentteam-replay prune pool/ --shipped-to postgresql://ship@db/f --older-than 9 --dry-run \\
+      --witness-key w.vk
 
 Removes only whole, closed segments (never a journal's live one) whose every event the store
-holds and whose end its witnessed checkpoint covers, oldest first, each older than DAYS; the
-prune is journaled first as a segments_pruned event in the live segment, so verify still
-passes and accepts the journal's new start. Nothing else ever deletes journal data. A journal
-a live session holds is skipped (prune it once the session ends). Ship first.
+holds (same hash, same Merkle leaf) and whose end a cosignature by the witness named with
+--witness-key covers (agentteam-replay witness), oldest first, each older than DAYS, and only
+while verify --witness with that key finds nothing for the journal; the prune is journaled
+first as a segments_pruned event in the live segment, so verify still passes and accepts the
+journal's new start. Nothing else ever deletes journal data. A journal a live session holds is
+skipped (prune it once the session ends). Ship, and let the witness cosign, first.
 """,
     "erase": """\
 examples:
@@ -404,10 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command(
         "prune",
-        "remove old segments a fleet store holds and witnessed",
+        "remove old segments a fleet store holds and its witness cosigned",
         "Remove a journal's closed segment files older than DAYS once the fleet store holds "
-        "every event of them and has witnessed a checkpoint at or after their end; journal the "
-        "prune in the live segment first.",
+        "every event of them and its witness (--witness-key) cosigned a checkpoint at or after "
+        "their end; journal the prune in the live segment first.",
     )
     p.add_argument(
         "--shipped-to",
@@ -454,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
     _fleet_cli.add_store_options(sub)
+    _witness_cli.add_witness(sub)
     bridge.add_completion_command(sub, PROG, build_parser)
     return parser
 

@@ -128,13 +128,17 @@ def witness_keys(args: argparse.Namespace, paths: list[Path]) -> list[Any]:
 def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) -> Any:
     """Add the findings of ``--witness URL`` (the fleet store's copy) to a verify result."""
     if not getattr(args, "witness", None):
+        if getattr(args, "witness_key", None):
+            raise ReplayInputError("--witness-key needs --witness URL (the store)")
         return verified
     import msgspec
 
     from ._fleet_witness import witness_findings
+    from ._witness_cli import witness_keys
 
+    keys = witness_keys(args.witness_key)
     with store_errors(args.witness):
-        found = witness_findings(args.witness, paths)
+        found = witness_findings(args.witness, paths, witness_keys=keys)
     return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
 
 

@@ -22,7 +22,9 @@ Everything lives in the schema ``agentteam``:
 The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
 functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
 and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
-``agentteam_read`` may only SELECT.
+``agentteam_read`` may only SELECT. ``agentteam_witness`` (the witness process's login,
+``_fleet_cosign``, whose DDL is its own block there) may SELECT and INSERT into
+``cosignatures``, which nobody may UPDATE, DELETE or TRUNCATE.
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ def ddl() -> list[str]:
         f"CREATE OR REPLACE VIEW agentteam.{name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]
     from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
+    from ._fleet_cosign import COSIGN_DDL  # the witness's table and role (_fleet_cosign)
 
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
@@ -305,6 +308,7 @@ def ddl() -> list[str]:
         _triggers(),
         *views,
         _roles(),
+        COSIGN_DDL,
         f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",
         "INSERT INTO agentteam.store_meta (key, value) VALUES"
         f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING;",

@@ -16,6 +16,26 @@ that wrote the journal, so it catches what no file on that machine can:
                                (a prune nobody could have made: the segments are simply gone)
 =============================  ==============================================================
 
+With ``witness_keys`` (``verify --witness URL --witness-key VKEY``) the evidence is the
+witness's cosignatures (:mod:`replay._fleet_cosign`), each checked under a named key here; rows
+a shipping login wrote are never taken as evidence on their own. The largest cosigned size N
+with its root R is compared:
+
+===============================  ============================================================
+``witness_uncosigned``           no cosignature of this journal verifies under the named
+                                 key(s) (never cosigned, a v1 journal, or another witness's)
+``witness_cosignature_invalid``  a row names a trusted witness key but its signature is not
+                                 that key's (forged or damaged): never trusted
+``witness_truncated``            the journal ends before N
+``witness_root_mismatch``        the journal's tree at size N is not R: rewritten or rolled
+                                 back after cosigning (the first differing seq when the
+                                 store's rows still hold the cosigned tree)
+``witness_store_rewritten``      the journal's tree at N is R but the store holds another
+                                 event (or an event whose hash does not recompute) at a seq
+                                 <= N: the store was changed after the witness cosigned
+``witness_prune_unheld``         as above, a cosigned size standing for the checkpoint
+===============================  ============================================================
+
 Hash chains make the comparison cheap: two journals with the same hash at seq N hold the same
 events 1..N, so the first differing seq is found by a binary search over hashes.
 """
@@ -25,12 +45,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Reader
 
+from ._cosign import CosignerKey
 from ._findings import Finding
+from ._fleet_cosign import store_reader, trusted_cosignature
 from ._fleet_store import connect, stored_head, witnessed_checkpoint
 from ._source import journal_files, open_reader
 
@@ -40,8 +62,14 @@ if TYPE_CHECKING:
 __all__ = ["registered_keys", "witness_findings"]
 
 
-def witness_findings(store_url: str, paths: Sequence[str | Path]) -> list[Finding]:
-    """Findings for every journal the paths stand for that differs from the store's copy.
+def witness_findings(
+    store_url: str,
+    paths: Sequence[str | Path],
+    *,
+    witness_keys: Sequence[CosignerKey] | None = None,
+) -> list[Finding]:
+    """Findings for every journal the paths stand for that differs from the store's copy, or
+    (``witness_keys``) from what a trusted witness cosigned.
 
     The files of one journal id (its segments) are compared as one journal.
     """
@@ -52,7 +80,10 @@ def witness_findings(store_url: str, paths: Sequence[str | Path]) -> list[Findin
         for reader in readers:
             by_journal.setdefault(reader.journal_id, []).append(reader)
         for jid, group in by_journal.items():
-            found += _compare(conn, jid, _Local(group))
+            if witness_keys is not None:
+                found += _compare_cosigned(conn, jid, _Local(group), witness_keys)
+            else:
+                found += _compare(conn, jid, _Local(group))
     return found
 
 
@@ -67,6 +98,40 @@ class _Local:
         # The first seq held here, and the hash it follows (older segments may be pruned).
         self.low = int(first[0]) if first else 1
         self.low_prev = str(first[15]) if first else journal.GENESIS_HASH
+
+    def root(self, size: int) -> bytes | None:
+        """The journal's tree hash at ``size`` (None: a v1 journal, or hashes not held here)."""
+        if not all(r.merkle for r in self.readers):
+            return None
+        ordered = sorted(self.readers, key=lambda r: r.segment.first_seq)
+        read = journal.files_reader([(r.segment.first_seq, r.stored_hash) for r in ordered])
+        try:
+            return journal.tree_hash(size, read)
+        except journal.ProofError:
+            return None
+
+    def cosigned_event(self, seq: int, size: int, root: bytes) -> bool:
+        """Whether the event held here at ``seq`` (its leaf rebuilt from its columns and
+        payload) is in the tree of ``size`` whose hash is ``root`` (an inclusion proof from the
+        stored hashes here)."""
+        for reader in self.readers:
+            stored = list(reader.stored_rows(since_seq=seq - 1, until_seq=seq))
+            if stored:
+                break
+        else:
+            return False
+        row, leaf = stored[0]
+        if leaf is None or not 0 < seq <= size:
+            return False
+        ordered = sorted(self.readers, key=lambda r: r.segment.first_seq)
+        read = journal.files_reader([(r.segment.first_seq, r.stored_hash) for r in ordered])
+        try:
+            digest = journal.payload_digest(bytes.fromhex(leaf.salt), row.payload)
+            proof = journal.inclusion_proof(seq - 1, size, read)
+        except (ValueError, journal.ProofError):
+            return False
+        hashed = journal.leaf_hash(journal.leaf_bytes(row, digest))
+        return journal.verify_inclusion(seq - 1, size, hashed, proof, root)
 
     def hash_at(self, seq: int) -> str | None:
         if seq == self.low - 1:
@@ -147,6 +212,133 @@ def _compare(conn: psycopg.Connection[Any], jid: str | None, local: _Local) -> l
             )
         )
     return found
+
+
+def _compare_cosigned(
+    conn: psycopg.Connection[Any], jid: str | None, local: _Local, keys: Sequence[CosignerKey]
+) -> list[Finding]:
+    """The journal against the largest cosignature under ``keys`` (see the module)."""
+    known = None
+    if jid is not None:
+        known = conn.execute(
+            "SELECT 1 FROM agentteam.journals WHERE journal_id = %s", (jid,)
+        ).fetchone()
+    if known is None or jid is None:
+        return [
+            Finding(
+                journal_id=jid,
+                seq=None,
+                rule="witness_unknown",
+                detail="the store has never received this journal: nothing witnesses it",
+            )
+        ]
+    cosigned, forged = trusted_cosignature(conn, jid, keys)
+    found = [
+        Finding(
+            journal_id=jid,
+            seq=row.tree_size,
+            rule="witness_cosignature_invalid",
+            detail=f"the store holds a cosignature of size {row.tree_size} naming witness key"
+            f" {row.key_id} that this key did not make: not trusted",
+        )
+        for row in forged
+    ]
+    if cosigned is None:
+        return [
+            *found,
+            Finding(
+                journal_id=jid,
+                seq=None,
+                rule="witness_uncosigned",
+                detail="no cosignature of this journal verifies under the witness key(s) given:"
+                " nothing witnesses it (run agentteam-replay witness; a v1 journal is never"
+                " cosigned)",
+            ),
+        ]
+    size, root = cosigned.tree_size, bytes.fromhex(cosigned.root_hash)
+    witness = cosigned.key_id
+    if local.head < size:
+        return [
+            *found,
+            Finding(
+                journal_id=jid,
+                seq=local.head + 1,
+                rule="witness_truncated",
+                detail=f"the journal ends at seq {local.head}; witness {witness} cosigned its"
+                f" first {size} events (cut back or rolled back after cosigning)",
+            ),
+        ]
+    try:
+        store_root: bytes | None = journal.tree_hash(size, store_reader(conn, jid))
+    except journal.ProofError:
+        store_root = None
+    if local.root(size) != root:
+        seq = None
+        if store_root == root and local.hash_at(size) != _hash_at(conn, jid, size):
+            seq = _first_difference(conn, local, jid, size)
+        where = "" if seq is None else f" (first at seq {seq})"
+        return [
+            *found,
+            Finding(
+                journal_id=jid,
+                seq=seq,
+                rule="witness_root_mismatch",
+                detail=f"the journal's tree at size {size} is not the root witness {witness}"
+                f" cosigned{where}: rewritten or rolled back after cosigning",
+            ),
+        ]
+    altered = _store_altered(conn, jid, local, size)
+    if altered is not None and not local.cosigned_event(altered, size, root):
+        return [
+            *found,
+            Finding(
+                journal_id=jid,
+                seq=altered,
+                rule="witness_root_mismatch",
+                detail=f"event {altered} of the journal is not the one witness {witness} cosigned"
+                " (its leaf is not in the cosigned tree): rewritten after cosigning",
+            ),
+        ]
+    if altered is not None or store_root != root:
+        found.append(
+            Finding(
+                journal_id=jid,
+                seq=altered,
+                rule="witness_store_rewritten",
+                detail=f"the journal agrees with what witness {witness} cosigned at size {size},"
+                " the store does not"
+                + ("" if altered is None else f" at seq {altered}")
+                + ": the store was changed after the witness cosigned",
+            )
+        )
+    found += _prunes_unheld(conn, jid, local, size)
+    return found
+
+
+# A stored event's hash recomputed from its columns, as the ingest computed it when it came in.
+_HASH_OF_ROW: Final = """encode(sha256(convert_to(agentteam.canonical(
+  r.journal_id, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
+  r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
+  r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
+  'UTF8')), 'hex')"""
+
+
+def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size: int) -> int | None:
+    """The first seq <= size (held here) where the store's event differs from this journal's,
+    or whose stored hash does not recompute from its columns; None when none does."""
+    first = None
+    low = local.low
+    if local.hash_at(size) != _hash_at(conn, jid, size):
+        first = _first_difference(conn, local, jid, size)
+    conn.execute("SET extra_float_digits = 1")  # the float text the ingest hashed
+    row = conn.execute(
+        "SELECT min(r.seq) FROM agentteam.events r WHERE r.journal_id = %s"
+        f" AND r.seq BETWEEN %s AND %s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}",
+        (jid, low, size),
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        first = int(row[0]) if first is None else min(first, int(row[0]))
+    return first
 
 
 def _prunes_unheld(

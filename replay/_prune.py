@@ -9,12 +9,14 @@ these holds:
   chain from a link a ``segments_pruned`` event names;
 * its last event is older than ``older_than_days``;
 * the store holds every event of it: ``contiguous_seq`` (the store holds 1..n without a gap)
-  reaches its last seq, and the store holds each of its events with the same hash
-  (``first_unheld``: every seq compared, not only the witnessed one, so a journal rolled back
+  reaches its last seq, and the store holds each of its events with the same chain hash and
+  the same Merkle leaf hash (``first_unheld_leaf``: every seq compared, so a journal rolled back
   and written again after shipping keeps what the store never held);
-* the store has witnessed it: the latest checkpoint the store verified and keeps
-  (``witnessed_checkpoint``) is at or after its last seq, and names the same hash as this
-  journal at that seq (a store that witnessed another history prunes nothing).
+* a witness the operator names (``witness_keys``, ``--witness-key``) cosigned it: the largest
+  cosignature under those keys (``trusted_cosignature``, its signature checked here) is at or
+  after its last seq, and ``verify --witness`` with those keys finds nothing for the journal
+  (its tree at the cosigned size is the cosigned root, the store's rows agree, every earlier
+  prune held): a store or journal that disagrees with the witness prunes nothing.
 
 The prune is journaled first: a ``segments_pruned`` event, durable, in the live segment (taken
 with the writer's lock, so a journal a live session holds is skipped and reported: prune it once
@@ -30,6 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -39,7 +42,9 @@ import msgspec
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Event, PrunedSegment, SegmentsPruned
 
-from ._fleet_store import contiguous_seq, first_unheld, redact_store_url, witnessed_checkpoint
+from ._cosign import CosignerKey
+from ._fleet_cosign import first_unheld_leaf, trusted_cosignature
+from ._fleet_store import connect, contiguous_seq, redact_store_url
 from ._source import ReplayInputError, journal_files, open_reader
 
 __all__ = ["JournalPruned", "PruneReport", "prune"]
@@ -86,11 +91,12 @@ class _Segment:
         self.linked = False  # the next segment's first event follows this one's last (_link)
         self.size = sum(_size(p) for p in _files_of(path))
 
-    def hashes(self) -> Iterator[tuple[int, str]]:
-        """(seq, hash) of each event of the segment, in order."""
+    def hashes(self) -> Iterator[tuple[int, str, bytes | None]]:
+        """(seq, hash, Merkle leaf hash or None) of each event of the segment, in order."""
         with open_reader(self.path) as reader:
-            for row in reader.rows():
-                yield int(row[0]), str(row[16])
+            for row, leaf in reader.stored_rows(leaves=True):
+                tree = None if leaf is None or leaf.tree_hashes is None else leaf.tree_hashes
+                yield int(row[0]), str(row[16]), None if tree is None else bytes(tree[:32])
 
     def whole(self) -> PrunedSegment:
         return PrunedSegment(
@@ -106,24 +112,31 @@ def prune(
     store_url: str,
     *,
     older_than_days: float,
+    witness_keys: Sequence[CosignerKey] = (),
     key: journal.SigningKey | bytes | Path | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> PruneReport:
     """Prune the journals the paths stand for (files or directories; see the module).
 
+    ``witness_keys``: the witnesses whose cosignature must cover each segment (required).
     ``key``: the signing key the prune's event and final checkpoint are signed with (default:
     this machine's, as the bridge signs). ``dry_run``: decide, journal and remove nothing.
     """
     if older_than_days < 0:
         raise ReplayInputError("--older-than must be 0 days or more")
+    if not witness_keys:
+        raise ReplayInputError(
+            "prune needs the witness key whose cosignature must cover what it removes"
+            " (--witness-key VKEY; see agentteam-replay witness)"
+        )
     moment = (now or datetime.now(UTC)).astimezone(UTC)
     # Events' ts_wall is RFC 3339 UTC with microseconds: such times compare as strings.
     cutoff = datetime.fromtimestamp(moment.timestamp() - older_than_days * 86400, UTC)
     cutoff_wall = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     bases = list(dict.fromkeys(journal.base_path(p) for p in journal_files(paths)))
     reports = [
-        _prune_journal(base, store_url, older_than_days, cutoff_wall, key, dry_run)
+        _prune_journal(base, store_url, older_than_days, cutoff_wall, witness_keys, key, dry_run)
         for base in bases
     ]
     return PruneReport(
@@ -139,6 +152,7 @@ def _prune_journal(
     store_url: str,
     older_than_days: float,
     cutoff_wall: str,
+    witness_keys: Sequence[CosignerKey],
     key: journal.SigningKey | bytes | Path | None,
     dry_run: bool,
 ) -> JournalPruned:
@@ -148,7 +162,11 @@ def _prune_journal(
         journal_id = reader.journal_id
     _link(segments)
     held = contiguous_seq(store_url, journal_id) if journal_id else 0
-    witnessed = witnessed_checkpoint(store_url, journal_id) if journal_id else None
+    witnessed, disagreement = (
+        _cosigned(store_url, journal_id, files, witness_keys)
+        if held
+        else (None, "the store holds no event of this journal")
+    )
 
     def report(removed: list[_Segment], stopped: str, *, removed_bytes: int = 0) -> JournalPruned:
         return JournalPruned(
@@ -162,10 +180,8 @@ def _prune_journal(
             bytes_removed=removed_bytes,
         )
 
-    if witnessed is not None:
-        local = _hash_at(segments, witnessed[0])
-        if local is not None and local != witnessed[1]:
-            return report([], f"the store witnessed another history at seq {witnessed[0]}")
+    if disagreement is not None:
+        return report([], disagreement)
     chosen: list[_Segment] = []
     stopped = "live segment"
     for segment in segments[:-1]:
@@ -179,10 +195,11 @@ def _prune_journal(
             stopped = f"the store holds seq 1..{held}, not all of {segment.path.name}"
             break
         if witnessed is None or witnessed[0] < segment.last_seq:
-            at = "no checkpoint" if witnessed is None else f"seq {witnessed[0]}"
-            stopped = f"the store has witnessed {at}, not the end of {segment.path.name}"
+            at = "nothing" if witnessed is None else f"up to seq {witnessed[0]}"
+            stopped = f"the witness has cosigned {at}, not the end of {segment.path.name}"
             break
-        differs = first_unheld(store_url, journal_id or "", segment.hashes())
+        with connect(store_url, autocommit=True) as conn:
+            differs = first_unheld_leaf(conn, journal_id or "", segment.hashes())
         if differs is not None:
             stopped = (
                 f"the store holds another event at seq {differs} of {segment.path.name}"
@@ -227,6 +244,34 @@ def _prune_journal(
     return report(chosen, stopped, removed_bytes=removed_bytes)
 
 
+def _cosigned(
+    store_url: str,
+    journal_id: str | None,
+    files: list[Path],
+    keys: Sequence[CosignerKey],
+) -> tuple[tuple[int, str] | None, str | None]:
+    """((cosigned size, this journal's hash there), None), or (None, why nothing goes): no
+    cosignature under ``keys``, or a finding of ``verify --witness`` with them."""
+    from ._fleet_witness import witness_findings
+
+    if journal_id is None:
+        return None, "the journal has no id: the store never received it"
+    found = witness_findings(store_url, files, witness_keys=keys)
+    if found:
+        first = found[0]
+        at = "" if first.seq is None else f"@{first.seq}"
+        return None, f"{first.rule}{at}: {first.detail} (run verify --witness)"
+    with connect(store_url, autocommit=True) as conn:
+        cosigned, _ = trusted_cosignature(conn, journal_id, keys)
+    if cosigned is None:  # cannot be: witness_uncosigned above
+        return None, "no cosignature under the witness key(s)"
+    size = cosigned.tree_size
+    with ExitStack() as stack:
+        readers = [stack.enter_context(open_reader(p)) for p in files]
+        local = next((h for r in readers if (h := r.hash_at(size)) is not None), None)
+    return (size, local or ""), None
+
+
 def _link(segments: list[_Segment]) -> None:
     """Mark each segment whose successor's first event follows its last event."""
     for segment, successor in itertools.pairwise(segments):
@@ -238,14 +283,6 @@ def _link(segments: list[_Segment]) -> None:
             and row[0] == segment.last_seq + 1
             and row[15] == segment.last_hash
         )
-
-
-def _hash_at(segments: list[_Segment], seq: int) -> str | None:
-    for segment in segments:
-        if segment.first_seq <= seq <= segment.last_seq:
-            with open_reader(segment.path) as reader:
-                return reader.hash_at(seq)
-    return None
 
 
 def _files_of(path: Path) -> list[Path]:

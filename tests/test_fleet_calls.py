@@ -23,6 +23,7 @@ import pytest
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _fleet_reports as reports
 from agentteam_task_bridge.replay._fleet_calls import fold_sql
+from agentteam_task_bridge.replay._fleet_schema import SCHEMA_VERSION
 from agentteam_task_bridge.replay._render import to_json
 
 from .fleet_helpers import journal_events, write_idempotency_fleet
@@ -192,7 +193,10 @@ def test_a_version_2_store_is_refused_with_a_reason_not_patched(
     with pytest.raises(replay.StoreError, match="schema version 2 is older"):
         replay.ship(paths, pg_url)
     with psycopg.connect(pg_url, autocommit=True) as owner:
-        owner.execute("UPDATE agentteam.store_meta SET value = '3' WHERE key = 'schema_version'")
+        owner.execute(
+            "UPDATE agentteam.store_meta SET value = %s WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION),),
+        )
 
 
 def test_only_the_ingest_writes_the_lines(paths: list[Path], pg_url: str) -> None:

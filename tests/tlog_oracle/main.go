@@ -6,12 +6,21 @@
 //	                              every inclusion and consistency proof; exit 0 when all hold
 //	tlog_oracle roots HEX...      the tree hash of each prefix of the leaves given (RFC 6962)
 //	tlog_oracle proofs HEX...     every inclusion and consistency proof of that tree
+//	tlog_oracle cosigned VKEY WKEY FILE
+//	                              a checkpoint note with a witness's cosignature line: the log's
+//	                              signature (sumdb/note, VKEY) and the c2sp.org/tlog-cosignature
+//	                              cosignature/v1 line under WKEY (a type 0x04 vkey), checked
+//	                              with crypto/ed25519 on the spec's bytes; prints "ok SIZE TIME"
 //
 // Built offline with GOPATH=/usr/share/gocode GO111MODULE=off go build.
 package main
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -222,6 +231,58 @@ func proofs(args []string) {
 	}
 }
 
+// cosigned checks a cosignature/v1 line (c2sp.org/tlog-cosignature) written from the spec alone:
+// key ID = SHA-256(name || "\n" || 0x04 || key)[:4]; signature = key ID || u64 time || Ed25519
+// over "cosignature/v1\ntime <t>\n" || the note body.
+func cosigned(vkey, wkey, path string) {
+	verifier, err := note.NewVerifier(vkey)
+	if err != nil {
+		fail("verifier key: %v", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail("%v", err)
+	}
+	n, err := note.Open(data, note.VerifierList(verifier))
+	if err != nil {
+		fail("checkpoint signature: %v", err)
+	}
+	parts := strings.SplitN(wkey, "+", 3)
+	if len(parts) != 3 {
+		fail("witness key is not name+hash+key")
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[2])
+	if err != nil || len(raw) != 33 || raw[0] != 0x04 {
+		fail("witness key is not an Ed25519 cosignature/v1 key (type 0x04)")
+	}
+	sum := sha256.Sum256(append([]byte(parts[0]+"\n"), raw...))
+	if hex.EncodeToString(sum[:4]) != parts[1] {
+		fail("witness key hash %s, computed %s", parts[1], hex.EncodeToString(sum[:4]))
+	}
+	found := false
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(line, " ")
+		if len(fields) != 3 || fields[0] != "\u2014" || fields[1] != parts[0] {
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(fields[2])
+		if err != nil || len(sig) != 4+8+64 || !bytes.Equal(sig[:4], sum[:4]) {
+			continue
+		}
+		t := binary.BigEndian.Uint64(sig[4:12])
+		msg := fmt.Sprintf("cosignature/v1\ntime %d\n%s", t, n.Text)
+		if !ed25519.Verify(ed25519.PublicKey(raw[1:]), []byte(msg), sig[12:]) {
+			fail("the cosignature does not verify")
+		}
+		lines := strings.Split(n.Text, "\n")
+		fmt.Printf("ok %s %d\n", lines[1], t)
+		found = true
+	}
+	if !found {
+		fail("no cosignature line of %s", parts[0])
+	}
+}
+
 func main() {
 	switch {
 	case len(os.Args) == 4 && os.Args[1] == "check":
@@ -230,7 +291,9 @@ func main() {
 		roots(os.Args[2:])
 	case len(os.Args) >= 2 && os.Args[1] == "proofs":
 		proofs(os.Args[2:])
+	case len(os.Args) == 5 && os.Args[1] == "cosigned":
+		cosigned(os.Args[2], os.Args[3], os.Args[4])
 	default:
-		fail("usage: tlog_oracle check VKEY FILE | roots HEX... | proofs HEX...")
+		fail("usage: tlog_oracle check VKEY FILE | roots HEX... | proofs HEX... | cosigned VKEY WKEY FILE")
 	}
 }
