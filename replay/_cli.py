@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _prune(args, out)
     if args.command == "erase":
         return _erase(args, out)
+    if args.command == "store-maintain":
+        return _fleet_cli.run_store_maintain(args, out)
     if args.command == "report":
         return _report(args, out, err)
     if args.command == "calls" and not getattr(args, "store", None):
@@ -216,13 +218,16 @@ def _erase(args: argparse.Namespace, out: Console) -> int:
         matching=args.matching,
         older_than_days=args.older_than,
     )
-    report = replay.erase(
-        args.journals or default_journals(),
-        selector,
-        reason=args.reason,
-        dry_run=args.dry_run,
-        key_file=args.key_file,
-    )
+    if getattr(args, "store", None):
+        report = _fleet_cli.run_erase_from(args, selector, out)
+    else:
+        report = replay.erase(
+            args.journals or default_journals(),
+            selector,
+            reason=args.reason,
+            dry_run=args.dry_run,
+            key_file=args.key_file,
+        )
     if args.json:
         print(render.to_json(report), file=out.file)
     else:

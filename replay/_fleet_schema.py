@@ -309,6 +309,7 @@ def ddl() -> list[str]:
         f"CREATE OR REPLACE VIEW agentteam.{name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]
     from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
+    from ._fleet_erase import ERASE_DDL
 
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
@@ -318,6 +319,7 @@ def ddl() -> list[str]:
         INGEST,
         CALLS_DDL,
         _triggers(),
+        ERASE_DDL,  # after _triggers: it replaces events' update trigger
         *views,
         _roles(),
         f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",

@@ -35,6 +35,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "ship": replay.ShipReport,
     "prune": replay.PruneReport,
     "erase": replay.EraseReport,
+    "store-maintain": replay.ScrubReport,
 }
 
 
