@@ -25,7 +25,9 @@ and refuse what breaks a rule, whatever the client sent:
   only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s, rebuilt in SQL) is
   appended to the journal's tree: the stored hashes its append makes (Go tlog's layout) are
   kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
-  key it names at its seq: keys enter only through the journal's own chain.
+  key it names at its seq: keys enter only through the journal's own chain. A row the journal
+  erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as verify takes it;
+  a ``payload_erased`` event erases the rows it names (``_fleet_erase``, one marked hook).
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
   hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
   that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store

@@ -16,12 +16,14 @@ Everything lives in the schema ``agentteam``:
   witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
   what the reports read instead of the events.
+* ``erasures`` and ``erased_seqs``: the erasures the store applied (``_fleet_erase``).
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
 
 The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
 functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
-and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
+and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included,
+but the erasure of an event's payload (``_fleet_erase``: its trigger replaces events' own).
 ``agentteam_read`` may only SELECT.
 """
 

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import psycopg
 import pytest
+from jsonschema import Draft202012Validator
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _fleet_reports as reports
@@ -22,6 +23,7 @@ from .replay_helpers import replay_main
 
 SIGNER: Final = journal.SigningKey("agentteam-bridge/seed", KEY)
 MARKER: Final = journal.ERASED_PAYLOAD
+DOCS: Final = Path(__file__).resolve().parent.parent / "docs"
 
 
 def _events(n_calls: int, text_of: dict[int, str]) -> list[journal.Event]:
@@ -158,6 +160,9 @@ def test_a_shipped_erasure_leaves_no_byte_of_the_text_in_the_store(
         assert _erased_in_store(url, _jid(path)) == result.seqs
     maintained = _json("store-maintain", "--from", url)
     assert maintained["ok"] and maintained["wal_switched"] and maintained["rewritten"]
+    assert maintained["erasures"] == 2 and maintained["statistics"]
+    schema = json.loads((DOCS / "replay-json" / "store-maintain.schema.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(maintained))
 
     assert _leaks([data, tmp_path], secret) == []
     for path in (before, after):
