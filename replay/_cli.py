@@ -220,7 +220,13 @@ def _erase(args: argparse.Namespace, out: Console) -> int:
     )
     if getattr(args, "store", None):
         report = _fleet_cli.run_erase_from(args, selector, out)
+        if not args.json:
+            render.render_erase(out, report)
+            _fleet_cli.render_store_erase(out, report)
+            return EXIT_OK if report.ok else EXIT_FAILED
     else:
+        if args.journal:
+            raise ReplayInputError("--journal ID goes with --from URL (a journal in the store)")
         report = replay.erase(
             args.journals or default_journals(),
             selector,

@@ -21,6 +21,7 @@ __all__ = [
     "apply_witness",
     "execute_from",
     "render_ship",
+    "render_store_erase",
     "report_from",
     "run_erase_from",
     "run_ship",
@@ -318,6 +319,20 @@ def run_erase_from(args: argparse.Namespace, selector: Any, out: Console) -> Any
     if args.key_file is not None:
         raise ReplayInputError("--key-file signs a journal's erasure; --from signs nothing")
     return erase_from(args.store, args.journal, selector, reason=args.reason, dry_run=args.dry_run)
+
+
+def render_store_erase(out: Console, report: Any) -> None:
+    """What ``erase --from`` did to the store's files (after ``render_erase``)."""
+    for j in report.journals:
+        if j.dry_run:
+            continue
+        if j.scrubbed:
+            out.print(f"  recorded in the store (not signed); {len(j.files)} relations rewritten")
+        else:
+            out.print(
+                "  [red]old bytes may remain in the store's files: run store-maintain --from URL "
+                "as the store's owner, and see docs/fleet.md (Erasure)[/]"
+            )
 
 
 def run_store_maintain(args: argparse.Namespace, out: Console) -> int:

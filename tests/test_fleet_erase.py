@@ -263,3 +263,32 @@ def test_the_store_lets_exactly_an_erasure_change_an_event(pg_url: str, tmp_path
         conn.execute(refused[0])
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM agentteam.erased_seqs")
+
+
+def test_erase_from_says_what_it_cannot_do(pg_url: str, tmp_path: Path) -> None:
+    path = _journal(tmp_path / "j", "Ada Lovelace, 12 St James's Square", (1,))
+    assert replay.ship([path], pg_url).ok
+    jid = _jid(path)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE erase_shipper LOGIN IN ROLE agentteam_ship")
+    shipper = pg_url.replace("postgres@", "erase_shipper@", 1)
+    base = ("erase", "--from", pg_url, "--reason", "r")
+    cases = [
+        ((*base, "--call", "call-1"), "needs --journal ID"),
+        ((*base, "--journal", jid, "--older-than", "1"), "--older-than erases a journal's own"),
+        ((*base, "--journal", "nope", "--call", "call-1"), "holds no journal 'nope'"),
+        ((*base, "--journal", jid, "--call", "call-1", path), "journals or --from URL, not both"),
+        (("erase", path, "--journal", jid, "--call", "c", "--reason", "r"), "goes with --from"),
+        (
+            ("erase", "--from", shipper, "--journal", jid, "--call", "call-1", "--reason", "r"),
+            "needs the store's owner",
+        ),
+    ]
+    rows = _store_rows(pg_url)
+    for args, said in cases:
+        done = replay_main(*args)
+        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
+    assert _store_rows(pg_url) == rows
+    done = replay_main(*base, "--journal", jid, "--call", "call-1")
+    assert done.returncode == 0, done.stderr
+    assert "erased 7..11" in done.stdout and "recorded in the store (not signed)" in done.stdout
