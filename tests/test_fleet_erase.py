@@ -5,6 +5,7 @@ after ``store-maintain``; every proof, the witness and the reports ``--from`` st
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -292,3 +293,40 @@ def test_erase_from_says_what_it_cannot_do(pg_url: str, tmp_path: Path) -> None:
     done = replay_main(*base, "--journal", jid, "--call", "call-1")
     assert done.returncode == 0, done.stderr
     assert "erased 7..11" in done.stdout and "recorded in the store (not signed)" in done.stdout
+
+
+def test_every_report_from_the_store_equals_the_local_one_after_erasures(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Erasures of every selector in a fleet of plausible calls and idempotency journals: some
+    shipped before, some after; each report ``--from`` is byte for byte the local one."""
+    from .fleet_helpers import write_fleet, write_idempotency_fleet
+
+    written = write_fleet(tmp_path / "written", 3, 9)
+    idem = write_idempotency_fleet(tmp_path / "idempotency")
+    paths = [*written, *idem]
+    assert replay.ship([written[0], *idem[:2]], pg_url).ok
+    chosen = [
+        (written[0], journal.EraseSelector(session_id="s0")),
+        (written[1], journal.EraseSelector(call_id="s1.3")),
+        (written[2], journal.EraseSelector(matching="list_tasks")),
+        (idem[0], journal.EraseSelector(call_id="idem-s0.1")),
+        (idem[1], journal.EraseSelector(task=("eng-中文", 3))),
+        (idem[2], journal.EraseSelector(older_than_days=0.0)),
+    ]
+    for path, selector in chosen:
+        assert journal.erase_payloads(path, selector, reason="r", key=SIGNER).seqs, selector
+    assert replay.ship(paths, pg_url).ok
+    for path in paths:
+        with journal.open_reader(path) as reader:
+            erased = [r.seq for r in reader.events() if r.payload == {"erased": True}]
+        assert _erased_in_store(pg_url, _jid(path)) == erased
+    as_of = datetime(2027, 1, 15, tzinfo=UTC)
+    assert to_json(reports.calls_from(pg_url, replay.CallFilter())) == to_json(
+        replay.list_calls(paths, replay.CallFilter())
+    )
+    assert to_json(reports.audit_from(pg_url)) == to_json(replay.audit(paths))
+    assert to_json(reports.deprecations_from(pg_url, as_of=as_of)) == to_json(
+        replay.deprecations(paths, as_of=as_of)
+    )
+    assert to_json(reports.idempotency_from(pg_url)) == to_json(replay.check_idempotency(paths))
