@@ -5,6 +5,8 @@ after ``store-maintain``; every proof, the witness and the reports ``--from`` st
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -20,7 +22,7 @@ from agentteam_task_bridge.replay._fleet_witness import witness_findings
 from agentteam_task_bridge.replay._render import to_json
 
 from .journal_helpers import KEY, SESSION, VKEY, write_journal
-from .pg_cluster import Cluster
+from .pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from .replay_helpers import replay_main
 
 SIGNER: Final = journal.SigningKey("agentteam-bridge/seed", KEY)
@@ -95,6 +97,21 @@ def _leaks(roots: list[Path], text: str, run: int = 12) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[Cluster]:
+    """A server of this module's own, so its data directory holds only these tests' databases."""
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as exc:  # as conftest's pg_cluster: CI fails, elsewhere skips
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs PostgreSQL for the fleet tests: {exc}")
+        pytest.skip(f"no PostgreSQL here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def _data_dir(cluster: Cluster) -> Path:
     if cluster.data_dir is None:
         pytest.skip("AGENTTEAM_TEST_PG_URL names a server whose files this test cannot read")
@@ -137,11 +154,11 @@ def _jid(path: Path) -> str:
 
 
 def test_a_shipped_erasure_leaves_no_byte_of_the_text_in_the_store(
-    pg_cluster: Cluster, tmp_path: Path
+    own_cluster: Cluster, tmp_path: Path
 ) -> None:
     secret = "Grace Hopper, 42 Arlington Ridge Road, grace@example.net"
-    data = _data_dir(pg_cluster)
-    url = pg_cluster.create_database()
+    data = _data_dir(own_cluster)
+    url = own_cluster.create_database()
     # One journal shipped, then erased (its rows erased in the store when the event arrives);
     # one erased before its first ship (its rows arrive erased).
     before = _journal(tmp_path / "shipped-then-erased", secret, (3, 17))
@@ -173,7 +190,7 @@ def test_a_shipped_erasure_leaves_no_byte_of_the_text_in_the_store(
         verified = replay_main("verify", path, "--witness", url, "--json")
         assert verified.returncode in (0, 3), verified.stdout[-1500:]
         jid = _jid(path)
-        for seq in (*erased[path].seqs, 1):
+        for seq in (erased[path].seqs[0], erased[path].seqs[-1], 1):
             local = _json("prove", path, "--seq", str(seq))
             assert _json("prove", "--from", url, "--journal", jid, "--seq", str(seq)) == local
     paths = [before, after]
@@ -193,10 +210,10 @@ def test_a_shipped_erasure_leaves_no_byte_of_the_text_in_the_store(
     assert _store_rows(url) == rows
 
 
-def test_erase_from_the_store_alone(pg_cluster: Cluster, tmp_path: Path) -> None:
+def test_erase_from_the_store_alone(own_cluster: Cluster, tmp_path: Path) -> None:
     secret = "Katherine Johnson, 1 Langley Field, kj@example.com"
-    data = _data_dir(pg_cluster)
-    url = pg_cluster.create_database()
+    data = _data_dir(own_cluster)
+    url = own_cluster.create_database()
     path = _journal(tmp_path / "j", secret, (2, 9, 20))
     assert replay.ship([path], url).ok
     jid = _jid(path)
@@ -218,7 +235,7 @@ def test_erase_from_the_store_alone(pg_cluster: Cluster, tmp_path: Path) -> None
     now = _store_rows(url)
     assert [r[:2] + r[4:] for r in now] == [r[:2] + r[4:] for r in rows]
     assert witness_findings(url, [path]) == []
-    for seq in (*seqs, 1, len(rows)):
+    for seq in (seqs[0], seqs[-1], 1, len(rows)):
         local = _json("prove", path, "--seq", str(seq))
         assert _json("prove", "--from", url, "--journal", jid, "--seq", str(seq)) == local
     with psycopg.connect(url) as conn:
