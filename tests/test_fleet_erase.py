@@ -311,6 +311,17 @@ def test_erase_from_says_what_it_cannot_do(pg_url: str, tmp_path: Path) -> None:
     done = replay_main(*base, "--journal", jid, "--call", "call-1")
     assert done.returncode == 0, done.stderr
     assert "erased 7..11" in done.stdout and "recorded in the store (not signed)" in done.stdout
+    # A shipped erasure waits for store-maintain, which only the owner can run to the end.
+    journal.erase_payloads(path, journal.EraseSelector(call_id="call-2"), reason="r", key=SIGNER)
+    assert replay.ship([path], pg_url).ok
+    refused = replay_main("store-maintain", "--from", shipper, "--json")
+    assert refused.returncode == 1, refused.stderr
+    problems = json.loads(refused.stdout)["problems"]
+    assert any("may not rewrite" in p for p in problems)
+    assert any("CHECKPOINT" in p for p in problems)
+    assert json.loads(refused.stdout)["rewritten"] == []
+    done = replay_main("store-maintain", "--from", pg_url)
+    assert done.returncode == 0 and "1 erasures: 2 relations rewritten" in done.stdout, done.stdout
 
 
 def test_every_report_from_the_store_equals_the_local_one_after_erasures(
