@@ -48,7 +48,6 @@ from ._fleet_ingest import _DIGEST, _HASH, ERASED_ROW
 from ._fleet_store import (
     StoreError,
     connect,
-    ensure_schema,
     psycopg_module,
     redact_store_url,
     store_errors,
@@ -271,7 +270,7 @@ def erase_from(
     driver = psycopg_module()
     shown = redact_store_url(store_url)
     with store_errors(store_url), connect(store_url, autocommit=True) as conn:
-        ensure_schema(conn)
+        _erasing_store(conn, shown)
         if (
             conn.execute(
                 "SELECT 1 FROM agentteam.journals WHERE journal_id = %s", (journal_id,)
@@ -279,10 +278,6 @@ def erase_from(
             is None
         ):
             raise StoreError(f"the store {shown} holds no journal {journal_id!r}")
-        if conn.execute(
-            "SELECT to_regprocedure('agentteam.erase_stored(text, bigint[], bigint, text, text)')"
-        ).fetchone() in (None, (None,)):
-            raise StoreError(f"the store {shown} predates erasure: ship into a new database")
         seqs = _selected(conn, journal_id, selector)
         done: list[int] = []
         report: ScrubReport | None = None
@@ -331,8 +326,21 @@ class ScrubReport(msgspec.Struct, frozen=True, kw_only=True):
 def scrub_store(store_url: str) -> ScrubReport:
     """``store-maintain --from URL``: :func:`scrub`, as the store's owner."""
     with store_errors(store_url), connect(store_url, autocommit=True) as conn:
-        ensure_schema(conn)
+        _erasing_store(conn, redact_store_url(store_url))
         return scrub(conn, redact_store_url(store_url))
+
+
+def _erasing_store(conn: psycopg.Connection[Any], shown: str) -> None:
+    """StoreError unless the database holds a store that erases (nothing is created here)."""
+    row = conn.execute(
+        "SELECT to_regclass('agentteam.store_meta') IS NOT NULL,"
+        " to_regprocedure('agentteam.erase_stored(text, bigint[], bigint, text, text)')"
+        " IS NOT NULL"
+    ).fetchone()
+    if row is None or not row[0]:
+        raise StoreError(f"{shown} holds no fleet store (the agentteam schema)")
+    if not row[1]:
+        raise StoreError(f"the store {shown} predates erasure: ship into a new database")
 
 
 def scrub(conn: psycopg.Connection[Any], shown: str) -> ScrubReport:

@@ -284,7 +284,18 @@ def test_the_store_lets_exactly_an_erasure_change_an_event(pg_url: str, tmp_path
             conn.execute("DELETE FROM agentteam.erased_seqs")
 
 
-def test_erase_from_says_what_it_cannot_do(pg_url: str, tmp_path: Path) -> None:
+def test_erase_from_says_what_it_cannot_do(
+    pg_url: str, pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    empty = pg_cluster.create_database()
+    for args in (
+        ("erase", "--from", empty, "--journal", "j", "--call", "c", "--reason", "r", "--dry-run"),
+        ("store-maintain", "--from", empty),
+    ):
+        done = replay_main(*args)
+        assert done.returncode == 2 and "holds no fleet store" in done.stderr, done.stderr
+    with psycopg.connect(empty) as conn:  # nothing was created there
+        assert conn.execute("SELECT to_regnamespace('agentteam')").fetchone() == (None,)
     path = _journal(tmp_path / "j", "Ada Lovelace, 12 St James's Square", (1,))
     assert replay.ship([path], pg_url).ok
     jid = _jid(path)
