@@ -96,6 +96,7 @@ from ._contract import (
     tasks_route,
 )
 from ._core import CHECKPOINT_EVERY, WriterOptions
+from ._erase import PROTECTED_KINDS as ERASE_PROTECTED_KINDS
 from ._erase import EraseResult
 from ._erase import Selector as EraseSelector
 from ._erase import erase as erase_payloads
@@ -176,6 +177,7 @@ __all__ = [
     "COLUMNS",
     "EMPTY_ROOT",
     "ERASED_PAYLOAD",
+    "ERASE_PROTECTED_KINDS",
     "GENESIS_HASH",
     "HIDDEN_NAMES",
     "KINDS",

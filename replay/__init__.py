@@ -18,6 +18,8 @@ streams the events with bounded state, and accepts ``progress(done, expected)``:
     replay.export_otlp(paths, file) / export_jsonl(paths, file) -> ExportResult
     replay.ship(paths, "postgresql://...")             -> ShipReport (.ok: nothing refused)
     replay.prune(paths, "postgresql://...", older_than_days=30)  -> PruneReport (.removed)
+    replay.erase_from(url, journal_id, Selector(...), reason=...) -> EraseReport (store alone)
+    replay.scrub_store(url)                            -> ScrubReport (.ok: erased bytes gone)
 
 The fleet store (PostgreSQL, ``psycopg``; see docs/fleet.md): ``ship`` copies journals into it;
 ``contiguous_seq(url, journal_id)`` and ``witnessed_checkpoint(url, journal_id)`` say what it
@@ -51,6 +53,7 @@ from ._erase import EraseReport, EraseResult, Selector, erase
 from ._export import ExportResult, PushError, export_jsonl, export_otlp, push_otlp
 from ._findings import Finding
 from ._fleet_cosign import CosignReport, JournalCosigned, cosign_once
+from ._fleet_erase import ScrubReport, erase_from, scrub_store
 from ._fleet_follow import ship_follow
 from ._fleet_ship import JournalShipped, ShipReport, ship
 from ._fleet_store import StoreError, StoreFinding, contiguous_seq, witnessed_checkpoint
@@ -124,6 +127,7 @@ __all__ = [
     "ReportFilter",
     "RerunCall",
     "RerunResult",
+    "ScrubReport",
     "Selector",
     "SessionInfo",
     "SessionRow",
@@ -141,6 +145,7 @@ __all__ = [
     "cosign_once",
     "deprecations",
     "erase",
+    "erase_from",
     "export_jsonl",
     "export_otlp",
     "iter_stories",
@@ -156,6 +161,7 @@ __all__ = [
     "report",
     "rerun",
     "rerun_async",
+    "scrub_store",
     "ship",
     "ship_follow",
     "show_call",

@@ -77,6 +77,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _witness_cli.run(args, out)
     if args.command == "erase":
         return _erase(args, out)
+    if args.command == "store-maintain":
+        return _fleet_cli.run_store_maintain(args, out)
     if args.command == "report":
         return _report(args, out, err)
     if args.command == "calls" and not getattr(args, "store", None):
@@ -219,13 +221,22 @@ def _erase(args: argparse.Namespace, out: Console) -> int:
         matching=args.matching,
         older_than_days=args.older_than,
     )
-    report = replay.erase(
-        args.journals or default_journals(),
-        selector,
-        reason=args.reason,
-        dry_run=args.dry_run,
-        key_file=args.key_file,
-    )
+    if getattr(args, "store", None):
+        report = _fleet_cli.run_erase_from(args, selector, out)
+        if not args.json:
+            render.render_erase(out, report)
+            _fleet_cli.render_store_erase(out, report)
+            return EXIT_OK if report.ok else EXIT_FAILED
+    else:
+        if args.journal:
+            raise ReplayInputError("--journal ID goes with --from URL (a journal in the store)")
+        report = replay.erase(
+            args.journals or default_journals(),
+            selector,
+            reason=args.reason,
+            dry_run=args.dry_run,
+            key_file=args.key_file,
+        )
     if args.json:
         print(render.to_json(report), file=out.file)
     else:

@@ -77,6 +77,7 @@ examples:
   agentteam-replay erase journals/ --matching "Ada Lovelace" --reason "GDPR art. 17" --dry-run
   agentteam-replay erase journal.db --task "eng#42" --reason "ticket 991" --json
   agentteam-replay erase --older-than 90 --reason retention    # the pool
+  agentteam-replay erase --from postgresql://owner@db/fleet --journal J1 --call s1.4 --reason r
 
 Removes the payload text (and the leaf's salt) of the chosen events from every file of the
 journal (each segment, the -wal, free pages); their envelope (who, when, which tool, outcome,
@@ -85,6 +86,8 @@ erasure is journaled first: a payload_erased event naming the seqs, the reason a
 (never the erased text), under a checkpoint signed with this machine's key (--key-file: another;
 it must be the key the journal names). Works on a journal a live bridge writes. Erasing again
 is a no-op; --dry-run lists the seqs and changes no byte. See docs/privacy.md.
+With --from, the store's own copy is erased (by its owner; recorded in the store, not signed),
+then its files are rewritten as store-maintain does (docs/fleet.md); the journal is untouched.
 """,
     "key": """\
 examples:
@@ -456,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", type=Path, metavar="FILE", help="the signing key to sign with")
     _prove_cli.add_prove(sub)
     _fleet_cli.add_ship(sub)
+    _fleet_cli.add_store_maintain(sub)
     _fleet_cli.add_store_options(sub)
     _witness_cli.add_witness(sub)
     bridge.add_completion_command(sub, PROG, build_parser)

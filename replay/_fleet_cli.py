@@ -18,12 +18,16 @@ from ._source import Progress, ReplayInputError
 
 __all__ = [
     "add_ship",
+    "add_store_maintain",
     "add_store_options",
     "apply_witness",
     "execute_from",
     "render_ship",
+    "render_store_erase",
     "report_from",
+    "run_erase_from",
     "run_ship",
+    "run_store_maintain",
     "store_url",
     "witness_keys",
 ]
@@ -100,6 +104,16 @@ def add_store_options(sub: Any) -> None:
             help="read the fleet store (postgresql://...) instead of journal files; computed in "
             "the database, same report",
         )
+    erase = sub.choices["erase"]
+    erase.add_argument(
+        "--from",
+        dest="store",
+        type=store_url,
+        metavar="URL",
+        help="erase in the fleet store alone, as its owner (postgresql://...), then rewrite the "
+        "touched partitions and the WAL (needs --journal; recorded in the store, not signed)",
+    )
+    erase.add_argument("--journal", metavar="ID", help="with --from: the journal id to erase in")
     sub.choices["verify"].add_argument(
         "--witness",
         type=store_url,
@@ -267,3 +281,74 @@ def render_ship(console: Console, report: ShipReport) -> None:
             console.print(f"  REFUSED at seq {f.seq}: {f.rule}: {f.detail}", markup=False)
     verdict = "OK" if report.ok else f"FAILED: {report.refused} journal(s) refused"
     console.print(f"{report.shipped} events shipped to {report.store}; {verdict}", markup=False)
+
+
+MAINTAIN_EPILOG: Final = """\
+examples:
+  agentteam-replay store-maintain --from postgresql://owner@db.example/fleet
+  agentteam-replay store-maintain --from postgresql://owner@db.example/fleet --json
+Run it as the store's owner after shipping payload_erased events (erase --from runs it itself):
+the partitions holding rows erased since the last run are rewritten (VACUUM FULL), then
+pg_statistic, then CHECKPOINT, a WAL switch and a CHECKPOINT remove the old WAL segments.
+Exits 1 when a step could not run or a server setting keeps old bytes (said; see docs/fleet.md).
+"""
+
+
+def add_store_maintain(sub: Any) -> None:
+    p = sub.add_parser(
+        "store-maintain",
+        help="make erased payloads leave the fleet store's files (owner)",
+        description="Rewrite what holds old versions of the rows erased in the fleet store since "
+        "the last run, and remove the old WAL: the erased bytes leave the server's files.",
+        epilog=MAINTAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--from", dest="store", required=True, type=store_url, metavar="URL", help="the store"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run_erase_from(args: argparse.Namespace, selector: Any, out: Console) -> Any:
+    """``erase --from URL --journal ID``: the store's erasure (``_fleet_erase``)."""
+    from ._fleet_erase import erase_from
+
+    if args.journals:
+        raise ReplayInputError("give journals or --from URL, not both")
+    if not args.journal:
+        raise ReplayInputError("erase --from needs --journal ID (the journal to erase in)")
+    if args.key_file is not None:
+        raise ReplayInputError("--key-file signs a journal's erasure; --from signs nothing")
+    return erase_from(args.store, args.journal, selector, reason=args.reason, dry_run=args.dry_run)
+
+
+def render_store_erase(out: Console, report: Any) -> None:
+    """What ``erase --from`` did to the store's files (after ``render_erase``)."""
+    for j in report.journals:
+        if j.dry_run:
+            continue
+        if j.scrubbed:
+            out.print(f"  recorded in the store (not signed); {len(j.files)} relations rewritten")
+        else:
+            out.print(
+                "  [red]old bytes may remain in the store's files: run store-maintain --from URL "
+                "as the store's owner, and see docs/fleet.md (Erasure)[/]"
+            )
+
+
+def run_store_maintain(args: argparse.Namespace, out: Console) -> int:
+    from . import _render as render
+    from ._fleet_erase import scrub_store
+
+    report = scrub_store(args.store)
+    if args.json:
+        print(render.to_json(report), file=out.file)
+    else:
+        out.print(
+            f"{report.erasures} erasures: {len(report.rewritten)} relations rewritten"
+            + (", pg_statistic" if report.statistics else "")
+            + ("; WAL switched, old segments removed" if report.wal_switched else "")
+        )
+        for problem in report.problems:
+            out.print(f"[red]{problem}[/]")
+    return 0 if report.ok else 1

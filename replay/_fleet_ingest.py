@@ -25,7 +25,9 @@ and refuse what breaks a rule, whatever the client sent:
   only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s, rebuilt in SQL) is
   appended to the journal's tree: the stored hashes its append makes (Go tlog's layout) are
   kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
-  key it names at its seq: keys enter only through the journal's own chain.
+  key it names at its seq: keys enter only through the journal's own chain. A row the journal
+  erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as verify takes it;
+  a ``payload_erased`` event erases the rows it names (``_fleet_erase``, one marked hook).
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
   hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
   that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
@@ -42,6 +44,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ERASED_ROW",
     "ESCAPED_COLUMNS",
     "INGEST",
     "INGEST_CALL",
@@ -241,6 +244,10 @@ _HASH: Final = """encode(sha256(convert_to(agentteam.canonical(
 _DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = ''
      AND r.payload_sha256 = encode(sha256(decode(r.salt, 'hex') || convert_to(r.payload, 'UTF8')),
                                    'hex')"""
+# A row the journal erased before shipping (journal/_erase.py: the marker payload, the salt
+# empty): its hash, which covered the erased bytes, is taken as stored, as verify takes it (the
+# next row's prev_hash links it; its leaf commits to its envelope and digest). _fleet_erase.py.
+ERASED_ROW: Final = """(r.payload = '{"erased":true}' AND r.salt = '')"""
 _INGEST: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -266,7 +273,7 @@ BEGIN
       WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
       WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
       WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
-      WHEN r.hash IS NOT DISTINCT FROM {_HASH} THEN 'leaf_mismatch'
+      WHEN {ERASED_ROW} OR r.hash IS NOT DISTINCT FROM {_HASH} THEN 'leaf_mismatch'
       ELSE 'hash_mismatch' END AS rule
   INTO bad
   FROM (SELECT s.*, row_number() OVER w AS i, coalesce(lag(s.hash) OVER w, head.hash) AS before
@@ -274,8 +281,8 @@ BEGIN
   WHERE r.seq IS DISTINCT FROM head.seq + r.i
      OR r.prev_hash IS DISTINCT FROM r.before
      OR NOT coalesce({_WALL}, false)
-     OR r.hash IS DISTINCT FROM {_HASH}
-     OR (r.salt IS NOT NULL AND NOT coalesce({_DIGEST}, false))
+     OR (NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_HASH})
+     OR (r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false))
   ORDER BY r.i LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION 'the store refuses event % of journal %: %', bad.seq, a_journal, bad.rule
@@ -334,6 +341,8 @@ BEGIN
   WHERE s.kind = 'key_rotated' AND agentteam.payload_doc(s.payload) ->> 'vkey' IS NOT NULL;
   -- After the batch is accepted: what is kept per batch (beside the events) goes here, read
   -- from pg_temp.ship_batch (its rows checked above) before it is emptied below.
+  -- HOOK (replay/_fleet_erase.py): the batch's payload_erased events erase what they name.
+  PERFORM agentteam.apply_erasures(a_journal);
   -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
   PERFORM agentteam.fold_calls(a_journal, head.seq + 1, last.seq);
   UPDATE agentteam.heads

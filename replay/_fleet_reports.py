@@ -342,6 +342,7 @@ WITH d AS (
     doc ->> 'client_version' AS client_version,
     doc ->> 'agent_id' AS agent_id
   FROM agentteam.events WHERE kind = 'deprecated_usage' AND {scope}
+    AND NOT (payload = '{"erased":true}' AND salt = '')  -- erased: no name to tell (as locally)
 )
 """
 
@@ -382,7 +383,8 @@ def deprecations_from(
     with connect(store_url, autocommit=True) as conn:
         window = conn.execute(
             'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),'
-            " count(*) FILTER (WHERE kind = 'deprecated_usage') FROM agentteam.events"
+            " count(*) FILTER (WHERE kind = 'deprecated_usage'"
+            " AND NOT (payload = '{\"erased\":true}' AND salt = '')) FROM agentteam.events"
             f" WHERE {where}",
             params,
         ).fetchone()

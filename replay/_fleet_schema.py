@@ -16,12 +16,14 @@ Everything lives in the schema ``agentteam``:
   witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
   what the reports read instead of the events.
+* ``erasures`` and ``erased_seqs``: the erasures the store applied (``_fleet_erase``).
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
 
 The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
 functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
-and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included.
+and TRUNCATE on every table (a head: DELETE and TRUNCATE) for everyone, the owner included,
+but the erasure of an event's payload (``_fleet_erase``: its trigger replaces events' own).
 ``agentteam_read`` may only SELECT. ``agentteam_witness`` (the witness process's login,
 ``_fleet_cosign``, whose DDL is its own block there) may SELECT and INSERT into
 ``cosignatures``, which nobody may UPDATE, DELETE or TRUNCATE.
@@ -297,6 +299,7 @@ def ddl() -> list[str]:
     ]
     from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
     from ._fleet_cosign import COSIGN_DDL  # the witness's table and role (_fleet_cosign)
+    from ._fleet_erase import ERASE_DDL  # erasure's functions and trigger (_fleet_erase)
 
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
@@ -306,6 +309,7 @@ def ddl() -> list[str]:
         INGEST,
         CALLS_DDL,
         _triggers(),
+        ERASE_DDL,  # after _triggers: it replaces events' update trigger
         *views,
         _roles(),
         COSIGN_DDL,

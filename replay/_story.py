@@ -314,7 +314,7 @@ class CallStory:
             in_doubt=self.in_doubt,
             bridge_ms=self.bridge_ms,
             upstream_ms=self.upstream_ms,
-            upstream_requests=len(self.requests),
+            upstream_requests=len(self.all("upstream_request")),  # the envelope: erased ones too
             http_status=responses[-1].status if responses else None,
             token_refreshes=len(self.all("token_refreshed")),
             truncated=bool(res and res.truncated),

@@ -5,8 +5,10 @@
 root (PostgreSQL refuses to run as root; CI runs as root), listening only on a unix socket in a
 private temp dir (no TCP port to collide with). ``stop()`` stops it and removes the dir;
 ``pause()`` and ``resume()`` stop and start it again, its data kept (an outage).
-``AGENTTEAM_TEST_PG_URL`` names a server to use instead (its user must be allowed to create
-databases and roles).
+It deletes old WAL segments at a checkpoint instead of recycling them (``wal_recycle=off``,
+``wal_keep_size=0``), as a store that erases must (docs/fleet.md); ``data_dir`` is where its
+files are. ``AGENTTEAM_TEST_PG_URL`` names a server to use instead (its user must be allowed to
+create databases and roles).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class Cluster:
         self._user = user
         self._start = start
         self._env = env
+
+    @property
+    def data_dir(self) -> Path | None:
+        """The server's data directory (None: a server given by AGENTTEAM_TEST_PG_URL)."""
+        return None if self._root is None else self._root / "data"
 
     def database_url(self, name: str) -> str:
         """The URL of database ``name`` on this server, as its superuser."""
@@ -156,6 +163,8 @@ def start_cluster() -> Cluster:
         options = (
             f"-k {sock} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
             " -c full_page_writes=off -c max_connections=60 -c shared_buffers=32MB"
+            # Erasure (docs/fleet.md): a checkpoint deletes old WAL segments, never reuses them.
+            " -c wal_recycle=off -c wal_keep_size=0"
         )
         start = [
             str(bin_dir / "pg_ctl"),

@@ -36,6 +36,7 @@ RESULTS: dict[str, type[msgspec.Struct]] = {
     "prune": replay.PruneReport,
     "erase": replay.EraseReport,
     "witness": replay.CosignReport,
+    "store-maintain": replay.ScrubReport,
 }
 
 
