@@ -97,7 +97,7 @@ from ._contract import (
 )
 from ._core import CHECKPOINT_EVERY, WriterOptions
 from ._erase import PROTECTED_KINDS as ERASE_PROTECTED_KINDS
-from ._erase import EraseResult
+from ._erase import EraseResult, is_erased
 from ._erase import Selector as EraseSelector
 from ._erase import erase as erase_payloads
 from ._errors import (
@@ -261,6 +261,7 @@ __all__ = [
     "files_reader",
     "held_by_a_writer",
     "inclusion_proof",
+    "is_erased",
     "is_hidden_name",
     "leaf_bytes",
     "leaf_hash",

@@ -53,6 +53,7 @@ from agentteam_task_bridge.journal import Reader
 from ._cosign import CosignerKey
 from ._findings import Finding
 from ._fleet_cosign import store_reader, trusted_cosignature
+from ._fleet_ingest import ERASED_ROW
 from ._fleet_store import connect, stored_head, witnessed_checkpoint
 from ._source import journal_files, open_reader
 
@@ -126,7 +127,10 @@ class _Local:
         ordered = sorted(self.readers, key=lambda r: r.segment.first_seq)
         read = journal.files_reader([(r.segment.first_seq, r.stored_hash) for r in ordered])
         try:
-            digest = journal.payload_digest(bytes.fromhex(leaf.salt), row.payload)
+            if journal.is_erased(row.payload, leaf.salt):  # its digest is all that is left
+                digest = leaf.payload_sha256
+            else:
+                digest = journal.payload_digest(bytes.fromhex(leaf.salt), row.payload)
             proof = journal.inclusion_proof(seq - 1, size, read)
         except (ValueError, journal.ProofError):
             return False
@@ -323,9 +327,23 @@ _HASH_OF_ROW: Final = """encode(sha256(convert_to(agentteam.canonical(
   'UTF8')), 'hex')"""
 
 
+# A stored event erased by a recorded erasure (a shipped ``payload_erased`` or ``erase --from``:
+# ``agentteam.erased_seqs``): its hash covered the erased bytes and is taken as stored, as verify
+# takes it, but its leaf (envelope and payload digest, the first of its stored hashes) must still
+# rebuild from its columns.
+_RECORDED_ERASURE: Final = f"""({ERASED_ROW}
+  AND EXISTS (SELECT 1 FROM agentteam.erased_seqs x WHERE x.journal_id = r.journal_id
+              AND x.seq = r.seq)
+  AND substring(r.tree_hashes FROM 1 FOR 32) = sha256('\\x00'::bytea || convert_to(agentteam.leaf(
+    r.journal_id, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
+    r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
+    r.http_response_status_code, r.error_type, r.duration_ms, r.payload_sha256), 'UTF8')))"""
+
+
 def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size: int) -> int | None:
     """The first seq <= size (held here) where the store's event differs from this journal's,
-    or whose stored hash does not recompute from its columns; None when none does."""
+    or whose stored hash does not recompute from its columns (a recorded erasure's leaf must);
+    None when none does."""
     first = None
     low = local.low
     if local.hash_at(size) != _hash_at(conn, jid, size):
@@ -333,7 +351,8 @@ def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size:
     conn.execute("SET extra_float_digits = 1")  # the float text the ingest hashed
     row = conn.execute(
         "SELECT min(r.seq) FROM agentteam.events r WHERE r.journal_id = %s"
-        f" AND r.seq BETWEEN %s AND %s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}",
+        f" AND r.seq BETWEEN %s AND %s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}"
+        f" AND NOT coalesce({_RECORDED_ERASURE}, false)",
         (jid, low, size),
     ).fetchone()
     if row is not None and row[0] is not None:

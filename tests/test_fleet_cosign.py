@@ -529,3 +529,50 @@ def test_witness_follow_cosigns_what_arrives_and_stops_on_sigterm(
             process.communicate()
     assert process.returncode == 0, err
     assert "cosigned" in out or "current" in out
+
+
+def test_an_erasure_after_cosigning_is_not_a_rewrite(
+    pg_url: str, logins: Any, tmp_path: Path
+) -> None:
+    """A recorded erasure changes payloads the witness cosigned, and only those: the erased rows'
+    hashes are taken as stored (as verify takes them), and any other change is still named."""
+    from .journal_helpers import KEY
+    from .replay_helpers import replay_main
+
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = tmp_path / "a.db"
+    jid = write_fleet_journal(path, 8, 6)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS).ok
+    selector = journal.EraseSelector(matching='"eng"')
+    signer = journal.SigningKey("agentteam-bridge/seed", KEY)
+    erased = journal.erase_payloads(path, selector, reason="subject request", key=signer)
+    assert erased.seqs
+    assert replay.ship([path], shipper).ok  # the payload_erased event erases the store's rows
+    assert cosign_once(witness, WITNESS).ok
+    assert rules(pg_url, path, WITNESS.verifier) == []
+    # Erased in the store alone (its owner's erase --from): the journal still holds the text,
+    # the store's rows are recorded erasures, not a rewrite.
+    done = replay_main(
+        "erase", "--from", pg_url, "--journal", jid, "--matching", "task", "--reason", "r", "--json"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [store_erasure] = json.loads(done.stdout)["journals"]
+    assert set(store_erasure["seqs"]) - set(erased.seqs), "erased nothing new"
+    assert rules(pg_url, path, WITNESS.verifier) == []
+    # An erasure nobody recorded is a rewrite.
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute("ALTER TABLE agentteam.events DISABLE TRIGGER USER")
+        seq = owner.execute(
+            "SELECT max(seq) FROM agentteam.events WHERE journal_id = %s AND call_id IS NOT NULL"
+            " AND payload <> '{\"erased\":true}'",
+            (jid,),
+        ).fetchone()
+        assert seq is not None and seq[0] is not None
+        owner.execute(
+            "UPDATE agentteam.events SET payload = '{\"erased\":true}', salt = ''"
+            " WHERE journal_id = %s AND seq = %s",
+            (jid, seq[0]),
+        )
+        owner.execute("ALTER TABLE agentteam.events ENABLE TRIGGER USER")
+    assert rules(pg_url, path, WITNESS.verifier) == [("witness_store_rewritten", seq[0])]
