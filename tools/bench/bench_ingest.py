@@ -56,7 +56,7 @@ _SHAPES: dict[str, tuple[bool, tuple[str, ...], bool]] = {
 }
 _INDEXES = {
     "call": "CREATE INDEX ON t (journal_id, call_id, seq)",
-    "session": "CREATE INDEX ON t (journal_id, session_id, seq) WHERE call_id IS NULL",
+    "session": "CREATE INDEX ON t (journal_id, session_id, kind, seq) WHERE call_id IS NULL",
     "deprecated": "CREATE INDEX ON t (journal_id, seq) WHERE kind = 'deprecated_usage'",
     "kind": "CREATE INDEX ON t (kind, journal_id)",
 }
