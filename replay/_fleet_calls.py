@@ -179,7 +179,8 @@ def fold_sql(scope: str) -> str:
     ``CallStory.summary()`` sees it (its first MAX_EVENTS_PER_CALL events)."""
     return f"""
 WITH ev AS (
-  SELECT e.*, row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
+  SELECT e.*, agentteam.payload_doc(e.payload) AS doc,
+    row_number() OVER (PARTITION BY e.journal_id, e.call_id ORDER BY e.seq) AS n
   FROM agentteam.events e
   WHERE e.call_id IS NOT NULL AND {scope}
 ), folded AS (

@@ -5,7 +5,8 @@ Rules (the SQL below is the store's; ``journal/_erase.py`` is the local twin):
 * An erased row keeps every column but ``payload`` (:data:`journal.ERASED_PAYLOAD`) and ``salt``
   (``''``): its ``hash``, ``payload_sha256`` and ``tree_hashes`` stay, so the store's Merkle
   state, every checkpoint it witnessed, ``prove --from`` and ``verify --witness`` (which compares
-  hashes) are unchanged. ``doc`` (generated) follows the payload.
+  hashes) are unchanged. Nothing else holds the payload's text: readers parse it when they read
+  (``payload_doc``), and the call lines are refolded.
 * The checked ingest accepts a row that arrives erased (:data:`ERASED_ROW`: the journal erased it
   before shipping) as ``verify`` does: its hash is taken as stored (the next row's ``prev_hash``
   still links it) and its leaf, which commits to the envelope and the digest, enters the tree.
@@ -97,7 +98,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
 BEGIN
   IF TG_OP = 'UPDATE' AND NEW.payload = '{_MARKER}' AND NEW.salt = ''
      AND OLD.salt IS NOT NULL AND OLD.salt <> ''
-     AND to_jsonb(NEW) - 'payload' - 'salt' - 'doc' = to_jsonb(OLD) - 'payload' - 'salt' - 'doc'
+     AND to_jsonb(NEW) - 'payload' - 'salt' = to_jsonb(OLD) - 'payload' - 'salt'
      AND EXISTS (SELECT 1 FROM agentteam.erased_seqs x
                  WHERE x.journal_id = OLD.journal_id AND x.seq = OLD.seq) THEN
     RETURN NEW;

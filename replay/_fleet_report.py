@@ -191,7 +191,8 @@ SELECT l.journal_id, l.call_id, l.session_id, l.tool, r.seq, r.ts_wall,
   convert_to(r.payload, 'UTF8'), l.in_doubt
 FROM agentteam.call_lines l
 JOIN LATERAL (
-  SELECT e.seq, e.ts_wall, e.doc, e.payload FROM agentteam.events e
+  SELECT e.seq, e.ts_wall, agentteam.payload_doc(e.payload) AS doc, e.payload
+  FROM agentteam.events e
   WHERE e.journal_id = l.journal_id AND e.call_id = l.call_id AND e.kind = 'upstream_request'
     AND e.seq BETWEEN l.first_seq AND l.last_seq
   ORDER BY e.seq DESC LIMIT 1
@@ -370,7 +371,14 @@ def _stories(
     # The client, from the session's handshake (kind set 7).
     handshakes = _session_events(conn, "session_handshake", "seq > w.q", "ASC", at)
     ended = (
-        _session_events(conn, "session_ended", "seq > w.q", "ASC", at, "ts_wall, doc ->> 'reason'")
+        _session_events(
+            conn,
+            "session_ended",
+            "seq > w.q",
+            "ASC",
+            at,
+            "ts_wall, agentteam.payload_doc(payload) ->> 'reason'",
+        )
         if iterated
         else {}
     )

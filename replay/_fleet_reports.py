@@ -197,10 +197,10 @@ _AUDIT_SQL: Final = {
 
 _SESSIONS: Final = f"""
 SELECT s.journal_id, s.session_id, s.ts_wall, {SESSION_DOC.format(s="s")}, x.ts_wall,
-  x.doc ->> 'reason'
+  agentteam.payload_doc(x.payload) ->> 'reason'
 FROM agentteam.events s
 LEFT JOIN LATERAL (
-  SELECT e.ts_wall, e.doc FROM agentteam.events e
+  SELECT e.ts_wall, e.payload FROM agentteam.events e
   WHERE e.journal_id = s.journal_id AND e.session_id = s.session_id
     AND e.kind = 'session_ended' AND e.call_id IS NULL AND e.seq > s.seq
   ORDER BY e.seq LIMIT 1
@@ -341,8 +341,9 @@ WITH d AS (
     doc ->> 'client_name' AS client_name,
     doc ->> 'client_version' AS client_version,
     doc ->> 'agent_id' AS agent_id
-  FROM agentteam.events WHERE kind = 'deprecated_usage' AND {scope}
-    AND NOT (payload = '{"erased":true}' AND salt = '')  -- erased: no name to tell (as locally)
+  FROM (SELECT *, agentteam.payload_doc(payload) AS doc FROM agentteam.events
+        WHERE kind = 'deprecated_usage' AND {scope}
+          AND NOT (payload = '{"erased":true}' AND salt = '')) e  -- erased: no name (as locally)
 )
 """
 

@@ -3,11 +3,16 @@
 Everything lives in the schema ``agentteam``:
 
 * ``events``: every shipped event, the journal's columns as stored (the payload text as hashed,
-  already redacted) plus ``ts`` (the event's wall time, derived from ``ts_wall`` at ingest) and
-  ``doc`` (the payload as jsonb, its strings escaped one to one: ``payload_doc``). Text columns
-  sort bytewise (``COLLATE "C"``), as SQLite and Python do. Declaratively partitioned by month
-  of ``ts``, each partition with its own TRUNCATE trigger; ``journal_id`` leads every key, the
-  distribution key on Citus.
+  already redacted) plus ``ts`` (the event's wall time, derived from ``ts_wall`` at ingest).
+  Text columns sort bytewise (``COLLATE "C"``), as SQLite and Python do. Declaratively
+  partitioned by month of ``ts``, each partition with its own TRUNCATE trigger; ``journal_id``
+  leads every key, the distribution key on Citus. No parsed copy of the payload is stored: it
+  is parsed where it is read (``payload_doc``: jsonb, its strings escaped one to one; the view
+  ``event_docs`` adds it as ``doc``; the call lines' fold reads its calls' payloads once):
+  writing a stored jsonb column was two thirds of the ingest's INSERT (issue 25). Three
+  indexes besides the key: a call's events, the few events outside a call (sessions' starts,
+  handshakes and ends, key rotations) and the deprecated uses, both partial: the events of
+  other kinds add no entry.
 * ``journals``: the registry (journal id, when first shipped, from where, the login that owns
   it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
   the ingest; ``journal_keys``: the signing keys each journal named (its key at creation, then
@@ -18,7 +23,8 @@ Everything lives in the schema ``agentteam``:
   what the reports read instead of the events.
 * ``erasures`` and ``erased_seqs``: the erasures the store applied (``_fleet_erase``).
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
-  local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``.
+  local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``
+  (those that read payloads over ``event_docs``).
 
 The shipping role ``agentteam_ship`` may only SELECT, and write through the checked ingest
 functions (``_fleet_ingest``), which run as the store's owner; triggers refuse UPDATE, DELETE
@@ -127,15 +133,16 @@ CREATE TABLE IF NOT EXISTS agentteam.events (
   salt text COLLATE "C",
   payload_sha256 text COLLATE "C",
   tree_hashes bytea,
-  doc jsonb GENERATED ALWAYS AS (agentteam.payload_doc(payload)) STORED,
   PRIMARY KEY (journal_id, seq, ts)
 ) PARTITION BY RANGE (ts);
 CREATE INDEX IF NOT EXISTS events_call ON agentteam.events (journal_id, call_id, seq);
-CREATE INDEX IF NOT EXISTS events_kind ON agentteam.events (kind, journal_id);
 -- A session's own events (start, handshake, end), found by their session: a call's session start
 -- is one probe, not a walk back through every event of a long session (SESSION_STARTED_OF_CALL).
 CREATE INDEX IF NOT EXISTS events_session ON agentteam.events (journal_id, session_id, kind, seq)
   WHERE call_id IS NULL;
+-- The deprecated uses (deprecations --from), as rare: an event of another kind adds no entry.
+CREATE INDEX IF NOT EXISTS events_deprecated ON agentteam.events (journal_id, seq)
+  WHERE kind = 'deprecated_usage';
 """
 
 _APPEND_ONLY: Final = """
@@ -183,6 +190,8 @@ END $$;
 
 # The local views (journal/_schema.py VIEWS), in PostgreSQL, over every journal of the fleet.
 VIEWS: Final[dict[str, str]] = {
+    # The events with their payloads parsed (``doc``), for the views below and ad hoc queries.
+    "event_docs": "SELECT e.*, agentteam.payload_doc(e.payload) AS doc FROM agentteam.events e",
     "calls": journal.calls_view("postgresql"),  # one definition with the local view
     "errors": """
 SELECT
@@ -191,7 +200,7 @@ SELECT
   doc ->> 'message' AS message,
   (doc -> 'retryable')::boolean AS retryable,
   duration_ms
-FROM agentteam.events
+FROM agentteam.event_docs
 WHERE kind IN ('call_error', 'call_rejected')
    OR (kind = 'upstream_response' AND http_response_status_code >= 400)""",
     "deprecated_usages": """
@@ -203,7 +212,7 @@ SELECT
   doc ->> 'client_name' AS client_name,
   doc ->> 'client_version' AS client_version,
   doc ->> 'agent_id' AS agent_id
-FROM agentteam.events
+FROM agentteam.event_docs
 WHERE kind = 'deprecated_usage'""",
     "injected_context": """
 SELECT
@@ -211,7 +220,7 @@ SELECT
   f.value ->> 'name' AS name,
   f.value ->> 'source' AS source,
   f.value -> 'value' AS value
-FROM agentteam.events e,
+FROM agentteam.event_docs e,
   jsonb_array_elements(CASE WHEN jsonb_typeof(e.doc -> 'fields') = 'array'
                        THEN e.doc -> 'fields' ELSE '[]'::jsonb END) f
 WHERE e.kind = 'context_injected'""",
@@ -230,10 +239,10 @@ SELECT
   x.ts_wall AS ended_at,
   x.doc ->> 'reason' AS end_reason,
   (x.doc ->> 'calls')::bigint AS calls
-FROM agentteam.events s
-LEFT JOIN agentteam.events x
+FROM agentteam.event_docs s
+LEFT JOIN agentteam.event_docs x
   ON x.journal_id = s.journal_id AND x.session_id = s.session_id AND x.kind = 'session_ended'
-LEFT JOIN agentteam.events h
+LEFT JOIN agentteam.event_docs h
   ON h.journal_id = s.journal_id AND h.session_id = s.session_id AND h.kind = 'session_handshake'
 WHERE s.kind = 'session_started'""",
 }

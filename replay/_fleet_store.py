@@ -58,8 +58,8 @@ MUTATION_FOLD: Final = """coalesce(bool_or(kind = 'upstream_request'
     AND upper(doc ->> 'method') <> 'GET' AND right(doc ->> 'route', 4) <> '/get'), false)"""
 # A session's start as one document: its `session_started`, with the client and protocol of
 # its `session_handshake` (kind set 7: the session starts before the client says who it is).
-SESSION_DOC: Final = """{s}.doc || coalesce((
-      SELECT jsonb_strip_nulls(h.doc) FROM agentteam.events h
+SESSION_DOC: Final = """agentteam.payload_doc({s}.payload) || coalesce((
+      SELECT jsonb_strip_nulls(agentteam.payload_doc(h.payload)) FROM agentteam.events h
       WHERE h.journal_id = {s}.journal_id AND h.session_id = {s}.session_id
         AND h.kind = 'session_handshake' AND h.call_id IS NULL AND h.seq > {s}.seq
       ORDER BY h.seq LIMIT 1

@@ -27,6 +27,7 @@ PARSERS = {
     "tools.bench.instructions": "tools.bench.instructions",
     "tools.bench.bench_fleet": "tools.bench.bench_fleet",
     "tools.bench.bench_tlog": "tools.bench.bench_tlog",
+    "tools.bench.bench_ingest": "tools.bench.bench_ingest",
 }
 
 

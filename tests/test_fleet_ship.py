@@ -349,7 +349,7 @@ def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: P
         notes = [
             r[0]
             for r in conn.execute(
-                "SELECT doc -> 'arguments' ->> 'note' FROM agentteam.events ORDER BY seq"
+                "SELECT doc -> 'arguments' ->> 'note' FROM agentteam.event_docs ORDER BY seq"
             )
         ]
     assert notes == texts
@@ -375,3 +375,47 @@ def test_an_edited_row_is_refused_and_what_precedes_it_is_stored(
     assert [f.rule for f in store_findings(pg_url, jid)] == ["hash_mismatch"]
     assert ship([path], pg_url).ok, "the genuine journal goes on from there"
     assert store_rows(pg_url, jid) == local_rows(path)
+
+
+def test_the_store_parses_payloads_when_they_are_read_not_at_ingest(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Issue 25: the events keep the payload text only (no jsonb copy written per event), with
+    three secondary indexes: a call's events, and (partial) the events outside a call and the
+    deprecated uses."""
+    path = tmp_path / "j.db"
+    jid = write_fleet_journal(path, 0, calls=12)
+    assert ship([path], pg_url, batch_size=7).ok
+    with psycopg.connect(pg_url) as conn:
+        jsonb_columns = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'agentteam'"
+            " AND c.relkind IN ('r', 'p') AND c.relname LIKE 'events%%' AND a.attnum > 0"
+            " AND NOT a.attisdropped AND a.atttypid = 'jsonb'::regtype"
+        ).fetchall()
+        indexes = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes"
+                " WHERE schemaname = 'agentteam' AND tablename = 'events'"
+            ).fetchall()
+        )
+        docs = conn.execute(
+            "SELECT kind, payload, doc FROM agentteam.event_docs WHERE journal_id = %s"
+            " ORDER BY seq",
+            (jid,),
+        ).fetchall()
+        sessions = conn.execute(
+            "SELECT client_name FROM agentteam.sessions WHERE journal_id = %s", (jid,)
+        ).fetchall()
+    assert jsonb_columns == []
+    assert sorted(indexes) == ["events_call", "events_deprecated", "events_pkey", "events_session"]
+    assert "(journal_id, call_id, seq)" in indexes["events_call"]
+    assert indexes["events_deprecated"].endswith("WHERE (kind = 'deprecated_usage'::text)")
+    assert indexes["events_session"].endswith(
+        "(journal_id, session_id, kind, seq) WHERE (call_id IS NULL)"
+    )
+    assert len({kind for kind, _, _ in docs}) > 3
+    assert [doc for _, _, doc in docs] == [json.loads(payload) for _, payload, _ in docs]
+    with journal.open_reader(path) as reader:
+        started = [json.loads(r[14]) for r in reader.rows() if r[6] == "session_started"]
+    assert [name for (name,) in sessions] == [s.get("client_name") for s in started]

@@ -350,7 +350,7 @@ def run(
         flush=True,
     )
     _row("plain COPY of the same rows", copy_s, events, 1)
-    _row("ship (checked again in SQL, partitioned, jsonb)", ship_s, events, copy_s / ship_s)
+    _row("ship (checked again in SQL, partitioned, call lines)", ship_s, events, copy_s / ship_s)
     local_s, local = _timed(lambda: replay.audit(paths))
     _row("audit over local files", local_s, events, 1)
     from_s, stored = _timed(lambda: reports.audit_from(store))
