@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = [
     "INSERT_CHECKPOINT",
     "INSERT_EVENT",
+    "INSERT_EVENT_LEAF",
+    "LEAF_STORE_KEY",
+    "LEAVES_IN_EVENTS",
     "SCHEMA_VERSION",
     "VIEWS",
     "connect_reader",
@@ -47,7 +50,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -57,6 +60,18 @@ INSERT_EVENT: Final = (
     " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# A v2 row with its leaf columns, in a file that keeps them in the events row (0010).
+INSERT_EVENT_LEAF: Final = (
+    "INSERT INTO events (seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind,"
+    " kind_version, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,"
+    " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash,"
+    " salt, payload_sha256, tree_hashes)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# journal_meta.leaf_store of a file made with its leaf columns in the events row (0010): set
+# when the file is made, never later (an older file keeps them in event_leaves).
+LEAF_STORE_KEY: Final = "leaf_store"
+LEAVES_IN_EVENTS: Final = "events"
 INSERT_CHECKPOINT: Final = (
     "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -271,6 +286,7 @@ def migrations() -> Migrations:
     registry(name="0007_answer_undelivered")(_answer_undelivered)
     registry(name="0008_session_handshake")(_session_handshake)
     registry(name="0009_payload_erased")(_payload_erased)
+    registry(name="0010_leaf_columns")(_leaf_columns)
     return registry
 
 
@@ -478,6 +494,37 @@ def _payload_erased(db: Database) -> None:
     db.execute("PRAGMA user_version = 9")
 
 
+# Leaf columns in the events row (0010): an erasure may also empty the salt (and must, where the
+# row holds one); the digest and stored hashes never change. A row of a file that keeps its
+# leaves in event_leaves has NULL there, and keeps it.
+_ERASE_EVENTS_WITH_LEAF: Final = f"""
+CREATE TRIGGER journal_events_no_update BEFORE UPDATE ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on events refused')
+    WHERE NOT (NEW.payload IS '{ERASED_PAYLOAD}' AND OLD.payload IS NOT '{ERASED_PAYLOAD}'
+               AND OLD.kind IS NOT 'payload_erased'
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND {" AND ".join(f"NEW.{c} IS OLD.{c}" for c in COLUMNS if c != "payload")}
+               AND NEW.salt IS (CASE WHEN OLD.salt IS NULL THEN NULL ELSE '' END)
+               AND NEW.payload_sha256 IS OLD.payload_sha256
+               AND NEW.tree_hashes IS OLD.tree_hashes);
+END
+"""
+
+
+def _leaf_columns(db: Database) -> None:
+    """The leaf columns in the events row: ``salt``, ``payload_sha256`` and ``tree_hashes``
+    (nullable), so a v2 append is one B-tree insert, not two. Only a file made from now on uses
+    them (``journal_meta.leaf_store = 'events'``, see :func:`ensure_identity`); an older file
+    keeps ``event_leaves``. The events update trigger is replaced by one refusing the same and
+    any change of the new columns but an erasure's emptied salt."""
+    for column, kind in (("salt", "TEXT"), ("payload_sha256", "TEXT"), ("tree_hashes", "BLOB")):
+        db.execute(f"ALTER TABLE events ADD COLUMN {column} {kind}")
+    db.execute("DROP TRIGGER journal_events_no_update")
+    db.execute(_ERASE_EVENTS_WITH_LEAF)
+    db.execute("PRAGMA user_version = 10")
+
+
 def create_private_file(path: Path) -> int:
     """Create (or open) the journal file with mode 0600 before SQLite sees it; return its fd.
 
@@ -556,7 +603,8 @@ def ensure_identity(
     conn: sqlite3.Connection, journal_id: str | None, *, merkle: bool = True
 ) -> str:
     """Record the journal's id on first open (and, with ``merkle``, that it is a v2 Merkle
-    log: ``journal_meta.merkle_log``); refuse a different id later."""
+    log: ``journal_meta.merkle_log``, keeping its leaf columns in the events row:
+    ``journal_meta.leaf_store``); refuse a different id later."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
@@ -568,7 +616,11 @@ def ensure_identity(
                     ("journal_id", stored),
                     ("created_at", format_wall(datetime.now(UTC))),
                     ("canonical_encoding", "sorted-key compact JSON, sha256 chain, v1"),
-                    *([("merkle_log", "rfc6962")] if merkle else []),
+                    *(
+                        [("merkle_log", "rfc6962"), (LEAF_STORE_KEY, LEAVES_IN_EVENTS)]
+                        if merkle
+                        else []
+                    ),
                 ],
             )
         else:
