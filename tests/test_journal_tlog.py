@@ -521,6 +521,7 @@ def test_a_journal_written_before_the_merkle_log_stays_v1_and_verifies(tmp_path:
     done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
     out = json.loads(done.stdout)
     assert out["journals"][0]["log_version"] == 1, done.stderr
+    assert out["journals"][0]["leaf_store"] is None
     text = replay_main("verify", path, "--trusted-key", VKEY.to_text())
     assert "v1: chain only, no proofs" in text.stdout
     done = replay_main("prove", path, "--seq", "1", "--json")
@@ -530,6 +531,9 @@ def test_a_journal_written_before_the_merkle_log_stays_v1_and_verifies(tmp_path:
         writer.append(Event(session_id="s", payload=SAMPLE_PAYLOADS["session_started"]))
     text = replay_main("verify", new, "--trusted-key", VKEY.to_text())
     assert "v2: Merkle log (RFC 6962), proofs" in text.stdout
+    done = replay_main("verify", new, "--trusted-key", VKEY.to_text(), "--json")
+    assert json.loads(done.stdout)["journals"][0]["leaf_store"] == "events"  # the events row
+    assert journal.verify(new, key=KEY).leaf_store == "events"
 
 
 def test_a_rewritten_tree_fails_at_the_next_signed_root(tmp_path: Path) -> None:
