@@ -45,17 +45,20 @@ Schema (``SCHEMA_VERSION``; migrations additive only): table ``events`` (columns
 ``COLUMNS``: seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind, kind_version,
 mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code, error_type,
 duration_ms, payload, prev_hash, hash; a fetched row is a ``Row``, read by name, never by
-position), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
+position; a v2 file made since schema 10 also holds each event's Merkle leaf columns there,
+``salt``, ``payload_sha256``, ``tree_hashes``, an older one in ``event_leaves``: see
+:mod:`journal._tlog`), ``checkpoints``, ``event_kinds``, ``journal_meta``; views
 ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``. Triggers refuse
 UPDATE, DELETE and REPLACE on every table (but an erasure: :mod:`journal._erase`), and an insert
 that breaks the sequence or the chain.
 ``journal/datasette-metadata.json`` gives Datasette facets and canned queries.
 
 Canonical encoding and hash: see :mod:`journal._canonical` (sorted-key compact JSON of every
-column but ``hash``, the payload text inserted verbatim; ``hash`` = sha256 hex of it; seq 1's
-``prev_hash`` is 64 zeros). Redaction rules: :mod:`journal._redact`. Checkpoint signatures and the
-key file: :mod:`journal._checkpoint`. What the bridge and replay must agree on (hidden-context
-names, ``_meta`` keys, the Task routes, the call grammar): :mod:`journal._contract`.
+column of ``COLUMNS`` but ``hash``, the payload text inserted verbatim; ``hash`` = sha256 hex
+of it; seq 1's ``prev_hash`` is 64 zeros). Redaction rules: :mod:`journal._redact`. Checkpoint
+signatures and the key file: :mod:`journal._checkpoint`. What the bridge and replay must agree
+on (hidden-context names, ``_meta`` keys, the Task routes, the call grammar):
+:mod:`journal._contract`.
 
 Errors::
 
@@ -156,7 +159,7 @@ from ._reader import Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._rollover import held_by_a_writer
-from ._schema import SCHEMA_VERSION, VIEWS
+from ._schema import SCHEMA_VERSION
 from ._segments import SegmentInfo, base_path, segment_files, segment_index, segment_path
 from ._tlog import (
     MERKLE_LOG,
@@ -170,6 +173,7 @@ from ._tlog import (
     tree_checkpoint,
 )
 from ._verify import ChainVerifier, CheckpointCheck, Finding, Rule, VerifyReport, trust_of, verify
+from ._views import VIEWS
 from ._writer import SyncWriter, open_sync_writer
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The ``calls`` view: one definition of a call's summary row, rendered for each engine.
 
-The journal file's SQLite view (``journal._schema.VIEWS``) and the fleet store's PostgreSQL view
+The journal file's SQLite view (``journal._views.VIEWS``) and the fleet store's PostgreSQL view
 (``replay._fleet_schema``) are this one text; only the dialect's spellings differ: a call is
 keyed by ``call_id`` in a file (one journal) and by ``(journal_id, call_id)`` in the store, "some
 event is" is ``SUM(x) > 0`` against ``bool_or(x)``, a count ``SUM(x)`` against ``COUNT(*) FILTER

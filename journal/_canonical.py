@@ -5,18 +5,22 @@ Rule (stable; replay/ and any script must recompute it byte for byte):
 * ``payload`` is stored as canonical JSON text: the payload converted to JSON types, keys sorted
   by code point, compact separators (``,`` and ``:``), UTF-8 with non-ASCII characters unescaped,
   as ``msgspec.json.encode(obj, order="sorted")`` writes it.
-* The canonical encoding of an event is one JSON object holding every column of the ``events``
-  table except ``hash``, keys sorted, compact, UTF-8, absent values as ``null``; the value of
-  ``"payload"`` is the stored payload text inserted verbatim (it is not re-encoded). Column values
-  are exactly what SQLite returns: ``seq``, ``kind_version``, ``ts_mono_ns`` and
-  ``http_response_status_code`` integers, ``duration_ms`` a float rounded to 3 decimals (never in
-  exponent notation), every other column text.
+* The canonical encoding of an event is one JSON object holding every column of
+  :data:`COLUMNS` (the ``events`` table's columns but the Merkle leaf columns ``salt``,
+  ``payload_sha256`` and ``tree_hashes`` of schema 10, see :mod:`journal._tlog`) except
+  ``hash``, keys sorted, compact, UTF-8, absent values as ``null``; the value of ``"payload"``
+  is the stored payload text inserted verbatim (it is not re-encoded). Column values are exactly
+  what SQLite returns: ``seq``, ``kind_version``, ``ts_mono_ns`` and
+  ``http_response_status_code`` integers, ``duration_ms`` a float rounded to 3 decimals (never
+  in exponent notation), every other column text.
 * ``hash`` = lowercase hex SHA-256 of that encoding. It covers ``prev_hash``, the previous
   event's hash (64 zeros for ``seq`` 1), so each hash commits to the whole history before it.
 
-A plain-``sqlite3`` recomputation, for a row read with ``row_factory = sqlite3.Row``::
+A plain-``sqlite3`` recomputation, for a row read with ``row_factory = sqlite3.Row`` (from
+``SELECT * FROM events``, any schema; naming the columns of :data:`COLUMNS` reads less)::
 
-    cols = {k: row[k] for k in row.keys() if k not in ("hash", "payload")}
+    leaf = ("salt", "payload_sha256", "tree_hashes")  # not hashed (absent before schema 10)
+    cols = {k: row[k] for k in row.keys() if k not in ("hash", "payload", *leaf)}
     cols["payload"] = "\\0"
     text = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     text = text.replace('"payload":"\\\\u0000"', '"payload":' + row["payload"], 1)

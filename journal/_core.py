@@ -55,17 +55,16 @@ from ._events import (
 from ._merkle import Frontier, ProofError
 from ._redact import Redactor
 from ._rollover import LiveSegment
-from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT, INSERT_EVENT
+from ._schema import BUSY_TIMEOUT_S, INSERT_CHECKPOINT
 from ._segments import base_path
 from ._shm import ShmGuard
 from ._tlog import (
-    INSERT_LEAF,
     MERKLE_LOG,
     Stored,
     checkpoint_row,
+    insert_stored,
     leaf_extras,
     load_border,
-    tree_rows,
 )
 
 __all__ = [
@@ -360,9 +359,7 @@ class _Core:
                 self._synchronous = wanted
             conn.execute("BEGIN IMMEDIATE")
             if rows:
-                conn.executemany(INSERT_EVENT, [event for event, _ in rows])
-                if tree is not None:
-                    conn.executemany(INSERT_LEAF, tree_rows(rows))
+                insert_stored(conn, rows, live.leaf_store)
             if signed is not None:
                 conn.execute(INSERT_CHECKPOINT, checkpoint_row(signed))
             conn.execute("COMMIT")

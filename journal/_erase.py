@@ -48,16 +48,16 @@ from ._errors import JournalFormatError, JournalUnavailable, classify_sqlite_err
 from ._events import ERASED_PAYLOAD, WRITER_SESSION, PayloadErased
 from ._merkle import Frontier
 from ._rollover import held_by_a_writer
-from ._schema import INSERT_CHECKPOINT, INSERT_EVENT, connect_reader, connect_writer
+from ._schema import INSERT_CHECKPOINT, connect_reader, connect_writer
 from ._segments import base_path, segment_files
 from ._tlog import (
-    INSERT_LEAF,
     MERKLE_LOG,
     Stored,
     checkpoint_row,
+    insert_stored,
     leaf_extras,
+    leaf_store,
     load_border,
-    tree_rows,
 )
 
 __all__ = [
@@ -350,6 +350,12 @@ def _apply(conn: sqlite3.Connection, seqs: Sequence[int], erased_by: int) -> Non
     conn.executemany(
         "INSERT INTO erased_seqs (seq, erased_by) VALUES (?, ?)", [(s, erased_by) for s in seqs]
     )
+    if leaf_store(conn) == "events":  # the leaf columns in the events row: one update
+        conn.executemany(
+            "UPDATE events SET payload = ?, salt = '' WHERE seq = ?",
+            [(ERASED_PAYLOAD, s) for s in seqs],
+        )
+        return
     conn.executemany(
         "UPDATE events SET payload = ? WHERE seq = ?", [(ERASED_PAYLOAD, s) for s in seqs]
     )
@@ -433,8 +439,7 @@ def _erase_live(
                 ts_wall=format_wall(datetime.now(UTC)),
                 root_hash=tree.root().hex(),
             )
-            conn.execute(INSERT_EVENT, row)
-            conn.executemany(INSERT_LEAF, tree_rows([full]))
+            insert_stored(conn, [full], leaf_store(conn))
             conn.execute(INSERT_CHECKPOINT, checkpoint_row(checkpoint))
             _apply(conn, mine, row.seq)
             conn.execute("COMMIT")

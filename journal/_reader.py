@@ -19,17 +19,22 @@ from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row
 from ._checkpoint import Checkpoint, checkpoint_of
 from ._errors import JournalFormatError
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
-from ._schema import connect_reader
+from ._schema import LEAF_STORE_KEY, LEAVES_IN_EVENTS, connect_reader
 from ._segments import SegmentInfo
 from ._tlog import Stored, leaf_bytes, stored_lookup, stored_of
 
 __all__ = ["Reader", "decode_row", "open_reader"]
 
 _SELECT: Final = f"SELECT {', '.join(COLUMNS)} FROM events"
-_SELECT_LEAVES: Final = (
-    f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256, l.tree_hashes"
-    " FROM events e LEFT JOIN event_leaves l ON l.seq = e.seq"
-)
+# The rows with their leaf columns, by the file's leaf store (journal._tlog.leaf_store): a file
+# made with them in the events row reads one table, an older one joins event_leaves.
+_SELECT_LEAVES: Final = {
+    "events": f"SELECT {', '.join(COLUMNS)}, salt, payload_sha256, tree_hashes FROM events e",
+    "event_leaves": (
+        f"SELECT {', '.join('e.' + c for c in COLUMNS)}, l.salt, l.payload_sha256, l.tree_hashes"
+        " FROM events e LEFT JOIN event_leaves l ON l.seq = e.seq"
+    ),
+}
 _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
     (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
 }
@@ -100,6 +105,12 @@ class Reader:
         (self.schema_version,) = conn.execute("PRAGMA user_version").fetchone()
         # A v2 journal: an RFC 6962 Merkle log besides the chain (journal._tlog); v1: chain only.
         self.merkle = meta.get("merkle_log") is not None
+        # Where its leaf columns are: the events row ("events") or the side table.
+        in_events = meta.get(LEAF_STORE_KEY) == LEAVES_IN_EVENTS
+        self.leaf_store: str | None = (
+            None if not self.merkle else "events" if in_events else "event_leaves"
+        )
+        self._select_leaves = _SELECT_LEAVES[self.leaf_store or "event_leaves"]
         columns = {
             name for (name,) in conn.execute("SELECT name FROM pragma_table_info('checkpoints')")
         }
@@ -141,7 +152,7 @@ class Reader:
         cursor = self._conn.cursor()
         cursor.row_factory = stored_of  # each row a Stored, made by sqlite3's fetch
         stored: Iterator[Stored] = self._range(
-            _SELECT_LEAVES, "e.seq", since_seq, until_seq, cursor
+            self._select_leaves, "e.seq", since_seq, until_seq, cursor
         )
         return stored
 
@@ -164,7 +175,7 @@ class Reader:
         cursor = self._conn.cursor()
         cursor.row_factory = stored_of
         found: Stored | None = cursor.execute(
-            _SELECT_LEAVES + " WHERE e.seq = ?", (seq,)
+            self._select_leaves + " WHERE e.seq = ?", (seq,)
         ).fetchone()
         if found is None or found.leaf is None or found.leaf.payload_sha256 is None:
             return None

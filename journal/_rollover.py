@@ -31,7 +31,6 @@ from ._errors import (
 from ._merkle import Frontier
 from ._schema import (
     INSERT_CHECKPOINT,
-    INSERT_EVENT,
     connect_writer,
     create_private_file,
     ensure_identity,
@@ -44,7 +43,7 @@ from ._segments import (
     segment_path,
     temporary_path,
 )
-from ._tlog import BORDER_KEY, INSERT_LEAF, Stored, border_text, checkpoint_row, tree_rows
+from ._tlog import BORDER_KEY, Stored, border_text, checkpoint_row, insert_stored, leaf_store
 
 __all__ = ["ROLLOVER_RETRY_S", "LiveSegment", "held_by_a_writer"]
 
@@ -70,6 +69,7 @@ class LiveSegment:
     conn: sqlite3.Connection
     lock_fd: int
     created: float  # when the live segment was made (epoch seconds)
+    leaf_store: str  # where the live file keeps its leaf columns (journal._tlog.leaf_store)
 
     def __init__(
         self,
@@ -101,6 +101,7 @@ class LiveSegment:
                     (page_size,) = conn.execute("PRAGMA page_size").fetchone()
                     self._page_size = int(page_size)
                     self.created = _created_at(conn)
+                    self.leaf_store = leaf_store(conn)
                 except BaseException:
                     conn.close()
                     os.close(fd)
@@ -301,9 +302,8 @@ class LiveSegment:
             if border is not None:  # the border of the tree it continues (journal._tlog)
                 link[BORDER_KEY] = border_text(border)
             new.executemany("INSERT INTO journal_meta (key, value) VALUES (?, ?)", link.items())
-            new.execute(INSERT_EVENT, row)
-            if border is not None:
-                new.executemany(INSERT_LEAF, tree_rows([built]))
+            store = leaf_store(new)
+            insert_stored(new, [built], store)
             new.execute(INSERT_CHECKPOINT, checkpoint_row(first))
             new.execute("COMMIT")
             new.close()  # the last connection: the WAL is checkpointed into the file
@@ -334,6 +334,7 @@ class LiveSegment:
             prev_file=old_path.name,
         )
         self.created = time.time()
+        self.leaf_store = store
         self._size_known = None
         try:
             _insert_meta(old_conn, {"segment_next": successor.final.name})

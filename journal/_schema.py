@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, format_wall
 from ._errors import (
     JournalFormatError,
@@ -31,6 +30,7 @@ from ._errors import (
 )
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES
 from ._files import open_private
+from ._views import VIEWS
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = [
     "INSERT_CHECKPOINT",
     "INSERT_EVENT",
+    "INSERT_EVENT_LEAF",
+    "LEAF_STORE_KEY",
+    "LEAVES_IN_EVENTS",
     "SCHEMA_VERSION",
     "VIEWS",
     "connect_reader",
@@ -48,7 +51,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 BUSY_TIMEOUT_S: Final = 5.0
 
 # The writer's two statements (a row as journal._canonical.Row, a signed checkpoint).
@@ -58,6 +61,18 @@ INSERT_EVENT: Final = (
     " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# A v2 row with its leaf columns, in a file that keeps them in the events row (0010).
+INSERT_EVENT_LEAF: Final = (
+    "INSERT INTO events (seq, journal_id, session_id, call_id, ts_mono_ns, ts_wall, kind,"
+    " kind_version, mcp_method_name, gen_ai_tool_name, jsonrpc_request_id,"
+    " http_response_status_code, error_type, duration_ms, payload, prev_hash, hash,"
+    " salt, payload_sha256, tree_hashes)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# journal_meta.leaf_store of a file made with its leaf columns in the events row (0010): set
+# when the file is made, never later (an older file keeps them in event_leaves).
+LEAF_STORE_KEY: Final = "leaf_store"
+LEAVES_IN_EVENTS: Final = "events"
 INSERT_CHECKPOINT: Final = (
     "INSERT INTO checkpoints (journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -159,74 +174,6 @@ def _no_replace_trigger(table: str, match: str) -> str:
     )
 
 
-VIEWS: Final[dict[str, str]] = {
-    # One row per call: its outcome, duration and upstream traffic. One definition with the
-    # fleet store's (journal._call_view): duration_ms is the outcome's own, not replay's bridge_ms.
-    "calls": calls_view("sqlite"),
-    # Every failure: error results, rejections, and upstream responses of 400 or more.
-    "errors": """
-SELECT
-  seq, ts_wall, session_id, call_id, gen_ai_tool_name, kind, error_type,
-  http_response_status_code,
-  json_extract(payload, '$.message') AS message,
-  json_extract(payload, '$.retryable') AS retryable,
-  duration_ms
-FROM events
-WHERE kind IN ('call_error', 'call_rejected')
-   OR (kind = 'upstream_response' AND http_response_status_code >= 400)
-ORDER BY seq""",
-    # Who still uses deprecated names: which name, which replacement, which client and agent.
-    "deprecated_usages": """
-SELECT
-  seq, ts_wall, session_id, call_id, gen_ai_tool_name,
-  json_extract(payload, '$.use_kind') AS use_kind,
-  json_extract(payload, '$.old_name') AS old_name,
-  json_extract(payload, '$.replacement') AS replacement,
-  json_extract(payload, '$.client_name') AS client_name,
-  json_extract(payload, '$.client_version') AS client_version,
-  json_extract(payload, '$.agent_id') AS agent_id
-FROM events
-WHERE kind = 'deprecated_usage'
-ORDER BY seq""",
-    # One row per hidden-context field the bridge injected: what, from where, which value.
-    "injected_context": """
-SELECT
-  e.seq, e.ts_wall, e.session_id, e.call_id, e.gen_ai_tool_name,
-  json_extract(f.value, '$.name') AS name,
-  json_extract(f.value, '$.source') AS source,
-  json_extract(f.value, '$.value') AS value
-FROM events e, json_each(e.payload, '$.fields') f
-WHERE e.kind = 'context_injected'
-ORDER BY e.seq, f.key""",
-    # One row per session: client, protocol, policy, and how it ended. The client and protocol
-    # come from the session's handshake (kind set 7), else from its start (older journals).
-    "sessions": """
-SELECT
-  s.session_id,
-  s.seq AS started_seq,
-  s.ts_wall AS started_at,
-  coalesce(json_extract(h.payload, '$.client_name'), json_extract(s.payload, '$.client_name'))
-    AS client_name,
-  coalesce(
-    json_extract(h.payload, '$.client_version'), json_extract(s.payload, '$.client_version')
-  ) AS client_version,
-  coalesce(
-    json_extract(h.payload, '$.protocol_version'), json_extract(s.payload, '$.protocol_version')
-  ) AS protocol_version,
-  json_extract(s.payload, '$.bridge_version') AS bridge_version,
-  json_extract(s.payload, '$.compat_policy') AS compat_policy,
-  json_extract(s.payload, '$.agent_id') AS agent_id,
-  x.ts_wall AS ended_at,
-  json_extract(x.payload, '$.reason') AS end_reason,
-  json_extract(x.payload, '$.calls') AS calls
-FROM events s
-LEFT JOIN events x ON x.session_id = s.session_id AND x.kind = 'session_ended'
-LEFT JOIN events h ON h.session_id = s.session_id AND h.kind = 'session_handshake'
-WHERE s.kind = 'session_started'
-ORDER BY s.seq""",
-}
-
-
 @cache
 def migrations() -> Migrations:
     """The journal's migrations, in order (imports sqlite-utils: call only to migrate)."""
@@ -242,6 +189,7 @@ def migrations() -> Migrations:
     registry(name="0007_answer_undelivered")(_answer_undelivered)
     registry(name="0008_session_handshake")(_session_handshake)
     registry(name="0009_payload_erased")(_payload_erased)
+    registry(name="0010_leaf_columns")(_leaf_columns)
     return registry
 
 
@@ -449,6 +397,37 @@ def _payload_erased(db: Database) -> None:
     db.execute("PRAGMA user_version = 9")
 
 
+# Leaf columns in the events row (0010): an erasure may also empty the salt (and must, where the
+# row holds one); the digest and stored hashes never change. A row of a file that keeps its
+# leaves in event_leaves has NULL there, and keeps it.
+_ERASE_EVENTS_WITH_LEAF: Final = f"""
+CREATE TRIGGER journal_events_no_update BEFORE UPDATE ON events
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only: UPDATE on events refused')
+    WHERE NOT (NEW.payload IS '{ERASED_PAYLOAD}' AND OLD.payload IS NOT '{ERASED_PAYLOAD}'
+               AND OLD.kind IS NOT 'payload_erased'
+               AND EXISTS (SELECT 1 FROM erased_seqs WHERE seq = OLD.seq)
+               AND {" AND ".join(f"NEW.{c} IS OLD.{c}" for c in COLUMNS if c != "payload")}
+               AND NEW.salt IS (CASE WHEN OLD.salt IS NULL THEN NULL ELSE '' END)
+               AND NEW.payload_sha256 IS OLD.payload_sha256
+               AND NEW.tree_hashes IS OLD.tree_hashes);
+END
+"""
+
+
+def _leaf_columns(db: Database) -> None:
+    """The leaf columns in the events row: ``salt``, ``payload_sha256`` and ``tree_hashes``
+    (nullable), so a v2 append is one B-tree insert, not two. Only a file made from now on uses
+    them (``journal_meta.leaf_store = 'events'``, see :func:`ensure_identity`); an older file
+    keeps ``event_leaves``. The events update trigger is replaced by one refusing the same and
+    any change of the new columns but an erasure's emptied salt."""
+    for column, kind in (("salt", "TEXT"), ("payload_sha256", "TEXT"), ("tree_hashes", "BLOB")):
+        db.execute(f"ALTER TABLE events ADD COLUMN {column} {kind}")
+    db.execute("DROP TRIGGER journal_events_no_update")
+    db.execute(_ERASE_EVENTS_WITH_LEAF)
+    db.execute("PRAGMA user_version = 10")
+
+
 def create_private_file(path: Path) -> int:
     """Create (or open) the journal file with mode 0600 before SQLite sees it; return its fd.
 
@@ -527,7 +506,8 @@ def ensure_identity(
     conn: sqlite3.Connection, journal_id: str | None, *, merkle: bool = True
 ) -> str:
     """Record the journal's id on first open (and, with ``merkle``, that it is a v2 Merkle
-    log: ``journal_meta.merkle_log``); refuse a different id later."""
+    log: ``journal_meta.merkle_log``, keeping its leaf columns in the events row:
+    ``journal_meta.leaf_store``); refuse a different id later."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM journal_meta WHERE key = 'journal_id'").fetchone()
@@ -539,7 +519,11 @@ def ensure_identity(
                     ("journal_id", stored),
                     ("created_at", format_wall(datetime.now(UTC))),
                     ("canonical_encoding", "sorted-key compact JSON, sha256 chain, v1"),
-                    *([("merkle_log", "rfc6962")] if merkle else []),
+                    *(
+                        [("merkle_log", "rfc6962"), (LEAF_STORE_KEY, LEAVES_IN_EVENTS)]
+                        if merkle
+                        else []
+                    ),
                 ],
             )
         else:

@@ -3,22 +3,28 @@
 A v2 journal (``journal_meta.merkle_log = 'rfc6962'``, set when the journal's first file is made)
 is an RFC 6962 Merkle log besides its hash chain. Rules (stable; any script recomputes them):
 
-* Leaf ``i`` is the canonical bytes of the event with ``seq = i + 1``: one JSON object, keys sorted,
-  compact, UTF-8, holding every column of ``events`` except ``payload``, ``prev_hash`` and
-  ``hash``, plus ``payload_sha256``: lowercase hex ``SHA-256(salt || payload)``, where ``salt`` is
-  16 fresh random bytes per event and ``payload`` the stored canonical text (UTF-8). Salt and
-  digest are stored in ``event_leaves`` beside the event: the leaf commits to the payload, not to
-  its bytes, so a payload can be erased later with every proof intact, and a leaf shown to a third
-  party reveals nothing of the payload.
+* Leaf ``i`` is the canonical bytes of the event with ``seq = i + 1``: one JSON object, keys
+  sorted, compact, UTF-8, holding every column of ``journal.COLUMNS`` except ``payload``,
+  ``prev_hash`` and ``hash``, plus ``payload_sha256``: lowercase hex ``SHA-256(salt ||
+  payload)``, where ``salt`` is 16 fresh random bytes per event and ``payload`` the stored
+  canonical text (UTF-8). Salt and digest are stored with the event (its leaf columns, below):
+  the leaf commits to the payload, not to its bytes, so a payload can be erased later with every
+  proof intact, and a leaf shown to a third party reveals nothing of the payload.
 * Leaf and node hashes, the tree hash and the proofs are :mod:`journal._merkle`'s (RFC 6962).
   The stored hashes are Go tlog's (storage index = its ``StoredHashIndex``): the hashes the
   append of event ``seq`` stores (its leaf hash, then each subtree it completes; about two per
-  event) are ``event_leaves.tree_hashes`` of that seq, 32 bytes each, from index
-  :func:`stored_index_of` ``(seq)`` on, in the event's own transaction and B-tree page run (one
-  side table: a durable commit writes one page more than a v1 one). A later segment also holds
-  the border of the tree it continues (``journal_meta.tlog_border``: hex of one hash per set bit
-  of its first seq - 1, largest subtree first), so a proof about its events needs no earlier
-  file.
+  event) are the ``tree_hashes`` of that seq's leaf columns, 32 bytes each, from index
+  :func:`stored_index_of` ``(seq)`` on, in the event's own transaction. A later segment also
+  holds the border of the tree it continues (``journal_meta.tlog_border``: hex of one hash per
+  set bit of its first seq - 1, largest subtree first), so a proof about its events needs no
+  earlier file.
+* Where a file keeps its leaf columns (``salt``, ``payload_sha256``, ``tree_hashes``) is its
+  *leaf store*, fixed when the file is made: a file made with ``journal_meta.leaf_store =
+  'events'`` (schema 10 on) holds them in the ``events`` row itself, one B-tree insert per
+  event; a file made before (schemas 6 to 9) keeps them in the side table ``event_leaves``, one
+  row per event, whoever writes it later (a segment it rolls over into is a new file, made
+  with them in the row). Both are read the same way (:func:`leaf_store`,
+  :func:`stored_lookup`, ``Reader.stored_rows``); the other store's columns stay empty.
 * A v2 checkpoint signs the tree hash at its size (``checkpoints.root_hash``; the note's third
   line, as c2sp.org/tlog-checkpoint defines it); ``head_hash`` still names the chain head.
 
@@ -27,10 +33,11 @@ A v1 journal (written before, or continuing a file written before) is chain only
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -45,6 +52,7 @@ from ._merkle import (
     frontier_indexes,
     stored_hash_index,
 )
+from ._schema import INSERT_EVENT, INSERT_EVENT_LEAF, LEAF_STORE_KEY, LEAVES_IN_EVENTS
 
 __all__ = [
     "BORDER_KEY",
@@ -56,8 +64,10 @@ __all__ = [
     "Stored",
     "border_text",
     "checkpoint_row",
+    "insert_stored",
     "leaf_bytes",
     "leaf_extras",
+    "leaf_store",
     "load_border",
     "payload_digest",
     "record_of_index",
@@ -78,7 +88,7 @@ LeafRow = tuple[int, str, str, bytes]  # (seq, salt hex, payload_sha256 hex, sto
 
 
 class Leaf(NamedTuple):
-    """A v2 event's ``event_leaves`` columns: its salt, salted payload digest (both hex) and the
+    """A v2 event's leaf columns: its salt, salted payload digest (both hex) and the
     Merkle hashes its append stored (32 bytes each, joined)."""
 
     salt: str
@@ -95,13 +105,20 @@ class Stored(NamedTuple):
 
 
 _WIDTH: Final = len(COLUMNS)
+# Made in C, like ROW_OF (no Python frame per row read: verify reads every one).
+_LEAF_OF: Final[Callable[[Iterable[Any]], Leaf]] = functools.partial(tuple.__new__, Leaf)
+_STORED_OF: Final[Callable[[tuple[Row, Leaf | None]], Stored]] = functools.partial(
+    tuple.__new__, Stored
+)
 
 
 def stored_of(_cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Stored:
-    """A ``row_factory`` for the events row joined with its leaf: the 17 COLUMNS, then salt,
+    """A ``row_factory`` for the events row with its leaf columns: the 17 COLUMNS, then salt,
     payload digest and stored hashes (:data:`journal._reader` selects them in this order)."""
-    event, salt = ROW_OF(values[:_WIDTH]), values[_WIDTH]
-    return Stored(event, None if salt is None else Leaf._make(values[_WIDTH:]))
+    salt = values[_WIDTH]
+    return _STORED_OF(
+        (ROW_OF(values[:_WIDTH]), None if salt is None else _LEAF_OF(values[_WIDTH:]))
+    )
 
 
 class _Leaf(msgspec.Struct):
@@ -202,6 +219,27 @@ def stored_index_of(seq: int) -> int:
     return stored_hash_index(0, seq - 1)
 
 
+def leaf_store(conn: sqlite3.Connection) -> str:
+    """The table holding the leaf columns of the file ``conn`` opens (``events`` for a file made
+    with them in the events row, else ``event_leaves``)."""
+    row = conn.execute("SELECT value FROM journal_meta WHERE key = ?", (LEAF_STORE_KEY,)).fetchone()
+    return "events" if row is not None and tuple(row) == (LEAVES_IN_EVENTS,) else "event_leaves"
+
+
+def insert_stored(conn: sqlite3.Connection, rows: Sequence[Stored], store: str) -> None:
+    """Insert built rows with their leaves (a v1 journal's: none) into a file whose leaf store
+    is ``store`` (:func:`leaf_store`): one statement per row in the events row's store."""
+    if store == "events" and rows and rows[0].leaf is not None:
+        conn.executemany(
+            INSERT_EVENT_LEAF, [event + leaf for event, leaf in rows if leaf is not None]
+        )
+        return
+    conn.executemany(INSERT_EVENT, [event for event, _ in rows])
+    leaves = tree_rows(rows)
+    if leaves:
+        conn.executemany(INSERT_LEAF, leaves)
+
+
 def tree_rows(rows: Sequence[Stored]) -> list[LeafRow]:
     """The ``event_leaves`` rows of built v2 rows (their leaves as :func:`leaf_extras` gave
     them)."""
@@ -218,19 +256,17 @@ def border_text(tree: Frontier) -> str:
 
 
 def stored_lookup(conn: sqlite3.Connection) -> Callable[[int], bytes | None]:
-    """The stored hash at a storage index in one file (None when not here): from the
-    ``event_leaves`` row of the event that stored it, else from the file's border copy."""
+    """The stored hash at a storage index in one file (None when not here): from the leaf
+    columns of the event that stored it, else from the file's border copy."""
     border: dict[int, bytes] | None = None
+    select = f"SELECT tree_hashes FROM {leaf_store(conn)} WHERE seq = ?"
 
     def lookup(index: int) -> bytes | None:
         nonlocal border
         record = record_of_index(index)
         offset = index - stored_hash_index(0, record)
-        row = conn.execute(
-            "SELECT tree_hashes FROM event_leaves WHERE seq = ?", (record + 1,)
-        ).fetchone()
-        if row is not None:
-            (hashes,) = row
+        (hashes,) = conn.execute(select, (record + 1,)).fetchone() or (None,)
+        if hashes is not None:
             found = bytes(hashes)[32 * offset : 32 * offset + 32]
             return found if len(found) == 32 else None
         if border is None:
@@ -366,10 +402,10 @@ class TreeCheck:
                 )
 
     def feed(self, row: Row, leaf: Leaf | None) -> None:
-        seq = row.seq
-        frontier = self.frontier
         if self.broken:
             return
+        seq = row.seq
+        frontier = self.frontier
         if not isinstance(seq, int) or seq != frontier.size + 1:
             self.broken = True  # the chain reports the gap; later roots are not comparable
             return
@@ -381,14 +417,33 @@ class TreeCheck:
         try:
             text = row.payload
             data = text.encode() if isinstance(text, str) else text
-            erased = salt == "" and text == ERASED_PAYLOAD  # see journal._erase
-            if not erased and _sha256(bytes.fromhex(salt) + data).hexdigest() != digest:
+            if _sha256(bytes.fromhex(salt) + data).hexdigest() != digest and not (
+                salt == "" and text == ERASED_PAYLOAD  # see journal._erase
+            ):
                 self._report(
                     seq,
                     "payload_digest_mismatch",
                     "the payload is not the one its leaf commits to (sha256(salt || payload))",
                 )
-            image = leaf_bytes(row, digest)
+            image = _encoder.encode(  # leaf_bytes, inlined: this runs for every event verified
+                _Leaf(
+                    row.call_id,
+                    row.duration_ms,
+                    row.error_type,
+                    row.gen_ai_tool_name,
+                    row.http_response_status_code,
+                    row.journal_id,
+                    row.jsonrpc_request_id,
+                    row.kind,
+                    row.kind_version,
+                    row.mcp_method_name,
+                    digest,
+                    seq,
+                    row.session_id,
+                    row.ts_mono_ns,
+                    row.ts_wall,
+                )
+            )
         except (TypeError, ValueError, AttributeError, msgspec.EncodeError):
             self._report(seq, "leaf_missing", "the event's leaf cannot be encoded")
             self.broken = True
@@ -406,4 +461,5 @@ class TreeCheck:
                 # rewrite of the stored tree too shows at the next signed root. (The subtrees the
                 # append merged are the border's own: only its new top differs.)
                 frontier.hashes[-1] = stored[-32:]
-        self.check_roots_at(seq)
+        if seq in self._roots:
+            self.check_roots_at(seq)

@@ -133,6 +133,7 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     last_checkpoint_seq: int = 0
     recorded_keys: list[tuple[int, str]] = msgspec.field(default_factory=list)
     log_version: int = 1  # 2: a Merkle log with proofs; 1: chain only, no proofs
+    leaf_store: str | None = None  # v2: "events" (the events row) or "event_leaves" (aside)
     erased_seqs: list[int] = msgspec.field(default_factory=list)  # payloads erased, proofs kept
 
     @property
@@ -489,5 +490,6 @@ def _verify(
         findings=chain.findings,
         findings_omitted=chain.findings_omitted,
         log_version=reader.log_version,
+        leaf_store=reader.leaf_store,
         erased_seqs=chain.erased,
     )

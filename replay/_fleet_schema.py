@@ -188,7 +188,7 @@ END $$;
 """
 
 
-# The local views (journal/_schema.py VIEWS), in PostgreSQL, over every journal of the fleet.
+# The local views (journal/_views.py VIEWS), in PostgreSQL, over every journal of the fleet.
 VIEWS: Final[dict[str, str]] = {
     # The events with their payloads parsed (``doc``), for the views below and ad hoc queries.
     "event_docs": "SELECT e.*, agentteam.payload_doc(e.payload) AS doc FROM agentteam.events e",

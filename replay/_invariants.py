@@ -47,7 +47,15 @@ _SECRET: Final = re.compile(
     r"|(?i:atk_)[A-Za-z0-9_\-]{8,}"
     r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\."
 )
-_TRIGGERS: Final = ("earer", "EARER", "atk_", "ATK_", "eyJ")
+
+
+def _may_hold_secret(text: str) -> bool:
+    """Whether a secret's shape may start in ``text`` (only then is :data:`_SECRET` run): a
+    ``earer`` or ``EARER``, an ``eyJ``, an ``atk_`` in any letter case. Plain ``in`` tests, no
+    generator: verify runs this for every event."""
+    return "earer" in text or "EARER" in text or "eyJ" in text or "atk_" in text.lower()
+
+
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
 
@@ -166,17 +174,20 @@ class EventChecks:
         # case `aTk_` only after a look at the lower-cased text, where `atk_` fails).
         # The envelope's text columns too: a tool or method name, a request id come from the
         # client.
-        for column, value in (
+        columns = (
             ("payload", payload),
             ("session_id", session_id),
             ("call_id", call_id),
             ("mcp_method_name", row[8]),
             ("gen_ai_tool_name", row[9]),
             ("jsonrpc_request_id", row[10]),
-        ):
-            if isinstance(value, str) and (
-                any(t in value for t in _TRIGGERS) or "atk_" in value.lower()
-            ):
+        )
+        # One look at all of them first (most rows hold no trigger): a trigger has no NUL, so
+        # none spans two columns joined by one.
+        if not _may_hold_secret("\0".join([v for _, v in columns if isinstance(v, str)])):
+            return
+        for column, value in columns:
+            if isinstance(value, str) and _may_hold_secret(value):
                 self._search_secret(seq, column, value, call_id)
 
     def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:

@@ -56,6 +56,14 @@ _STATUS_STYLE: Final = {
 _encode = msgspec.json.Encoder().encode
 
 
+# verify's text for a v2 journal's leaf store (JournalReport.leaf_store).
+_LEAF_STORES: Final = {
+    "events": "the events row",
+    "event_leaves": "event_leaves (files made before schema 10)",
+    "mixed": "event_leaves in older files, the events row in newer ones",
+}
+
+
 def to_json(result: Any) -> str:
     """The result as JSON, with ``ok`` first when the result has a verdict."""
     data = msgspec.to_builtins(result)
@@ -188,6 +196,9 @@ def render_verify(console: Console, result: VerifyResult) -> None:
             if j.log_version == 2
             else "v1: chain only, no proofs"
         )
+        where = _LEAF_STORES.get(j.leaf_store or "")
+        if j.log_version == 2 and where is not None:
+            log += f"; leaves in {where}"
         console.print(f"  log: {log}")
         console.print(f"  held checkpoint: {held}")
         signatures = f"{j.signatures_checked} signatures verified"

@@ -124,6 +124,10 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     # 2: an RFC 6962 Merkle log, its roots checked and proofs possible (`prove`); 1: a journal
     # written before it, a hash chain only, no proofs.
     log_version: int = 1
+    # Where a v2 journal's files keep their leaf columns: "events" (in the events row, files
+    # made since schema 10), "event_leaves" (the side table, files made before), "mixed" (a
+    # pool begun before and rolled over since); None for v1.
+    leaf_store: str | None = None
     # The highest seq a checkpoint signed by a trusted key covers (0: none), the events after
     # it that no signature covers, and whether a writer holds the journal now (a live session).
     signed_through: int = 0
@@ -522,6 +526,7 @@ class _FileCheck:
             first_seq=start_seq + 1,
             pruned_through=pruned_through,
             log_version=2 if merkle else 1,
+            leaf_store=_leaf_store(segments) if merkle else None,
             signed_through=signed,
             unsigned_tail=unsigned,
             live=live,
@@ -580,3 +585,9 @@ class _FileCheck:
             f"the journal starts at seq {start_seq + 1} in {first.path.name}: seqs 1..{start_seq} "
             f"(from {first.segment.prev_file or 'earlier segments'} back) are not here",
         )
+
+
+def _leaf_store(segments: Sequence[journal.Reader]) -> str | None:
+    """The leaf store of a v2 journal's files: one name, or "mixed"."""
+    stores = {r.leaf_store for r in segments}
+    return stores.pop() if len(stores) == 1 else "mixed"

@@ -233,13 +233,20 @@ def reseal_merkle(path: Path, since_seq: int = 1) -> bytes | None:
             conn.execute(f"DROP TRIGGER {name}")
         # The tree before since_seq, as the writer reads it (this file's border copy included).
         tree = _tlog.load_border(conn, since_seq - 1) if since_seq > 1 else _merkle.Frontier()
+        in_events = _tlog.leaf_store(conn) == "events"  # else aside (a file made before 0010)
         conn.execute("DELETE FROM event_leaves WHERE seq >= ?", (since_seq,))
         cols = ", ".join(journal.COLUMNS)
         rows = f"SELECT {cols} FROM events WHERE seq >= ? ORDER BY seq"
         for row in conn.execute(rows, (since_seq,)).fetchall():
             built = journal.Row._make(row)
             leaf = _tlog.leaf_extras(built, tree)
-            conn.execute(_tlog.INSERT_LEAF, (built.seq, *leaf))
+            if in_events:
+                conn.execute(
+                    "UPDATE events SET salt = ?, payload_sha256 = ?, tree_hashes = ? WHERE seq = ?",
+                    (*leaf, built.seq),
+                )
+            else:
+                conn.execute(_tlog.INSERT_LEAF, (built.seq, *leaf))
         return tree.root()
     finally:
         conn.close()

@@ -10,7 +10,7 @@ import pytest
 
 from agentteam_task_bridge import journal
 
-from .journal_helpers import KEY, all_kinds, write_journal
+from .journal_helpers import KEY, all_kinds, event_leaves_file, write_journal
 
 TABLES_AND_KEYS = {
     "events": "seq = 1",
@@ -21,12 +21,27 @@ TABLES_AND_KEYS = {
     "event_leaves": "seq = 1",  # the Merkle log's (v2): each event's salt, digest, tree hashes
     "erased_seqs": "seq = (SELECT MIN(seq) FROM erased_seqs)",  # erasure's list (0009)
 }
+# A file made since 0010 keeps its leaf columns in the events row (event_leaves stays empty);
+# one made before keeps them in event_leaves: both are checked.
+CASES = [
+    (layout, table, where)
+    for layout in ("events", "event_leaves")
+    for table, where in TABLES_AND_KEYS.items()
+    if (layout, table) != ("events", "event_leaves")
+]
 
 
 @pytest.fixture
 def raw(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    """A plain sqlite3 connection (recursive_triggers off, as any tool's) to a written journal."""
+    yield from _raw(tmp_path, "events")
+
+
+def _raw(tmp_path: Path, layout: str) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection (recursive_triggers off, as any tool's) to a written journal
+    whose leaf columns are in ``layout`` (the events row, or event_leaves)."""
     path = tmp_path / "j.db"
+    if layout == "event_leaves":
+        event_leaves_file(path)
     write_journal(path, all_kinds())
     # An erasure too, so erased_seqs has rows, and the rows it erased are guarded as the rest.
     erased = journal.erase_payloads(
@@ -37,8 +52,10 @@ def raw(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     )
     assert erased.seqs
     conn = sqlite3.connect(path, isolation_level=None)
-    yield conn
-    conn.close()
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def _copy_row_sql(conn: sqlite3.Connection, table: str, where: str) -> str:
@@ -47,11 +64,21 @@ def _copy_row_sql(conn: sqlite3.Connection, table: str, where: str) -> str:
     return f"INSERT OR REPLACE INTO {table} ({names}) SELECT {names} FROM {table} WHERE {where}"
 
 
-@pytest.mark.parametrize(("table", "where"), TABLES_AND_KEYS.items())
+@pytest.mark.parametrize(("layout", "table", "where"), CASES)
 @pytest.mark.parametrize("verb", ["UPDATE", "DELETE", "REPLACE", "UPSERT"])
 def test_sqlite_refuses_to_change_a_row(
-    raw: sqlite3.Connection, table: str, where: str, verb: str
+    tmp_path: Path, layout: str, table: str, where: str, verb: str
 ) -> None:
+    opened = _raw(tmp_path, layout)
+    raw = next(opened)
+    try:
+        _refuses(raw, table, where, verb)
+    finally:
+        opened.close()
+
+
+def _refuses(raw: sqlite3.Connection, table: str, where: str, verb: str) -> None:
+    assert raw.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0] == 1
     first_column = next(r[1] for r in raw.execute(f"PRAGMA table_info({table})"))
     before = raw.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
     sql = {

@@ -18,7 +18,7 @@ import pytest
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal._erase import Selector, erase
-from tests.journal_helpers import KEY, SESSION, VKEY, write_journal
+from tests.journal_helpers import KEY, SESSION, VKEY, event_leaves_file, write_journal
 from tests.journal_helpers.segmented import (
     SEGMENT,
     TEXT,
@@ -69,8 +69,18 @@ def _events(n_calls: int, text_of: dict[int, str]) -> list[journal.Event]:
     return events
 
 
-def _journal(tmp_path: Path, n_calls: int = 30, secret_calls: tuple[int, ...] = (3, 17)) -> Path:
+def _journal(
+    tmp_path: Path,
+    n_calls: int = 30,
+    secret_calls: tuple[int, ...] = (3, 17),
+    *,
+    layout: str = "events",
+) -> Path:
+    """A written journal; its leaf columns in the events row (a file made since 0010) or, with
+    ``layout="event_leaves"``, in the side table (a file made before)."""
     path = tmp_path / "journal.db"
+    if layout == "event_leaves":
+        event_leaves_file(path)
     write_journal(path, _events(n_calls, {i: f"{SECRET} #{i}" for i in secret_calls}))
     return path
 
@@ -91,8 +101,9 @@ def _leaks(directory: Path, text: str, run: int = 12) -> list[str]:
     return found
 
 
-def test_erase_removes_every_byte_run_and_proofs_still_verify(tmp_path: Path) -> None:
-    path = _journal(tmp_path)
+@pytest.mark.parametrize("layout", ["events", "event_leaves"])
+def test_erase_removes_every_byte_run_and_proofs_still_verify(tmp_path: Path, layout: str) -> None:
+    path = _journal(tmp_path, layout=layout)
     assert _leaks(tmp_path, SECRET)  # the test can see the text before
     before = journal.verify(path, trusted=[VKEY])
     assert before.ok, before.findings
@@ -188,8 +199,10 @@ def test_selectors_choose_the_calls_they_name(tmp_path: Path) -> None:
     assert now.seqs == calls and 0 < len(calls) < 61
 
 
-def test_the_triggers_allow_exactly_an_erasure(tmp_path: Path) -> None:
-    path = _journal(tmp_path)
+@pytest.mark.parametrize("layout", ["events", "event_leaves"])
+def test_the_triggers_allow_exactly_an_erasure(tmp_path: Path, layout: str) -> None:
+    path = _journal(tmp_path, layout=layout)
+    leaves = "events" if layout == "events" else "event_leaves"  # the table with the salt
     conn = sqlite3.connect(path)
     try:
         refused = [
@@ -197,13 +210,25 @@ def test_the_triggers_allow_exactly_an_erasure(tmp_path: Path) -> None:
             "INSERT INTO erased_seqs (seq, erased_by) VALUES (2, 99)",
             "UPDATE events SET payload = '{\"erased\":true}', error_type = 'x' WHERE seq = 2",
             "UPDATE events SET payload = '{\"other\":1}' WHERE seq = 2",
-            "UPDATE event_leaves SET salt = '', payload_sha256 = 'ab' WHERE seq = 2",
-            "UPDATE event_leaves SET salt = 'ab' WHERE seq = 2",
+            f"UPDATE {leaves} SET salt = '', payload_sha256 = 'ab' WHERE seq = 2",
+            f"UPDATE {leaves} SET salt = 'ab' WHERE seq = 2",
+            f"UPDATE {leaves} SET salt = '', tree_hashes = x'00' WHERE seq = 2",
             "DELETE FROM events WHERE seq = 2",
             "DELETE FROM erased_seqs",
             "UPDATE erased_seqs SET erased_by = 1",
             "UPDATE events SET ts_wall = 'x' WHERE seq = 2",
         ]
+        if layout == "events":  # the erasure must empty the row's salt, and only that
+            refused += [
+                "UPDATE events SET payload = '{\"erased\":true}' WHERE seq = 2",
+                "UPDATE events SET payload = '{\"erased\":true}', salt = 'ab' WHERE seq = 2",
+                "UPDATE events SET payload = '{\"erased\":true}', salt = '',"
+                " payload_sha256 = 'ab' WHERE seq = 2",
+            ]
+        else:  # a file keeping its leaves aside has none in the events row, and gets none
+            refused += [
+                "UPDATE events SET payload = '{\"erased\":true}', salt = '' WHERE seq = 2",
+            ]
         messages = []
         for statement in refused:
             try:
@@ -216,8 +241,11 @@ def test_the_triggers_allow_exactly_an_erasure(tmp_path: Path) -> None:
                 assert statement.startswith("INSERT"), statement
         assert len(messages) == len(refused) - 1
         # With the seq listed, the erasure itself passes; nothing else does.
-        conn.execute("UPDATE events SET payload = '{\"erased\":true}' WHERE seq = 2")
-        conn.execute("UPDATE event_leaves SET salt = '' WHERE seq = 2")
+        if layout == "events":
+            conn.execute("UPDATE events SET payload = '{\"erased\":true}', salt = '' WHERE seq = 2")
+        else:
+            conn.execute("UPDATE events SET payload = '{\"erased\":true}' WHERE seq = 2")
+            conn.execute("UPDATE event_leaves SET salt = '' WHERE seq = 2")
         conn.commit()
     finally:
         conn.close()

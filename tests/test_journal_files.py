@@ -87,6 +87,7 @@ def test_the_schema_version_and_migrations_are_recorded(tmp_path: Path) -> None:
             ("agentteam_journal", "0007_answer_undelivered"),
             ("agentteam_journal", "0008_session_handshake"),
             ("agentteam_journal", "0009_payload_erased"),
+            ("agentteam_journal", "0010_leaf_columns"),
         ]
         kinds = set(conn.execute("SELECT kind, kind_version FROM event_kinds").fetchall())
         assert kinds == {(k, t.kind_version) for k, t in journal.PAYLOAD_TYPES.items()}

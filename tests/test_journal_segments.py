@@ -216,7 +216,11 @@ def test_a_writer_reopens_the_live_segment_and_goes_on(tmp_path: Path) -> None:
         try:
             row = list(first_row(before[0]))
             row[0] = 10_000
-            conn.execute(f"INSERT INTO events VALUES ({', '.join('?' * len(row))})", row)
+            conn.execute(
+                f"INSERT INTO events ({', '.join(journal.COLUMNS)})"
+                f" VALUES ({', '.join('?' * len(row))})",
+                row,
+            )
         finally:
             conn.close()
     assert verify(path).ok

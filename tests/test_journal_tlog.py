@@ -29,7 +29,7 @@ import trio
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import CallReceived, CallResult, Event, SessionEnded
 
-from .journal_helpers import KEY, SAMPLE_PAYLOADS, VKEY
+from .journal_helpers import KEY, SAMPLE_PAYLOADS, VKEY, event_leaves_file
 from .journal_helpers.segmented import files_of, write_segmented
 from .replay_helpers import replay_cli, replay_main
 
@@ -397,6 +397,58 @@ def test_go_accepts_segmented_pools_and_a_pruned_first_segment(
     assert done.returncode == 2 and "pruned" in done.stderr
 
 
+def test_go_accepts_a_pool_begun_with_its_leaves_aside_and_rolled_over_since(
+    oracle: Path, tmp_path: Path
+) -> None:
+    """A v2 file made before schema 10 keeps its leaf columns in event_leaves, whoever writes
+    it later; the segments it rolls over into keep them in the events row. Both verify, prove
+    (Go accepts), erase, and say which they are."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    path = event_leaves_file(pool / "journal-1.db")
+    write_segmented(path, 40)
+    write_segmented(path, 40, start=40)
+    files = files_of(path)
+    assert len(files) >= 3
+    counts = []
+    for file in files:
+        conn = sqlite3.connect(file)
+        try:
+            counts.append(
+                conn.execute(
+                    "SELECT count(*), count(salt), (SELECT count(*) FROM event_leaves) FROM events"
+                ).fetchone()
+            )
+        finally:
+            conn.close()
+    first, *later = counts
+    assert first[0] > 0 and first[1] == 0 and first[2] == first[0]  # aside, as before
+    assert all(n > 0 and salts == n and aside == 0 for n, salts, aside in later)
+    with journal.open_reader(files[0]) as reader:
+        assert reader.leaf_store == "event_leaves"
+    with journal.open_reader(files[-1]) as reader:
+        assert reader.leaf_store == "events"
+    _exercise(oracle, path, [VKEY.to_text()], tmp_path, seqs=10, pairs=8, seed=4)
+    done = replay_main("verify", pool, "--trusted-key", VKEY.to_text(), "--json")
+    out = json.loads(done.stdout)["journals"][0]
+    assert done.returncode == 0 and out["log_version"] == 2, done.stdout
+    assert out["leaf_store"] == "mixed"
+    text = replay_main("verify", pool, "--trusted-key", VKEY.to_text())
+    said = " ".join(text.stdout.split())  # as the console wrapped it
+    assert "leaves in event_leaves in older files, the events row in newer ones" in said
+    # Erasure in both stores, every proof intact.
+    erased = journal.erase_payloads(
+        path,
+        journal.EraseSelector(session_id="s0"),
+        reason="test",
+        key=journal.SigningKey("agentteam-bridge/seed", KEY),
+    )
+    assert erased.seqs[0] <= first[0] < erased.seqs[-1]  # in both stores
+    done = replay_main("verify", pool, "--trusted-key", VKEY.to_text(), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["journals"][0]["erased_seqs"]
+    _exercise(oracle, path, [VKEY.to_text()], tmp_path, seqs=6, pairs=4, seed=5)
+
+
 def test_go_accepts_proofs_across_a_key_rotation(oracle: Path, tmp_path: Path) -> None:
     path = tmp_path / "rotated.db"
     old = journal.SigningKey("agentteam-bridge/old", bytes(range(1, 33)))
@@ -436,12 +488,15 @@ def test_each_event_stores_its_leaf_and_about_two_hashes(tmp_path: Path) -> None
     conn = sqlite3.connect(path)
     try:
         events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-        salts = [r[0] for r in conn.execute("SELECT salt FROM event_leaves")]
-        stored = conn.execute("SELECT sum(length(tree_hashes)) / 32 FROM event_leaves").fetchone()
-        meta = conn.execute("SELECT value FROM journal_meta WHERE key = 'merkle_log'").fetchone()
+        salts = [r[0] for r in conn.execute("SELECT salt FROM events")]
+        stored = conn.execute("SELECT sum(length(tree_hashes)) / 32 FROM events").fetchone()
+        meta = dict(conn.execute("SELECT key, value FROM journal_meta"))
+        aside = conn.execute("SELECT count(*) FROM event_leaves").fetchone()
     finally:
         conn.close()
-    assert meta == ("rfc6962",)
+    assert meta["merkle_log"] == "rfc6962"
+    # Made since 0010: the leaf columns are in the events row (one B-tree insert per event).
+    assert meta["leaf_store"] == "events" and aside == (0,)
     assert len(salts) == events and len(set(salts)) == events  # a fresh salt per event
     assert all(len(bytes.fromhex(s)) == 16 for s in salts)
     # Go tlog's layout: its StoredHashCount, under two per event.
@@ -466,6 +521,7 @@ def test_a_journal_written_before_the_merkle_log_stays_v1_and_verifies(tmp_path:
     done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
     out = json.loads(done.stdout)
     assert out["journals"][0]["log_version"] == 1, done.stderr
+    assert out["journals"][0]["leaf_store"] is None
     text = replay_main("verify", path, "--trusted-key", VKEY.to_text())
     assert "v1: chain only, no proofs" in text.stdout
     done = replay_main("prove", path, "--seq", "1", "--json")
@@ -475,6 +531,9 @@ def test_a_journal_written_before_the_merkle_log_stays_v1_and_verifies(tmp_path:
         writer.append(Event(session_id="s", payload=SAMPLE_PAYLOADS["session_started"]))
     text = replay_main("verify", new, "--trusted-key", VKEY.to_text())
     assert "v2: Merkle log (RFC 6962), proofs" in text.stdout
+    done = replay_main("verify", new, "--trusted-key", VKEY.to_text(), "--json")
+    assert json.loads(done.stdout)["journals"][0]["leaf_store"] == "events"  # the events row
+    assert journal.verify(new, key=KEY).leaf_store == "events"
 
 
 def test_a_rewritten_tree_fails_at_the_next_signed_root(tmp_path: Path) -> None:
@@ -489,7 +548,7 @@ def test_a_rewritten_tree_fails_at_the_next_signed_root(tmp_path: Path) -> None:
         conn.execute(f"DROP TRIGGER {name}")
     cols = ", ".join(journal.COLUMNS)
     rows = [list(r) for r in conn.execute(f"SELECT {cols} FROM events ORDER BY seq")]
-    salts = dict(conn.execute("SELECT seq, salt FROM event_leaves"))
+    salts = dict(conn.execute("SELECT seq, salt FROM events"))
     rows[6][14] = '{"calls":0,"reason":"forged"}'
     for i in range(6, len(rows)):
         rows[i][15] = rows[i - 1][16]
@@ -499,12 +558,9 @@ def test_a_rewritten_tree_fails_at_the_next_signed_root(tmp_path: Path) -> None:
         digest = journal.payload_digest(bytes.fromhex(salts[row[0]]), row[14])
         stored = b"".join(tree.append(journal.leaf_hash(journal.leaf_bytes(row, digest))))
         conn.execute(
-            "UPDATE event_leaves SET payload_sha256 = ?, tree_hashes = ? WHERE seq = ?",
-            (digest, stored, row[0]),
-        )
-        conn.execute(
-            "UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?",
-            (row[14], row[15], row[16], row[0]),
+            "UPDATE events SET payload = ?, prev_hash = ?, hash = ?, payload_sha256 = ?,"
+            " tree_hashes = ? WHERE seq = ?",
+            (row[14], row[15], row[16], digest, stored, row[0]),
         )
     conn.close()
     found = [(f.seq, f.rule) for f in journal.verify(path, key=KEY).findings]

@@ -48,6 +48,7 @@ REACHES: list[tuple[str, str, str]] = [
     ("tests/test_{pkg}_*.py", "{pkg}._*", "a package's own tests test its private parts"),
     ("tests/bridge_inprocess.py", "bridge._*", "the in-process bridge fixture runs its parts"),
     ("tests/fleet_helpers.py", "journal._*", "rewrites a journal's leaves as the writer does"),
+    ("tests/journal_helpers/__init__.py", "journal._*", "makes a file as schema 9 made it"),
     ("tests/replay_helpers.py", "replay._cli", "runs the replay command line in-process"),
     ("tests/test_secret*.py", "*._*", "secret screening is checked part by part"),
     (

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -170,3 +173,32 @@ def write_journal(path: Path, events: list[Event], **options: object) -> journal
     with journal.open_sync_writer(path, key=KEY, **options) as writer:  # type: ignore[arg-type]
         writer.append_many(events)
     return writer
+
+
+def event_leaves_file(path: Path, journal_id: str = "leaves-journal") -> Path:
+    """An empty v2 journal file as schemas 6 to 9 made it (before migration 0010): its leaf
+    columns in the side table ``event_leaves``, which every writer continuing it keeps (the
+    meta rows are those ``ensure_identity`` wrote then)."""
+    from sqlite_utils import Database
+
+    from agentteam_task_bridge.journal._canonical import format_wall
+    from agentteam_task_bridge.journal._schema import create_private_file, migrations
+
+    os.close(create_private_file(path))
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        migrations().apply(Database(conn), stop_before="0010_leaf_columns")
+        conn.executemany(
+            "INSERT INTO journal_meta (key, value) VALUES (?, ?)",
+            [
+                ("journal_id", journal_id),
+                ("created_at", format_wall(datetime.now(UTC))),
+                ("canonical_encoding", "sorted-key compact JSON, sha256 chain, v1"),
+                ("merkle_log", "rfc6962"),
+            ],
+        )
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        assert version == 9
+    finally:
+        conn.close()
+    return path
