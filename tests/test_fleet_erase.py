@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -376,3 +379,56 @@ def test_every_report_from_the_store_equals_the_local_one_after_erasures(
     # what its ingest accepted, not verify's call_incomplete (an erased call in doubt becomes one).
     for field in ("audit", "idempotency", "buckets", "errors"):
         assert to_json(getattr(page, field)) == to_json(getattr(local, field)), field
+
+
+def _idle_after_kill(url: str) -> None:
+    """Wait until no session of the killed command works on the store any more (a server goes
+    on with a statement whose client died until it next talks to it, then commits or rolls
+    back): what the store holds after that is the state the kill left."""
+    deadline = time.monotonic() + 60
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                " AND pid <> pg_backend_pid()",
+                ("agentteam-replay",),
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.05)
+    pytest.fail("the killed erase's server session did not end within 60 s")
+
+
+def test_a_killed_erase_from_leaves_the_old_state_or_the_new(
+    own_cluster: Cluster, tmp_path: Path
+) -> None:
+    """SIGKILL of `erase --from` at several moments (while it starts, erases, rewrites the
+    partitions, switches the WAL): every time the store holds either no erasure or the whole
+    one, with every hash, digest and stored hash the journal's; the erasure then completes.
+    (On the loaded 2-core machine the first six kills left the old state and the last the new.)"""
+    secret = "Dorothy Vaughan, 3 West Area, dv@example.com"
+    url = own_cluster.create_database()
+    path = _journal(tmp_path / "j", secret, (1, 8, 17, 22))
+    assert replay.ship([path], url).ok
+    jid = _jid(path)
+    before = _store_rows(url)
+    erase = ("erase", "--from", url, "--journal", jid, "--matching", secret, "--reason", "r")
+    expected = _json(*erase, "--dry-run")["journals"][0]["seqs"]
+    assert len(expected) == 16
+    command = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", *erase]
+    for delay in (0.3, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0):
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        process.kill()
+        process.wait()
+        _idle_after_kill(url)
+        erased = _erased_in_store(url, jid)
+        assert erased in ([], expected), erased
+        now = _store_rows(url)
+        assert [r[:2] + r[4:] for r in now] == [r[:2] + r[4:] for r in before]
+        untouched = [r for r in now if r[1] not in erased]
+        assert untouched == [r for r in before if r[1] not in erased]
+        assert witness_findings(url, [path]) == []
+    done = _json(*erase)
+    assert done["ok"] and _erased_in_store(url, jid) == expected
+    assert _json("store-maintain", "--from", url)["ok"]
