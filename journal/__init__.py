@@ -85,6 +85,7 @@ from ._checkpoint import (
     load_checkpoint,
     load_key,
     load_legacy_key,
+    note_key_text,
     sign_checkpoint,
 )
 from ._contract import (
@@ -275,6 +276,7 @@ __all__ = [
     "load_legacy_key",
     "make_private_dir",
     "node_hash",
+    "note_key_text",
     "open_private",
     "open_reader",
     "open_sync_writer",

@@ -46,7 +46,7 @@ import socket
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self, TypeAlias
 
 import msgspec
 
@@ -71,6 +71,7 @@ __all__ = [
     "load_checkpoint",
     "load_key",
     "load_legacy_key",
+    "note_key_text",
     "sign_checkpoint",
 ]
 
@@ -84,8 +85,8 @@ _sorted: Final = msgspec.json.Encoder(order="sorted")
 Verdict: TypeAlias = Literal["valid", "invalid", "untrusted"]
 
 
-def _key_id(name: str, public: bytes) -> bytes:
-    return hashlib.sha256(name.encode() + b"\n" + ED25519 + public).digest()[:4]
+def _key_id(name: str, public: bytes, key_type: bytes = ED25519) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + key_type + public).digest()[:4]
 
 
 def _check_name(name: str) -> str:
@@ -95,16 +96,22 @@ def _check_name(name: str) -> str:
 
 
 class VerifierKey:
-    """An Ed25519 public key with its signed-note name: checks signatures, cannot make them."""
+    """An Ed25519 public key with its signed-note name: checks signatures, cannot make them.
+
+    ``KEY_TYPE`` is the note format's signature type byte its text and key ID carry (0x01, a
+    note signer's); a subclass names another (a cosigner's 0x04) and ``WHAT`` it is called.
+    """
 
     __slots__ = ("key_hash", "name", "public_bytes")
+    KEY_TYPE: ClassVar[bytes] = ED25519
+    WHAT: ClassVar[str] = "verifier key"
 
     def __init__(self, name: str, public_bytes: bytes) -> None:
         if len(public_bytes) != 32:
             raise ValueError("an Ed25519 public key is 32 bytes")
         self.name = _check_name(name)
         self.public_bytes = public_bytes
-        self.key_hash = _key_id(name, public_bytes)
+        self.key_hash = _key_id(name, public_bytes, self.KEY_TYPE)
 
     @property
     def key_id(self) -> str:
@@ -118,20 +125,20 @@ class VerifierKey:
         return "SHA256:" + digest.rstrip("=")
 
     def to_text(self) -> str:
-        """The verifier key in the note format: ``<name>+<hex key ID>+<base64(0x01||key)>``."""
-        return f"{self.key_id}+{base64.b64encode(ED25519 + self.public_bytes).decode()}"
+        """The key in the note format: ``<name>+<hex key ID>+<base64(type||key)>``."""
+        return f"{self.key_id}+{base64.b64encode(self.KEY_TYPE + self.public_bytes).decode()}"
 
     @classmethod
-    def parse(cls, text: str) -> VerifierKey:
+    def parse(cls, text: str) -> Self:
         """Read a verifier key (raises ValueError when it is not one, or its ID does not match)."""
-        name, hash_hex, public = _key_text(text.strip(), "verifier key", "")
+        name, hash_hex, public = note_key_text(text.strip(), cls.WHAT, "", cls.KEY_TYPE)
         key = cls(name, public)
         if key.key_hash.hex() != hash_hex:
-            raise ValueError("the verifier key's ID does not match its name and key")
+            raise ValueError(f"the {cls.WHAT}'s ID does not match its name and key")
         return key
 
     @classmethod
-    def find(cls, text: str) -> VerifierKey:
+    def find(cls, text: str) -> Self:
         """The one verifier key in ``text``: bare, or among other words, as in the lines that
         ``agentteam-replay key`` and a bridge's first start print (``public key:  <key>``) or a
         key file (whose second line is its verifier key). Raises ValueError when ``text`` holds
@@ -147,10 +154,10 @@ class VerifierKey:
         if len(found) == 1:
             return found.pop()
         if found:
-            raise ValueError("it holds more than one verifier key")
+            raise ValueError(f"it holds more than one {cls.WHAT}")
         if len(words) == 1:
             return cls.parse(words[0])
-        raise ValueError("it holds no verifier key (<name>+<hex key ID>+<base64 key>)")
+        raise ValueError(f"it holds no {cls.WHAT} (<name>+<hex key ID>+<base64 key>)")
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
@@ -169,7 +176,7 @@ class VerifierKey:
         return hash(self.to_text())
 
     def __repr__(self) -> str:
-        return f"VerifierKey({self.to_text()!r})"
+        return f"{type(self).__name__}({self.to_text()!r})"
 
 
 class SigningKey:
@@ -226,7 +233,7 @@ class SigningKey:
         first, _, rest = text.strip().partition("\n")
         if not first.startswith(_PRIVATE_PREFIX):
             raise ValueError("not a signing key (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
-        name, hash_hex, seed = _key_text(
+        name, hash_hex, seed = note_key_text(
             first[len(_PRIVATE_PREFIX) :], "signing key", "PRIVATE+KEY+"
         )
         public = None
@@ -244,10 +251,13 @@ class SigningKey:
         return f"SigningKey({self.key_id!r})"
 
 
-def _key_text(text: str, what: str, prefix: str) -> tuple[str, str, bytes]:
+def note_key_text(
+    text: str, what: str, prefix: str, key_type: bytes = ED25519
+) -> tuple[str, str, bytes]:
     """(name, lower-case hex key ID, the 32 key bytes) of a key in the note format,
-    ``<name>+<hex key ID>+<base64(0x01 || key)>`` (after ``prefix``, for a signing key); raises
-    ValueError naming ``what`` when it is not one."""
+    ``<name>+<hex key ID>+<base64(type || key)>`` (after ``prefix``, for a signing key), its type
+    byte ``key_type`` (0x01 a note signer's, 0x04 a cosigner's); raises ValueError naming
+    ``what`` when it is not one."""
     parts = text.split("+", 2)  # base64 may hold "+" too
     if len(parts) != 3:
         raise ValueError(f"a {what} reads {prefix}<name>+<hex key ID>+<base64 key>")
@@ -256,9 +266,9 @@ def _key_text(text: str, what: str, prefix: str) -> tuple[str, str, bytes]:
         raw = base64.b64decode(encoded, validate=True)
     except binascii.Error:
         raise ValueError(f"the {what}'s key part is not base64") from None
-    if len(raw) != 33 or not raw.startswith(ED25519):
-        raise ValueError(f"not an Ed25519 {what} (type 0x01, 32 bytes)")
-    return name, hash_hex.lower(), raw.removeprefix(ED25519)
+    if len(raw) != 33 or not raw.startswith(key_type):
+        raise ValueError(f"not an Ed25519 {what} (type 0x{key_type.hex()}, 32 bytes)")
+    return name, hash_hex.lower(), raw.removeprefix(key_type)
 
 
 class HmacKey:

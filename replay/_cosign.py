@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import os
 import re
 import secrets
@@ -29,11 +28,11 @@ import socket
 import struct
 import sys
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final
 
 import msgspec
 
-from agentteam_task_bridge.journal import ORIGIN_PREFIX
+from agentteam_task_bridge.journal import ORIGIN_PREFIX, VerifierKey, note_key_text
 
 __all__ = [
     "COSIGNATURE_HEADER",
@@ -48,7 +47,6 @@ __all__ = [
 COSIGNATURE_HEADER: Final = "cosignature/v1"
 ED25519_COSIGNATURE: Final = b"\x04"  # the signature type of an Ed25519 cosigner's key ID
 _PRIVATE_PREFIX: Final = "PRIVATE+KEY+"
-_NAME_OK: Final = re.compile(r"[^\s+]+")
 _MAX_TIME: Final = 2**63 - 1
 
 
@@ -64,94 +62,16 @@ def cosigned_message(body: str, timestamp: int) -> bytes:
     return f"{COSIGNATURE_HEADER}\ntime {timestamp}\n{body}".encode()
 
 
-def _key_id(name: str, public: bytes) -> bytes:
-    return hashlib.sha256(name.encode() + b"\n" + ED25519_COSIGNATURE + public).digest()[:4]
+class CosignerKey(VerifierKey):
+    """A witness's public key (type 0x04 vkey): checks its cosignatures, cannot make them.
 
+    The note format's verifier key (``journal.VerifierKey``) with the cosigner's type byte: its
+    text is ``<name>+<hex key ID>+<base64(0x04||key)>`` and its key ID hashes that byte.
+    """
 
-def _check_name(name: str) -> str:
-    if not _NAME_OK.fullmatch(name):
-        raise ValueError(f"a witness name must be non-empty, without spaces or '+': {name!r}")
-    return name
-
-
-def _key_parts(text: str, what: str) -> tuple[str, str, bytes]:
-    parts = text.split("+", 2)  # base64 may hold "+" too
-    if len(parts) != 3:
-        raise ValueError(f"a {what} reads <name>+<hex key ID>+<base64 key>")
-    name, hash_hex, encoded = parts
-    try:
-        raw = base64.b64decode(encoded, validate=True)
-    except binascii.Error:
-        raise ValueError(f"the {what}'s key part is not base64") from None
-    if len(raw) != 33 or not raw.startswith(ED25519_COSIGNATURE):
-        raise ValueError(f"not an Ed25519 cosigner {what} (type 0x04, 32 bytes)")
-    return _check_name(name), hash_hex.lower(), raw[1:]
-
-
-class CosignerKey:
-    """A witness's public key (type 0x04 vkey): checks its cosignatures, cannot make them."""
-
-    __slots__ = ("key_hash", "name", "public_bytes")
-
-    def __init__(self, name: str, public_bytes: bytes) -> None:
-        if len(public_bytes) != 32:
-            raise ValueError("an Ed25519 public key is 32 bytes")
-        self.name = _check_name(name)
-        self.public_bytes = public_bytes
-        self.key_hash = _key_id(name, public_bytes)
-
-    @property
-    def key_id(self) -> str:
-        """``<name>+<hex key ID>``: what a cosignature row names as its signer."""
-        return f"{self.name}+{self.key_hash.hex()}"
-
-    def to_text(self) -> str:
-        return f"{self.key_id}+{base64.b64encode(ED25519_COSIGNATURE + self.public_bytes).decode()}"
-
-    @classmethod
-    def parse(cls, text: str) -> CosignerKey:
-        name, hash_hex, public = _key_parts(text.strip(), "witness key")
-        key = cls(name, public)
-        if key.key_hash.hex() != hash_hex:
-            raise ValueError("the witness key's ID does not match its name and key")
-        return key
-
-    @classmethod
-    def find(cls, text: str) -> CosignerKey:
-        """The one witness key in ``text``: bare, or the second line of a witness key file."""
-        found = set()
-        for word in text.split():
-            if word.count("+") >= 2 and not word.startswith(_PRIVATE_PREFIX):
-                try:
-                    found.add(cls.parse(word))
-                except ValueError:
-                    continue
-        if len(found) == 1:
-            return found.pop()
-        if found:
-            raise ValueError("it holds more than one witness key")
-        if len(text.split()) == 1:
-            return cls.parse(text)
-        raise ValueError("it holds no witness key (<name>+<hex key ID>+<base64(0x04||key)>)")
-
-    def verify(self, message: bytes, signature: bytes) -> bool:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-        try:
-            Ed25519PublicKey.from_public_bytes(self.public_bytes).verify(signature, message)
-        except (InvalidSignature, ValueError):
-            return False
-        return True
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CosignerKey) and other.to_text() == self.to_text()
-
-    def __hash__(self) -> int:
-        return hash(self.to_text())
-
-    def __repr__(self) -> str:
-        return f"CosignerKey({self.to_text()!r})"
+    __slots__ = ()
+    KEY_TYPE: ClassVar[bytes] = ED25519_COSIGNATURE
+    WHAT: ClassVar[str] = "witness key"
 
 
 class Cosignature(msgspec.Struct, frozen=True, kw_only=True):
@@ -234,7 +154,12 @@ class WitnessKey:
         first = text.strip().partition("\n")[0]
         if not first.startswith(_PRIVATE_PREFIX):
             raise ValueError("not a witness key file (PRIVATE+KEY+<name>+<hex ID>+<base64>)")
-        name, hash_hex, seed = _key_parts(first[len(_PRIVATE_PREFIX) :], "witness signing key")
+        name, hash_hex, seed = note_key_text(
+            first[len(_PRIVATE_PREFIX) :],
+            "witness signing key",
+            _PRIVATE_PREFIX,
+            ED25519_COSIGNATURE,
+        )
         key = cls(name, seed)
         if key.verifier.key_hash.hex() != hash_hex:
             raise ValueError("the witness key's ID does not match its name and key")
