@@ -327,13 +327,18 @@ _HASH_OF_ROW: Final = """encode(sha256(convert_to(agentteam.canonical(
   'UTF8')), 'hex')"""
 
 
-# A stored event erased by a recorded erasure (a shipped ``payload_erased`` or ``erase --from``:
-# ``agentteam.erased_seqs``): its hash covered the erased bytes and is taken as stored, as verify
-# takes it, but its leaf (envelope and payload digest, the first of its stored hashes) must still
-# rebuild from its columns.
+# A stored event erased by a recorded erasure its witness could vouch for: its hash covered the
+# erased bytes and is taken as stored (as verify takes it), but its leaf (envelope and payload
+# digest, the first of its stored hashes) must still rebuild from its columns, and the erasure
+# must be the store owner's (``erase --from``: no event) or a ``payload_erased`` event inside the
+# cosigned history (so under a checkpoint whose signature the witness verified). A
+# ``payload_erased`` past it is not yet evidence: anyone holding the shipping login could have
+# shipped it unsigned, and its rows read as rewritten until a cosignature covers it.
 _RECORDED_ERASURE: Final = f"""({ERASED_ROW}
-  AND EXISTS (SELECT 1 FROM agentteam.erased_seqs x WHERE x.journal_id = r.journal_id
-              AND x.seq = r.seq)
+  AND EXISTS (SELECT 1 FROM agentteam.erased_seqs x JOIN agentteam.erasures e
+              ON e.journal_id = x.journal_id AND e.id = x.erasure
+              WHERE x.journal_id = r.journal_id AND x.seq = r.seq
+                AND (e.event_seq IS NULL OR e.event_seq <= %(size)s))
   AND substring(r.tree_hashes FROM 1 FOR 32) = sha256('\\x00'::bytea || convert_to(agentteam.leaf(
     r.journal_id, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
     r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
@@ -350,10 +355,10 @@ def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size:
         first = _first_difference(conn, local, jid, size)
     conn.execute("SET extra_float_digits = 1")  # the float text the ingest hashed
     row = conn.execute(
-        "SELECT min(r.seq) FROM agentteam.events r WHERE r.journal_id = %s"
-        f" AND r.seq BETWEEN %s AND %s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}"
+        "SELECT min(r.seq) FROM agentteam.events r WHERE r.journal_id = %(jid)s"
+        f" AND r.seq BETWEEN %(low)s AND %(size)s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}"
         f" AND NOT coalesce({_RECORDED_ERASURE}, false)",
-        (jid, low, size),
+        {"jid": jid, "low": low, "size": size},
     ).fetchone()
     if row is not None and row[0] is not None:
         first = int(row[0]) if first is None else min(first, int(row[0]))

@@ -560,6 +560,33 @@ def test_an_erasure_after_cosigning_is_not_a_rewrite(
     [store_erasure] = json.loads(done.stdout)["journals"]
     assert set(store_erasure["seqs"]) - set(erased.seqs), "erased nothing new"
     assert rules(pg_url, path, WITNESS.verifier) == []
+    # An erasure recorded for a payload_erased event past the cosigned history (what the ingest
+    # records for one shipped unsigned, e.g. by hand with the shipping login): not yet evidence.
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        cosigned = max(c.tree_size for c in cosignatures(owner, jid))
+        victim = owner.execute(
+            "SELECT max(seq) FROM agentteam.events WHERE journal_id = %s AND call_id IS NOT NULL"
+            " AND payload <> '{\"erased\":true}' AND seq <= %s",
+            (jid, cosigned),
+        ).fetchone()
+        assert victim is not None and victim[0] is not None
+        (erasure,) = owner.execute(
+            "INSERT INTO agentteam.erasures (journal_id, event_seq, selector, reason, seqs)"
+            " VALUES (%s, %s, 'call', 'forged', ARRAY[%s]::bigint[]) RETURNING id",
+            (jid, cosigned + 1, victim[0]),
+        ).fetchone() or (None,)
+        owner.execute(
+            "INSERT INTO agentteam.erased_seqs (journal_id, seq, erasure) VALUES (%s, %s, %s)",
+            (jid, victim[0], erasure),
+        )
+        owner.execute("ALTER TABLE agentteam.events DISABLE TRIGGER USER")
+        owner.execute(
+            "UPDATE agentteam.events SET payload = '{\"erased\":true}', salt = ''"
+            " WHERE journal_id = %s AND seq = %s",
+            (jid, victim[0]),
+        )
+        owner.execute("ALTER TABLE agentteam.events ENABLE TRIGGER USER")
+    assert rules(pg_url, path, WITNESS.verifier) == [("witness_store_rewritten", victim[0])]
     # An erasure nobody recorded is a rewrite.
     with psycopg.connect(pg_url, autocommit=True) as owner:
         owner.execute("ALTER TABLE agentteam.events DISABLE TRIGGER USER")
@@ -575,4 +602,6 @@ def test_an_erasure_after_cosigning_is_not_a_rewrite(
             (jid, seq[0]),
         )
         owner.execute("ALTER TABLE agentteam.events ENABLE TRIGGER USER")
-    assert rules(pg_url, path, WITNESS.verifier) == [("witness_store_rewritten", seq[0])]
+    assert rules(pg_url, path, WITNESS.verifier) == [
+        ("witness_store_rewritten", min(seq[0], victim[0]))
+    ]
