@@ -50,10 +50,14 @@ _SECRET: Final = re.compile(
 
 
 def _may_hold_secret(text: str) -> bool:
-    """Whether a secret's shape may start in ``text`` (only then is :data:`_SECRET` run): a
-    ``earer`` or ``EARER``, an ``eyJ``, an ``atk_`` in any letter case. Plain ``in`` tests, no
-    generator: verify runs this for every event."""
-    return "earer" in text or "EARER" in text or "eyJ" in text or "atk_" in text.lower()
+    """Whether a secret's shape may start in ``text`` (only then is :data:`_SECRET` run): an
+    ``earer`` or an ``atk_`` in any letter case (``BeArEr`` too: a scheme is case-insensitive),
+    an ``eyJ``. Plain ``in`` tests over one lower-cased copy, no generator: verify runs this for
+    every event."""
+    if "eyJ" in text:
+        return True
+    lowered = text.lower()
+    return "earer" in lowered or "atk_" in lowered
 
 
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")

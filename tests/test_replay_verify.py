@@ -194,11 +194,13 @@ def test_each_planted_call_fault_is_found_at_its_seq_by_its_rule(
     assert (first_call_seq + at, rule) in rules(result), result.findings
 
 
-def test_a_bearer_token_planted_by_hand_is_found(copied: Built) -> None:
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "BeArEr", "bEARER", "beAReR"])
+def test_a_bearer_token_planted_by_hand_is_found(copied: Built, scheme: str) -> None:
+    """In any letter case of the scheme (HTTP's auth-scheme is case-insensitive)."""
     seq = seq_of(copied.path, "call_received")
     tamper(
         copied.path,
-        "UPDATE events SET payload = replace(payload, '\"general\"', '\"Bearer abcdefgh12345\"')"
+        f"UPDATE events SET payload = replace(payload, '\"general\"', '\"{scheme} abcdefgh12345\"')"
         f" WHERE seq = {seq}",
     )
     found = rules(replay.verify([copied.path], key=copied.key))
