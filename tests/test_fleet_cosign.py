@@ -13,7 +13,6 @@ import base64
 import hashlib
 import json
 import os
-import shutil
 import stat
 import struct
 import subprocess
@@ -39,34 +38,10 @@ from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
 from .fleet_helpers import append_calls, consolidated_copy, rewrite_payload, write_fleet_journal
 from .journal_helpers import VKEY
-from .test_journal_tlog import GOCODE, ORACLE_SOURCE
+from .test_journal_tlog import oracle  # noqa: F401  (the Go oracle fixture, built once)
 
 WITNESS = WitnessKey("witness.example/w1", bytes(range(100, 132)))
 OTHER = WitnessKey("witness.example/w1", bytes(range(1, 33)))  # same name, another key
-
-
-@pytest.fixture(scope="module")
-def go_oracle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/tlog_oracle built offline (as tests/test_journal_tlog.py builds it)."""
-    go = shutil.which("go")
-    if go is None or not (GOCODE / "src/golang.org/x/mod/sumdb/note").is_dir():
-        pytest.skip(
-            "the Go oracle needs golang-go and golang-golang-x-mod-dev "
-            "(apt-get install golang-go golang-golang-x-mod-dev; .ci/run installs them)"
-        )
-    built = tmp_path_factory.mktemp("cosign-oracle") / "tlog_oracle"
-    env = {
-        **os.environ,
-        "GOPATH": str(GOCODE),
-        "GO111MODULE": "off",
-        "GOFLAGS": "",
-        "GOCACHE": str(built.parent / "cache"),
-        "CGO_ENABLED": "0",
-    }
-    subprocess.run(
-        [go, "build", "-o", str(built), "."], cwd=ORACLE_SOURCE, env=env, check=True, timeout=600
-    )
-    return built
 
 
 def as_login(pg_url: str, name: str) -> str:
@@ -382,7 +357,10 @@ def test_verify_witness_key_on_the_command_line(pg_url: str, logins: Any, tmp_pa
 
 
 def test_go_checks_the_cosigned_note(
-    pg_url: str, logins: Any, tmp_path: Path, go_oracle: Path
+    pg_url: str,
+    logins: Any,
+    tmp_path: Path,
+    oracle: Path,  # noqa: F811
 ) -> None:
     """An implementation this project did not write: Go's sumdb/note checks the journal's
     signature, crypto/ed25519 the cosignature/v1 line on the spec's bytes."""
@@ -413,7 +391,7 @@ def test_go_checks_the_cosigned_note(
     note.write_text(checkpoint.note() + cosigned.line() + "\n")
     wkey = WITNESS.verifier.to_text()
     checked = subprocess.run(
-        [str(go_oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
+        [str(oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -426,7 +404,7 @@ def test_go_checks_the_cosigned_note(
     forged = Cosignature(**{**_fields(cosigned), "signature": base64.b64encode(raw).decode()})
     note.write_text(checkpoint.note() + forged.line() + "\n")
     refused = subprocess.run(
-        [str(go_oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
+        [str(oracle), "cosigned", VKEY.to_text(), wkey, str(note)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -434,7 +412,7 @@ def test_go_checks_the_cosigned_note(
     )
     assert refused.returncode == 1 and "does not verify" in refused.stderr
     other = subprocess.run(
-        [str(go_oracle), "cosigned", VKEY.to_text(), OTHER.verifier.to_text(), str(note)],
+        [str(oracle), "cosigned", VKEY.to_text(), OTHER.verifier.to_text(), str(note)],
         capture_output=True,
         text=True,
         timeout=60,
