@@ -51,6 +51,8 @@ __all__ = [
     "SHIP_FUNCTIONS",
     "STAGE_CALL",
     "STAGE_COPY",
+    "leaf_hash_sql",
+    "row_hash_sql",
 ]
 
 # The canonical encoding (journal/_canonical.py) of a row, in SQL: keys sorted, compact, the
@@ -235,11 +237,29 @@ END $$;
 # RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall): its shape
 # here (LIKE costs a twentieth of a regular expression), its digits by the cast to ts below.
 _WALL: Final = "r.ts_wall LIKE '____-__-__T__:__:__.______Z' AND strpos(r.ts_wall, ' ') = 0"
-_HASH: Final = """encode(sha256(convert_to(agentteam.canonical(
-          a_journal, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
-          r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
-          r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
-          'UTF8')), 'hex')"""
+
+
+def row_hash_sql(row: str, journal: str) -> str:
+    """SQL for the chain hash (hex) of the event in the row aliased ``row`` of the journal
+    ``journal`` (an expression), recomputed from its columns as the writer hashed them."""
+    return f"""encode(sha256(convert_to(agentteam.canonical(
+          {journal}, {row}.seq, {row}.session_id, {row}.call_id, {row}.ts_mono_ns, {row}.ts_wall,
+          {row}.kind, {row}.kind_version, {row}.mcp_method_name, {row}.gen_ai_tool_name,
+          {row}.jsonrpc_request_id, {row}.http_response_status_code, {row}.error_type,
+          {row}.duration_ms, {row}.payload, {row}.prev_hash), 'UTF8')), 'hex')"""
+
+
+def leaf_hash_sql(row: str, journal: str) -> str:
+    """SQL for the Merkle leaf hash (bytea) of the v2 event in the row aliased ``row``: its
+    envelope and stored payload digest (``agentteam.leaf``), as RFC 6962 hashes a leaf."""
+    return f"""sha256('\\x00'::bytea || convert_to(agentteam.leaf(
+             {journal}, {row}.seq, {row}.session_id, {row}.call_id, {row}.ts_mono_ns,
+             {row}.ts_wall, {row}.kind, {row}.kind_version, {row}.mcp_method_name,
+             {row}.gen_ai_tool_name, {row}.jsonrpc_request_id, {row}.http_response_status_code,
+             {row}.error_type, {row}.duration_ms, {row}.payload_sha256), 'UTF8'))"""
+
+
+_HASH: Final = row_hash_sql("r", "a_journal")
 # A v2 leaf's payload digest: sha256(salt || payload), the salt 16 bytes in lowercase hex.
 _DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = ''
      AND r.payload_sha256 = encode(sha256(decode(r.salt, 'hex') || convert_to(r.payload, 'UTF8')),
@@ -296,11 +316,7 @@ BEGIN
   -- with the event; the border, one hash per set bit of the size, kept with the head). A v2
   -- journal has a leaf for every event from seq 1; a v1 journal none.
   FOR leaf IN
-    SELECT s.seq, s.salt IS NOT NULL AS v2, sha256('\\x00'::bytea || convert_to(agentteam.leaf(
-             a_journal, s.seq, s.session_id, s.call_id, s.ts_mono_ns, s.ts_wall, s.kind,
-             s.kind_version, s.mcp_method_name, s.gen_ai_tool_name, s.jsonrpc_request_id,
-             s.http_response_status_code, s.error_type, s.duration_ms, s.payload_sha256),
-             'UTF8')) AS hash
+    SELECT s.seq, s.salt IS NOT NULL AS v2, {leaf_hash_sql("s", "a_journal")} AS hash
     FROM pg_temp.ship_batch s ORDER BY s.seq
   LOOP
     IF (leaf.v2 AND size <> leaf.seq - 1) OR (NOT leaf.v2 AND size > 0) THEN

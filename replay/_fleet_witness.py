@@ -53,7 +53,7 @@ from agentteam_task_bridge.journal import Reader
 from ._cosign import CosignerKey
 from ._findings import Finding
 from ._fleet_cosign import store_reader, trusted_cosignature
-from ._fleet_ingest import ERASED_ROW
+from ._fleet_ingest import ERASED_ROW, leaf_hash_sql, row_hash_sql
 from ._fleet_store import connect, stored_head, witnessed_checkpoint
 from ._source import journal_files, open_reader
 
@@ -320,12 +320,7 @@ def _compare_cosigned(
 
 
 # A stored event's hash recomputed from its columns, as the ingest computed it when it came in.
-_HASH_OF_ROW: Final = """encode(sha256(convert_to(agentteam.canonical(
-  r.journal_id, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
-  r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
-  r.http_response_status_code, r.error_type, r.duration_ms, r.payload, r.prev_hash),
-  'UTF8')), 'hex')"""
-
+_ROW_HASH: Final = row_hash_sql("r", "r.journal_id")
 
 # A stored event erased by a recorded erasure its witness could vouch for: its hash covered the
 # erased bytes and is taken as stored (as verify takes it), but its leaf (envelope and payload
@@ -339,10 +334,7 @@ _RECORDED_ERASURE: Final = f"""({ERASED_ROW}
               ON e.journal_id = x.journal_id AND e.id = x.erasure
               WHERE x.journal_id = r.journal_id AND x.seq = r.seq
                 AND (e.event_seq IS NULL OR e.event_seq <= %(size)s))
-  AND substring(r.tree_hashes FROM 1 FOR 32) = sha256('\\x00'::bytea || convert_to(agentteam.leaf(
-    r.journal_id, r.seq, r.session_id, r.call_id, r.ts_mono_ns, r.ts_wall, r.kind,
-    r.kind_version, r.mcp_method_name, r.gen_ai_tool_name, r.jsonrpc_request_id,
-    r.http_response_status_code, r.error_type, r.duration_ms, r.payload_sha256), 'UTF8')))"""
+  AND substring(r.tree_hashes FROM 1 FOR 32) = {leaf_hash_sql("r", "r.journal_id")})"""
 
 
 def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size: int) -> int | None:
@@ -356,7 +348,7 @@ def _store_altered(conn: psycopg.Connection[Any], jid: str, local: _Local, size:
     conn.execute("SET extra_float_digits = 1")  # the float text the ingest hashed
     row = conn.execute(
         "SELECT min(r.seq) FROM agentteam.events r WHERE r.journal_id = %(jid)s"
-        f" AND r.seq BETWEEN %(low)s AND %(size)s AND r.hash IS DISTINCT FROM {_HASH_OF_ROW}"
+        f" AND r.seq BETWEEN %(low)s AND %(size)s AND r.hash IS DISTINCT FROM {_ROW_HASH}"
         f" AND NOT coalesce({_RECORDED_ERASURE}, false)",
         {"jid": jid, "low": low, "size": size},
     ).fetchone()
