@@ -55,6 +55,46 @@ __all__ = [
     "row_hash_sql",
 ]
 
+# The envelope's members in both images (the chain's and the leaf's), as SQL over the functions'
+# arguments; each image adds its own and lists all of them sorted by key, as msgspec's sorted
+# encoder does (journal/_canonical.py, journal/_tlog.py).
+_ENVELOPE: Final = {
+    "call_id": "agentteam.json_text(call_id)",
+    "duration_ms": "agentteam.json_float(duration_ms)",
+    "error_type": "agentteam.json_text(error_type)",
+    "gen_ai_tool_name": "agentteam.json_text(gen_ai_tool_name)",
+    "http_response_status_code": "coalesce(http_response_status_code::text, 'null')",
+    "journal_id": "agentteam.json_text(journal_id)",
+    "jsonrpc_request_id": "agentteam.json_text(jsonrpc_request_id)",
+    "kind": "agentteam.json_text(kind)",
+    "kind_version": "kind_version::text",
+    "mcp_method_name": "agentteam.json_text(mcp_method_name)",
+    "seq": "seq::text",
+    "session_id": "agentteam.json_text(session_id)",
+    "ts_mono_ns": "ts_mono_ns::text",
+    "ts_wall": "agentteam.json_text(ts_wall)",
+}
+_CHAIN_ONLY: Final = {"payload": "payload", "prev_hash": "agentteam.json_text(prev_hash)"}
+_LEAF_ONLY: Final = {"payload_sha256": "agentteam.json_text(payload_sha256)"}
+
+
+def _image_function(name: str, own_arguments: str, own: dict[str, str]) -> str:
+    """``agentteam.<name>(...)``: the compact JSON of the envelope and ``own`` members."""
+    members = sorted({**_ENVELOPE, **own}.items())
+    body = "\n    || ".join(
+        f"'{',' if i else '{'}\"{key}\":' || {sql}" for i, (key, sql) in enumerate(members)
+    )
+    return f"""CREATE OR REPLACE FUNCTION agentteam.{name}(
+  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
+  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
+  jsonrpc_request_id text, http_response_status_code integer, error_type text,
+  duration_ms double precision, {own_arguments}) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT {body}
+    || '}}'
+$$;"""
+
+
 # The canonical encoding (journal/_canonical.py) of a row, in SQL: keys sorted, compact, the
 # payload verbatim. PostgreSQL's JSON string escaping is msgspec's (", \\, \b \f \n \r \t, other
 # controls as lowercase \u00xx, everything else as UTF-8); a float's shortest text is Python's
@@ -76,55 +116,12 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
          WHEN value::text ~ '^-?[0-9]+$' THEN value::text || '.0'
          ELSE value::text END
 $$;
-CREATE OR REPLACE FUNCTION agentteam.canonical(
-  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
-  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
-  jsonrpc_request_id text, http_response_status_code integer, error_type text,
-  duration_ms double precision, payload text, prev_hash text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT '{"call_id":' || agentteam.json_text(call_id)
-    || ',"duration_ms":' || agentteam.json_float(duration_ms)
-    || ',"error_type":' || agentteam.json_text(error_type)
-    || ',"gen_ai_tool_name":' || agentteam.json_text(gen_ai_tool_name)
-    || ',"http_response_status_code":' || coalesce(http_response_status_code::text, 'null')
-    || ',"journal_id":' || agentteam.json_text(journal_id)
-    || ',"jsonrpc_request_id":' || agentteam.json_text(jsonrpc_request_id)
-    || ',"kind":' || agentteam.json_text(kind)
-    || ',"kind_version":' || kind_version::text
-    || ',"mcp_method_name":' || agentteam.json_text(mcp_method_name)
-    || ',"payload":' || payload
-    || ',"prev_hash":' || agentteam.json_text(prev_hash)
-    || ',"seq":' || seq::text
-    || ',"session_id":' || agentteam.json_text(session_id)
-    || ',"ts_mono_ns":' || ts_mono_ns::text
-    || ',"ts_wall":' || agentteam.json_text(ts_wall)
-    || '}'
-$$;
+"""
+_CANONICAL_IMAGES: Final = f"""
+{_image_function("canonical", "payload text, prev_hash text", _CHAIN_ONLY)}
 -- The Merkle leaf of a v2 journal's event (journal/_tlog.py): the canonical encoding of its
 -- columns without payload, prev_hash and hash, plus its salted payload digest.
-CREATE OR REPLACE FUNCTION agentteam.leaf(
-  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
-  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
-  jsonrpc_request_id text, http_response_status_code integer, error_type text,
-  duration_ms double precision, payload_sha256 text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT '{"call_id":' || agentteam.json_text(call_id)
-    || ',"duration_ms":' || agentteam.json_float(duration_ms)
-    || ',"error_type":' || agentteam.json_text(error_type)
-    || ',"gen_ai_tool_name":' || agentteam.json_text(gen_ai_tool_name)
-    || ',"http_response_status_code":' || coalesce(http_response_status_code::text, 'null')
-    || ',"journal_id":' || agentteam.json_text(journal_id)
-    || ',"jsonrpc_request_id":' || agentteam.json_text(jsonrpc_request_id)
-    || ',"kind":' || agentteam.json_text(kind)
-    || ',"kind_version":' || kind_version::text
-    || ',"mcp_method_name":' || agentteam.json_text(mcp_method_name)
-    || ',"payload_sha256":' || agentteam.json_text(payload_sha256)
-    || ',"seq":' || seq::text
-    || ',"session_id":' || agentteam.json_text(session_id)
-    || ',"ts_mono_ns":' || ts_mono_ns::text
-    || ',"ts_wall":' || agentteam.json_text(ts_wall)
-    || '}'
-$$;
+{_image_function("leaf", "payload_sha256 text", _LEAF_ONLY)}
 """
 
 # Indexes (journal.COLUMNS) of the text columns a model or client fills, sent escaped
@@ -459,4 +456,6 @@ SHIP_FUNCTIONS: Final = (
     "agentteam.record_finding(text, bigint, text, text, text)",
 )
 
-INGEST: Final = "\n".join((_CANONICAL, _OWNER, _REGISTER, _STAGE, _INGEST, _CHECKPOINT, _FINDING))
+INGEST: Final = "\n".join(
+    (_CANONICAL, _CANONICAL_IMAGES, _OWNER, _REGISTER, _STAGE, _INGEST, _CHECKPOINT, _FINDING)
+)
