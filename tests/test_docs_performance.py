@@ -28,6 +28,7 @@ PARSERS = {
     "tools.bench.bench_fleet": "tools.bench.bench_fleet",
     "tools.bench.bench_tlog": "tools.bench.bench_tlog",
     "tools.bench.bench_ingest": "tools.bench.bench_ingest",
+    "tools.bench.bench_witness": "tools.bench.bench_witness",
 }
 
 

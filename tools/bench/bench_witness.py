@@ -1,0 +1,103 @@
+"""What the store's witness costs: cosigning a fleet, and ``verify`` checking against it.
+
+Run: ``python -m tools.bench.bench_witness [--journals J] [--events N] [--url URL] [--keep DIR]``
+(default 10 journals of 100,000 events; ``--quick`` 10 of 10,000; ``--keep`` as
+``bench_fleet``'s). The journals are ``bench_fleet``'s, shipped into an empty store by its
+owner; a login in the witness role then cosigns (``cosign_once``, what ``agentteam-replay
+witness`` runs): first over every journal (each one's consistency from nothing, its tree
+recomputed from the store's stored hashes), then again with nothing new (one tick of
+``witness --follow`` on a quiet fleet). Last, the files' ``verify`` beside the part that
+``verify --witness URL --witness-key VKEY`` adds (:func:`replay._fleet_witness.witness_findings`:
+the local trees at the cosigned sizes against the cosigned roots, and the store's rows against
+the files). Printed: seconds and events per second of each, and the witness check's share of
+``verify`` (its time over the local verify's, one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agentteam_task_bridge import replay
+from agentteam_task_bridge.replay._cosign import WitnessKey
+from agentteam_task_bridge.replay._fleet_cosign import cosign_once
+from agentteam_task_bridge.replay._fleet_witness import witness_findings
+
+from .bench_fleet import journals_in
+from .bench_replay import KEY
+
+_KEY = WitnessKey("bench.example/witness", bytes(range(100, 132)))
+_LOGIN = "bench_witness"
+
+
+def _row(case: str, seconds: float, events: int, ratio: str = "") -> None:
+    print(f"{case:<58} {seconds:8.2f} {events / seconds:>10,.0f} {ratio:>8}", flush=True)
+
+
+def run(store: str, paths: list[Path], events: int) -> None:
+    """Ship ``paths`` into ``store`` (its owner's URL), then time the witness's parts."""
+    import psycopg
+
+    assert replay.ship(paths, store).ok
+    with psycopg.connect(store, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {_LOGIN} LOGIN IN ROLE agentteam_witness")
+    witness = store.replace("://postgres@", f"://{_LOGIN}@", 1)
+    print(f"{'case':<58} {'seconds':>8} {'events/s':>10} {'ratio':>8}", flush=True)
+    started = time.perf_counter()
+    first = cosign_once(witness, _KEY)
+    cosign_s = time.perf_counter() - started
+    assert [j.outcome for j in first.journals] == ["cosigned"] * len(paths), first
+    _row(f"witness: first cosignature of {len(paths)} journals", cosign_s, events)
+    started = time.perf_counter()
+    again = cosign_once(witness, _KEY)
+    tick_s = time.perf_counter() - started
+    assert [j.outcome for j in again.journals] == ["current"] * len(paths), again
+    _row("witness: a tick with nothing new (--follow)", tick_s, events)
+    started = time.perf_counter()
+    verified = replay.verify(paths, key=KEY)
+    verify_s = time.perf_counter() - started
+    assert verified.ok, verified
+    _row("verify over the files", verify_s, events)
+    started = time.perf_counter()
+    found = witness_findings(store, paths, witness_keys=[_KEY.verifier])
+    check_s = time.perf_counter() - started
+    assert found == [], found
+    ratio = f"{check_s / verify_s:.2f}x"
+    _row("verify --witness-key's check of the cosignatures", check_s, events, ratio)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.bench_witness",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--journals", type=int, default=10)
+    parser.add_argument("--events", type=int, default=100_000, help="per journal")
+    parser.add_argument("--quick", action="store_true", help="10 journals of 10,000 events")
+    parser.add_argument("--url", help="a PostgreSQL server to use (a database is created on it)")
+    parser.add_argument("--keep", type=Path, default=None, help="as bench_fleet's --keep")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.pg_cluster import Cluster, start_cluster
+
+    journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
+    cluster = Cluster(args.url, None, None, None) if args.url else start_cluster()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = args.keep or Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            paths, events, _ = journals_in(folder, journals, per, 30, args.keep is not None)
+            run(cluster.create_database("witness"), paths, events)
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
