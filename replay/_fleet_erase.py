@@ -83,6 +83,20 @@ CREATE TABLE IF NOT EXISTS agentteam.erased_seqs (
   erasure bigint NOT NULL,
   PRIMARY KEY (journal_id, seq)
 );
+-- Each payload_erased event shipped, as the ingest received it: applied once a cosignature
+-- covers it (apply_cosigned_erasures), pending until then.
+CREATE TABLE IF NOT EXISTS agentteam.erasures_pending (
+  journal_id text NOT NULL REFERENCES agentteam.journals,
+  event_seq bigint NOT NULL,
+  selector text NOT NULL,
+  seqs bigint[] NOT NULL,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, event_seq)
+);
+CREATE OR REPLACE TRIGGER erasures_pending_append_only BEFORE UPDATE OR DELETE
+  ON agentteam.erasures_pending FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER erasures_pending_no_truncate BEFORE TRUNCATE
+  ON agentteam.erasures_pending FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON agentteam.erasures
   FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON agentteam.erasures
@@ -148,6 +162,9 @@ DECLARE
   bad record;
   erasure bigint;
 BEGIN
+  -- One erasure of a journal at a time (a witness applying, the owner's erase --from): each
+  -- statement below sees what the one before it committed.
+  PERFORM pg_advisory_xact_lock(hashtext('agentteam.erase_stored'), hashtext(a_journal));
   SELECT coalesce(array_agg(r.seq ORDER BY r.seq), '{{}}'),
          coalesce(array_agg(r.seq ORDER BY r.seq) FILTER (WHERE NOT {ERASED_ROW}), '{{}}')
   INTO named, rewrite
@@ -184,27 +201,49 @@ BEGIN
   RETURN rewrite;
 END $$;
 
--- The ingest's hook: each payload_erased event of the staged batch (checked, accepted) erases
--- the earlier rows it names.
-CREATE OR REPLACE FUNCTION agentteam.apply_erasures(a_journal text) RETURNS void
+-- The ingest's hook: each payload_erased event of the staged batch (checked, accepted) is
+-- recorded as pending, with the seqs it names; nothing is erased yet (see the module).
+CREATE OR REPLACE FUNCTION agentteam.record_erasures(a_journal text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
-DECLARE
-  ev record;
 BEGIN
-  FOR ev IN
-    SELECT s.seq, agentteam.payload_doc(s.payload) AS doc FROM pg_temp.ship_batch s
-    WHERE s.kind = 'payload_erased' ORDER BY s.seq
+  INSERT INTO agentteam.erasures_pending (journal_id, event_seq, selector, seqs)
+  SELECT a_journal, d.seq, coalesce(d.doc ->> 'selector', ''),
+         ARRAY(SELECT x.value::text::numeric::bigint FROM jsonb_array_elements(d.doc -> 'seqs') x
+               WHERE jsonb_typeof(x.value) = 'number' AND x.value::text ~ '^[0-9]{{1,18}}$')
+  FROM (SELECT s.seq, agentteam.payload_doc(s.payload) AS doc FROM pg_temp.ship_batch s
+        WHERE s.kind = 'payload_erased') d
+  WHERE jsonb_typeof(d.doc -> 'seqs') = 'array'
+  ON CONFLICT DO NOTHING;
+END $$;
+
+-- A cosignature of size N (inserted by a witness login, or the owner: cosignature_written)
+-- applies the journal's pending erasures its history newly covers: event seq in (the largest
+-- size cosigned before, N]. The witness cosigned N only after verifying the checkpoint at N
+-- under the journal's key, so each such event is the journal's own. Owner's rights (SECURITY
+-- DEFINER), in the witness's transaction: no cosignature without its erasures, and the
+-- reverse. erase_mismatch aborts both (the witness reports it).
+CREATE OR REPLACE FUNCTION agentteam.apply_cosigned_erasures() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  before bigint;
+  p record;
+BEGIN
+  SELECT max(c.tree_size) INTO before FROM agentteam.cosignatures c
+  WHERE c.journal_id = NEW.journal_id
+    AND (c.key_id IS DISTINCT FROM NEW.key_id OR c.tree_size <> NEW.tree_size);
+  FOR p IN
+    SELECT x.event_seq, x.seqs, x.selector FROM agentteam.erasures_pending x
+    WHERE x.journal_id = NEW.journal_id AND x.event_seq > coalesce(before, 0)
+      AND x.event_seq <= NEW.tree_size
+    ORDER BY x.event_seq
   LOOP
-    CONTINUE WHEN jsonb_typeof(ev.doc -> 'seqs') IS DISTINCT FROM 'array';
-    PERFORM agentteam.erase_stored(
-      a_journal,
-      ARRAY(SELECT x.value::text::numeric::bigint FROM jsonb_array_elements(ev.doc -> 'seqs') x
-            WHERE jsonb_typeof(x.value) = 'number' AND x.value::text ~ '^[0-9]{{1,18}}$'),
-      ev.seq, coalesce(ev.doc ->> 'selector', ''), NULL);
+    PERFORM agentteam.erase_stored(NEW.journal_id, p.seqs, p.event_seq, p.selector, NULL);
   END LOOP;
+  RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION agentteam.erase_stored(text, bigint[], bigint, text, text),
-  agentteam.apply_erasures(text), agentteam.refold_erased(text, bigint[]) FROM PUBLIC;
+  agentteam.record_erasures(text), agentteam.refold_erased(text, bigint[]),
+  agentteam.apply_cosigned_erasures() FROM PUBLIC;
 """
 
 # The rows a selector of ``erase --from`` names (``%s``: the journal id, then its values).
