@@ -93,6 +93,19 @@ CREATE TABLE IF NOT EXISTS agentteam.erasures_pending (
   received_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (journal_id, event_seq)
 );
+-- What became of each: 'applied', or 'key_rotated' (held: see apply_cosigned_erasures).
+CREATE TABLE IF NOT EXISTS agentteam.erasures_settled (
+  journal_id text NOT NULL,
+  event_seq bigint NOT NULL,
+  outcome text NOT NULL,
+  tree_size bigint NOT NULL,
+  settled_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, event_seq)
+);
+CREATE OR REPLACE TRIGGER erasures_settled_append_only BEFORE UPDATE OR DELETE
+  ON agentteam.erasures_settled FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER erasures_settled_no_truncate BEFORE TRUNCATE
+  ON agentteam.erasures_settled FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_pending_append_only BEFORE UPDATE OR DELETE
   ON agentteam.erasures_pending FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_pending_no_truncate BEFORE TRUNCATE
@@ -217,27 +230,40 @@ BEGIN
 END $$;
 
 -- A cosignature of size N (inserted by a witness login, or the owner: cosignature_written)
--- applies the journal's pending erasures its history newly covers: event seq in (the largest
--- size cosigned before, N]. The witness cosigned N only after verifying the checkpoint at N
--- under the journal's key, so each such event is the journal's own. Owner's rights (SECURITY
--- DEFINER), in the witness's transaction: no cosignature without its erasures, and the
--- reverse. erase_mismatch aborts both (the witness reports it).
+-- settles each pending erasure of the journal at a seq <= N not settled yet: applied, as the
+-- witness verified the checkpoint at N under the journal's key, so the event is the journal's
+-- own; or held ('key_rotated') when the store registered another key for the journal than its
+-- first (a key_rotated event at a seq <= N): nothing signs a rotation, so anyone holding the
+-- shipping login could have shipped one with their own key and signed the checkpoint; the
+-- owner erases those rows with erase --from. Owner's rights (SECURITY DEFINER), in the
+-- witness's transaction: no cosignature without its erasures, and the reverse; erase_mismatch
+-- aborts both (the witness reports it).
 CREATE OR REPLACE FUNCTION agentteam.apply_cosigned_erasures() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
 DECLARE
-  before bigint;
+  rotated boolean;
   p record;
 BEGIN
-  SELECT max(c.tree_size) INTO before FROM agentteam.cosignatures c
-  WHERE c.journal_id = NEW.journal_id
-    AND (c.key_id IS DISTINCT FROM NEW.key_id OR c.tree_size <> NEW.tree_size);
+  SELECT EXISTS (
+    SELECT 1 FROM agentteam.journal_keys k
+    WHERE k.journal_id = NEW.journal_id AND k.seq > 0 AND k.seq <= NEW.tree_size
+      AND k.vkey IS DISTINCT FROM (SELECT f.vkey FROM agentteam.journal_keys f
+                                   WHERE f.journal_id = NEW.journal_id
+                                   ORDER BY f.seq LIMIT 1)) INTO rotated;
   FOR p IN
     SELECT x.event_seq, x.seqs, x.selector FROM agentteam.erasures_pending x
-    WHERE x.journal_id = NEW.journal_id AND x.event_seq > coalesce(before, 0)
-      AND x.event_seq <= NEW.tree_size
+    WHERE x.journal_id = NEW.journal_id AND x.event_seq <= NEW.tree_size
+      AND NOT EXISTS (SELECT 1 FROM agentteam.erasures_settled s
+                      WHERE s.journal_id = x.journal_id AND s.event_seq = x.event_seq)
     ORDER BY x.event_seq
   LOOP
-    PERFORM agentteam.erase_stored(NEW.journal_id, p.seqs, p.event_seq, p.selector, NULL);
+    IF NOT rotated THEN
+      PERFORM agentteam.erase_stored(NEW.journal_id, p.seqs, p.event_seq, p.selector, NULL);
+    END IF;
+    INSERT INTO agentteam.erasures_settled (journal_id, event_seq, outcome, tree_size)
+    VALUES (NEW.journal_id, p.event_seq, CASE WHEN rotated THEN 'key_rotated' ELSE 'applied' END,
+            NEW.tree_size)
+    ON CONFLICT DO NOTHING;
   END LOOP;
   RETURN NULL;
 END $$;

@@ -1,0 +1,234 @@
+"""The shipping login cannot erase the fleet store: a shipped ``payload_erased`` event is pending
+until a witness cosignature covers it, and only the journal's key can make one that does.
+
+Against a real PostgreSQL, as the logins that would act (the shipping login, the witness login,
+the owner). The attacker holds the shipping login and a copy of the journal, not its key: the
+events it appends are chain-valid (hashes and leaves need no key), never signed by the journal's
+key. The store's payloads are looked up with SQL after each step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import psycopg
+
+from agentteam_task_bridge import journal, replay
+from agentteam_task_bridge.replay._cosign import WitnessKey
+from agentteam_task_bridge.replay._fleet_cosign import cosign_once
+
+from .journal_helpers import KEY, SESSION, VKEY
+from .replay_helpers import consolidated_copy, replay_main, tamper
+from .test_fleet_cosign import logins  # noqa: F401  (the fixture: logins(role) -> URL)
+from .test_fleet_erase import _erased_in_store, _jid, _journal
+
+WITNESS: Final = WitnessKey("witness.example/gate", bytes(range(60, 92)))
+SIGNER: Final = journal.SigningKey("agentteam-bridge/seed", KEY)
+ATTACKER: Final = journal.SigningKey("agentteam-bridge/seed", bytes(range(200, 232)))
+SECRET: Final = "Mary Jackson, 7 Wind Tunnel Lane, mj@example.org"
+
+
+def _holding(url: str, jid: str, text: str = SECRET) -> list[int]:
+    """The seqs of the journal's stored events whose payload holds ``text`` (grep through SQL)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT seq FROM agentteam.events WHERE journal_id = %s AND strpos(payload, %s) > 0"
+            " ORDER BY seq",
+            (jid, text),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _cosigned_sizes(url: str, jid: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tree_size FROM agentteam.cosignatures WHERE journal_id = %s ORDER BY 1",
+            (jid,),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def _head(path: Path) -> tuple[int, str]:
+    with journal.open_reader(path) as reader:
+        return reader.head()
+
+
+def _hash_at(path: Path, seq: int) -> str | None:
+    with journal.open_reader(path) as reader:
+        return reader.hash_at(seq)
+
+
+def _forged_erasure(path: Path, target: Path, seqs: list[int], *, key: Any = None) -> Path:
+    """A copy of the journal with a ``payload_erased`` event naming ``seqs`` at its head + 1.
+    ``key`` None: chain-valid and unsigned (the copy's checkpoints past the old head dropped,
+    as the attacker has no key to make them); a key: the writer first rotates to it."""
+    head, _ = _head(path)
+    copy = consolidated_copy(path, target)
+    with journal.open_sync_writer(copy, key=key or KEY) as writer:
+        writer.append(
+            journal.Event(
+                session_id=SESSION,
+                payload=journal.PayloadErased(
+                    seqs=seqs, selector="matching", reason="forged", actor="x@y"
+                ),
+            )
+        )
+    if key is None:
+        tamper(copy, "DELETE FROM checkpoints WHERE seq > ?", params=(head,))
+    return copy
+
+
+def _witness_rules(url: str, path: Path) -> list[tuple[str, int | None]]:
+    from agentteam_task_bridge.replay._fleet_witness import witness_findings
+
+    found = witness_findings(url, [path], witness_keys=[WITNESS.verifier])
+    return [(f.rule, f.seq) for f in found]
+
+
+def _verify_json(url: str, path: Path) -> tuple[int, Any]:
+    done = replay_main(
+        "verify",
+        path,
+        "--trusted-key",
+        VKEY.to_text(),
+        "--witness",
+        url,
+        "--witness-key",
+        WITNESS.verifier.to_text(),
+        "--json",
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_an_unsigned_payload_erased_shipped_by_the_shipping_login_erases_nothing(
+    pg_url: str,
+    logins: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = _journal(tmp_path / "j", SECRET, (2, 5, 11))
+    jid = _jid(path)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS).ok
+    head, _ = _head(path)
+    held = _holding(pg_url, jid)
+    assert len(held) == 12, held
+    assert _witness_rules(pg_url, path) == []
+
+    forged = _forged_erasure(path, tmp_path / "forged.db", held)
+    shipped = replay.ship([forged], shipper)
+    assert shipped.ok and shipped.shipped == 1, shipped  # chain-valid: the store takes the row
+    assert _holding(pg_url, jid) == held, "the store's payloads are intact"
+    assert _erased_in_store(pg_url, jid) == []
+    with psycopg.connect(pg_url) as conn:
+        pending = conn.execute(
+            "SELECT event_seq, seqs FROM agentteam.erasures_pending WHERE journal_id = %s", (jid,)
+        ).fetchall()
+    assert pending == [(head + 1, held)]
+
+    # No checkpoint the journal's key signed covers it: nothing for the witness to cosign.
+    (item,) = cosign_once(witness, WITNESS).journals
+    assert item.outcome == "current" and _cosigned_sizes(pg_url, jid) == [head]
+    # A checkpoint at that size the shipping login adds itself, naming the journal's key id
+    # (the store cannot check Ed25519, the witness does): refused, not cosigned.
+    with psycopg.connect(shipper, autocommit=True) as conn:
+        root = conn.execute(
+            "SELECT encode(agentteam.tree_root(%s, %s), 'hex')", (jid, head + 1)
+        ).fetchone()
+        assert root is not None and root[0] is not None
+        bogus = ATTACKER.sign(b"anything")
+        conn.execute(
+            "SELECT agentteam.add_checkpoint(%s, %s, %s, %s, %s, %s, %s)",
+            (
+                jid,
+                head + 1,
+                _hash_at(forged, head + 1),
+                "2026-12-04T00:00:00.000000Z",
+                SIGNER.verifier.key_id,
+                bogus,
+                root[0],
+            ),
+        )
+    report = cosign_once(witness, WITNESS)
+    assert not report.ok
+    (item,) = report.journals
+    assert (item.outcome, item.tree_size) == ("checkpoint_unverified", head + 1)
+    assert _cosigned_sizes(pg_url, jid) == [head]
+    assert _holding(pg_url, jid) == held and _erased_in_store(pg_url, jid) == []
+
+    # verify --witness names the forged event; the journal itself is clean.
+    assert _witness_rules(pg_url, path) == [("witness_erasure_unsigned", head + 1)]
+    code, result = _verify_json(pg_url, path)
+    assert code == 1 and [f["rule"] for f in result["findings"]] == ["witness_erasure_unsigned"]
+    assert "no cosignature covers" in result["findings"][0]["detail"]
+
+
+def test_a_key_rotated_by_the_shipping_login_does_not_let_it_erase(
+    pg_url: str,
+    logins: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The attacker's copy rotates to its own key (a ``key_rotated`` event, which nothing signs)
+    and signs a checkpoint over its ``payload_erased``: the witness cosigns that checkpoint (it
+    verifies under the key the chain now names), but the store holds the erasure back."""
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = _journal(tmp_path / "j", SECRET, (3, 7))
+    jid = _jid(path)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS).ok
+    head, _ = _head(path)
+    held = _holding(pg_url, jid)
+    assert len(held) == 8
+
+    forged = _forged_erasure(path, tmp_path / "forged.db", held, key=ATTACKER)
+    assert replay.ship([forged], shipper).ok
+    assert _holding(pg_url, jid) == held
+    report = cosign_once(witness, WITNESS)
+    assert report.ok and [j.outcome for j in report.journals] == ["cosigned"]
+    assert _holding(pg_url, jid) == held and _erased_in_store(pg_url, jid) == []
+    with psycopg.connect(pg_url) as conn:
+        settled = conn.execute(
+            "SELECT event_seq, outcome FROM agentteam.erasures_settled WHERE journal_id = %s",
+            (jid,),
+        ).fetchall()
+    assert settled == [(head + 2, "key_rotated")]  # head + 1 is the key_rotated event
+    # The honest journal ends before what was cosigned: named, as before.
+    assert _witness_rules(pg_url, path) == [("witness_truncated", head + 1)]
+
+
+def test_the_journals_own_erasure_is_pending_until_cosigned_then_applied(
+    pg_url: str,
+    logins: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = _journal(tmp_path / "j", SECRET, (4, 9))
+    jid = _jid(path)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS).ok
+    held = _holding(pg_url, jid)
+    erased = journal.erase_payloads(
+        path, journal.EraseSelector(matching=SECRET), reason="subject request", key=SIGNER
+    )
+    assert erased.seqs == held and erased.event_seq is not None
+    assert replay.ship([path], shipper).ok
+    assert _holding(pg_url, jid) == held, "pending: the store still holds the payloads"
+    code, result = _verify_json(pg_url, path)
+    assert code == 0 and result["findings"] == [], result["findings"]
+    assert result["journals"][0]["erasures_pending"] == [erased.event_seq]
+    text = replay_main(
+        "verify", path, "--trusted-key", VKEY.to_text(), "--witness", pg_url, "--witness-key",
+        WITNESS.verifier.to_text(),
+    )  # fmt: skip
+    assert text.returncode == 0 and "erasures pending in the store" in text.stdout, text.stdout
+
+    assert cosign_once(witness, WITNESS).ok
+    assert _holding(pg_url, jid) == [] and _erased_in_store(pg_url, jid) == held
+    code, result = _verify_json(pg_url, path)
+    assert code == 0 and result["journals"][0]["erasures_pending"] == []
+    assert _witness_rules(pg_url, path) == []
+    maintained = replay_main("store-maintain", "--from", pg_url, "--json")
+    assert maintained.returncode == 0, maintained.stdout + maintained.stderr
+    assert json.loads(maintained.stdout)["rewritten"], "the store-maintain after cosign scrubs"
