@@ -232,3 +232,77 @@ def test_the_journals_own_erasure_is_pending_until_cosigned_then_applied(
     maintained = replay_main("store-maintain", "--from", pg_url, "--json")
     assert maintained.returncode == 0, maintained.stdout + maintained.stderr
     assert json.loads(maintained.stdout)["rewritten"], "the store-maintain after cosign scrubs"
+
+
+def _prune(path: Path, url: str) -> replay.JournalPruned:
+    (pruned,) = replay.prune(
+        [path], url, older_than_days=0, key=KEY, witness_keys=[WITNESS.verifier]
+    ).journals
+    return pruned
+
+
+def test_prune_keeps_a_segment_whose_payload_only_it_still_holds(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The store holds an event of a closed segment erased, the file still holds its payload:
+    the file is the only copy, so it stays (the leaves agree: only the payload tells)."""
+    from .journal_helpers.segmented import files_of, write_segmented
+
+    # Erased in the store alone by its owner (erase --from); the journal never erased it.
+    path = tmp_path / "pool" / "journal-1.db"
+    path.parent.mkdir()
+    write_segmented(path, 30)
+    files = files_of(path)
+    assert len(files) >= 3
+    assert replay.ship([path], pg_url).ok
+    assert cosign_once(pg_url, WITNESS).ok
+    jid = _jid(files[-1])
+    erase = ("erase", "--from", pg_url, "--journal", jid, "--call", "c0", "--reason", "DSR 9")
+    done = replay_main(*erase, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (erased,) = json.loads(done.stdout)["journals"]
+    first = min(erased["seqs"])
+    pruned = _prune(path, pg_url)
+    assert pruned.removed == [] and files_of(path) == files
+    assert pruned.stopped.startswith(f"held: the store holds event {first} of {files[0].name}")
+    cli = replay_main(
+        "prune", path.parent, "--shipped-to", pg_url, "--older-than", "0", "--witness-key",
+        WITNESS.verifier.to_text(), "--json", "--dry-run",
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    (shown,) = json.loads(cli.stdout)["journals"]
+    assert shown["removed"] == [] and shown["stopped"] == pruned.stopped
+    text = replay_main(
+        "prune", path.parent, "--shipped-to", pg_url, "--older-than", "0", "--witness-key",
+        WITNESS.verifier.to_text(), "--dry-run",
+    )  # fmt: skip
+    assert text.returncode == 0 and "held: the store holds event" in text.stdout, text.stdout
+    # The journal erases it too: signed, shipped, cosigned; now nothing is only here.
+    local = journal.erase_payloads(
+        path, journal.EraseSelector(call_id="c0"), reason="DSR 9", key=SIGNER
+    )
+    assert local.seqs == erased["seqs"]
+    assert replay.ship([path], pg_url).ok
+    assert cosign_once(pg_url, WITNESS).ok
+    assert len(_prune(path, pg_url).removed) >= 1
+
+    # Shipped already erased by someone else (a stripped copy, honest hashes and digests).
+    pool = tmp_path / "other" / "journal-1.db"
+    pool.parent.mkdir()
+    write_segmented(pool, 30, start=300)
+    mine = files_of(pool)
+    stripped_dir = tmp_path / "stripped"
+    stripped_dir.mkdir()
+    stripped = [consolidated_copy(f, stripped_dir / f.name) for f in mine]
+    tamper(
+        stripped[0],
+        "UPDATE events SET payload = '{\"erased\":true}', salt = ''"
+        " WHERE call_id = 'c300' AND kind = 'call_received'",
+    )
+    assert replay.ship([stripped_dir / pool.name], pg_url).ok
+    assert cosign_once(pg_url, WITNESS).ok  # the checkpoints verify: the leaves are the same
+    other = _jid(mine[-1])
+    assert _erased_in_store(pg_url, other), "the store holds the stripped row erased"
+    kept = _prune(pool, pg_url)
+    assert kept.removed == [] and files_of(pool) == mine, kept.stopped
+    assert "witness_store_rewritten" in kept.stopped or kept.stopped.startswith("held:")
