@@ -10,8 +10,24 @@ Rules (the SQL below is the store's; ``journal/_erase.py`` is the local twin):
 * The checked ingest accepts a row that arrives erased (:data:`ERASED_ROW`: the journal erased it
   before shipping) as ``verify`` does: its hash is taken as stored (the next row's ``prev_hash``
   still links it) and its leaf, which commits to the envelope and the digest, enters the tree.
-* A shipped ``payload_erased`` event erases the rows it names that the store holds (one marked
-  hook in ``agentteam.ingest``, in the batch's transaction): ``agentteam.erase_stored``, which
+  The store cannot tell it from a row stripped by whoever shipped it, nor recover the text:
+  ``prune`` keeps a local segment still holding the payload of an event the store holds erased.
+* A shipped ``payload_erased`` event erases nothing when it arrives: anyone holding the
+  shipping login can append a chain-valid one (hashes and leaves need no key). The ingest (one
+  marked hook in ``agentteam.ingest``) records it in ``agentteam.erasures_pending``. It is
+  applied only by a witness cosignature whose size covers it (``apply_cosigned_erasures``, a
+  trigger on ``agentteam.cosignatures`` INSERT with the owner's rights, in the witness's
+  transaction): the witness cosigns a size only after verifying the checkpoint there under the
+  journal's registered key, so an event the journal's key did not sign is never applied. Each
+  pending erasure is settled once (``agentteam.erasures_settled``, append-only): ``applied``,
+  or ``key_rotated`` (held, nothing erased) when the store registered another key for the
+  journal than its first at a seq up to the cosigned size: nothing signs a ``key_rotated``
+  event, so the shipping login could have rotated to its own key and signed the checkpoint;
+  the owner erases those rows with ``erase --from``. An erasure that cannot apply
+  (``erase_mismatch``) aborts the cosignature too: the witness reports it and cosigns nothing.
+  Until applied, the store shows the payloads (reports ``--from``); ``verify --witness`` lists
+  the journal's pending and held erasures, and names a pending one the journal does not hold.
+* Applying an erasure is ``agentteam.erase_stored`` (one at a time per journal), which
   first re-checks that each row still matches its hash and its leaf digest (``erase_mismatch``
   otherwise: the store never erases what it cannot vouch for), records the act in
   ``agentteam.erasures`` and each seq in ``agentteam.erased_seqs`` (both append-only), rewrites

@@ -306,3 +306,44 @@ def test_prune_keeps_a_segment_whose_payload_only_it_still_holds(
     kept = _prune(pool, pg_url)
     assert kept.removed == [] and files_of(pool) == mine, kept.stopped
     assert "witness_store_rewritten" in kept.stopped or kept.stopped.startswith("held:")
+
+
+def test_the_witness_refuses_a_size_whose_erasure_cannot_apply(
+    pg_url: str,
+    logins: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A row the erasure names no longer matches its hash (the owner changed it): the witness
+    neither cosigns that size nor erases anything (one transaction), and exits 1."""
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    path = _journal(tmp_path / "j", SECRET, (6,))
+    jid = _jid(path)
+    assert replay.ship([path], shipper).ok
+    assert cosign_once(witness, WITNESS).ok
+    cosigned = _cosigned_sizes(pg_url, jid)
+    held = _holding(pg_url, jid)
+    erased = journal.erase_payloads(
+        path, journal.EraseSelector(matching=SECRET), reason="r", key=SIGNER
+    )
+    assert erased.seqs == held
+    assert replay.ship([path], shipper).ok
+    with psycopg.connect(pg_url, autocommit=True) as owner:  # the owner lifts its triggers
+        owner.execute("ALTER TABLE agentteam.events DISABLE TRIGGER USER")
+        owner.execute(
+            "UPDATE agentteam.events SET payload = replace(payload, 'Mary', 'Maria')"
+            " WHERE journal_id = %s AND seq = %s",
+            (jid, held[1]),
+        )
+        owner.execute("ALTER TABLE agentteam.events ENABLE TRIGGER USER")
+    report = cosign_once(witness, WITNESS)
+    assert not report.ok
+    (item,) = report.journals
+    assert (item.outcome, item.tree_size) == ("erase_mismatch", erased.checkpoint_seq)
+    assert f"names event {held[1]}" in item.detail
+    assert _cosigned_sizes(pg_url, jid) == cosigned
+    assert _erased_in_store(pg_url, jid) == [] and _holding(pg_url, jid) == [
+        s for s in held if s != held[1]
+    ]
+    done = replay_main("witness", "--from", witness, "--key", str(tmp_path / "w" / "w.key"))
+    assert done.returncode == 1 and "erase_mismatch" in done.stdout, done.stdout + done.stderr
+    assert "refused" in done.stderr
