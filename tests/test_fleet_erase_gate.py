@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import psycopg
+import pytest
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay._cosign import WitnessKey
@@ -127,6 +128,21 @@ def test_an_unsigned_payload_erased_shipped_by_the_shipping_login_erases_nothing
             "SELECT event_seq, seqs FROM agentteam.erasures_pending WHERE journal_id = %s", (jid,)
         ).fetchall()
     assert pending == [(head + 1, held)]
+    # Neither the shipping login nor the witness writes what the cosignature applies.
+    for login in (shipper, witness):
+        with psycopg.connect(login, autocommit=True) as conn:
+            for statement in (
+                "INSERT INTO agentteam.erasures_pending (journal_id, event_seq, selector, seqs)"
+                " VALUES (%s, 1, 'call', ARRAY[2]::bigint[])",
+                "INSERT INTO agentteam.erasures_settled (journal_id, event_seq, outcome,"
+                " tree_size) VALUES (%s, %s, 'applied', 1)",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement, (jid, head + 1) if "settled" in statement else (jid,))
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(
+                    "SELECT agentteam.erase_stored(%s, ARRAY[2], NULL, 'call', 'r')", (jid,)
+                )
 
     # No checkpoint the journal's key signed covers it: nothing for the witness to cosign.
     (item,) = cosign_once(witness, WITNESS).journals
