@@ -147,13 +147,26 @@ def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) ->
         return verified
     import msgspec
 
-    from ._fleet_witness import witness_findings
+    from ._fleet_witness import pending_erasures, witness_findings
     from ._witness_cli import witness_keys
 
     keys = witness_keys(args.witness_key)
     with store_errors(args.witness):
         found = witness_findings(args.witness, paths, witness_keys=keys)
-    return msgspec.structs.replace(verified, findings=[*verified.findings, *found])
+        pending = pending_erasures(args.witness, paths)
+    journals = [
+        msgspec.structs.replace(
+            j,
+            erasures_pending=pending[j.journal_id][0],
+            erasures_held=pending[j.journal_id][1],
+        )
+        if j.journal_id in pending
+        else j
+        for j in verified.journals
+    ]
+    return msgspec.structs.replace(
+        verified, journals=journals, findings=[*verified.findings, *found]
+    )
 
 
 def execute_from(args: argparse.Namespace, progress: Any) -> tuple[Any, Any, int]:

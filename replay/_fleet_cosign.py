@@ -36,7 +36,7 @@ import msgspec
 from agentteam_task_bridge import journal
 
 from ._cosign import Cosignature, CosignerKey, WitnessKey
-from ._fleet_store import StoreUnreachable, connect, redact_store_url
+from ._fleet_store import StoreUnreachable, connect, psycopg_module, redact_store_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -84,6 +84,9 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER cosignatures_written BEFORE INSERT ON agentteam.cosignatures
   FOR EACH ROW EXECUTE FUNCTION agentteam.cosignature_written();
+-- A cosignature applies the pending erasures it newly covers (_fleet_erase), in its transaction.
+CREATE OR REPLACE TRIGGER cosignatures_apply_erasures AFTER INSERT ON agentteam.cosignatures
+  FOR EACH ROW EXECUTE FUNCTION agentteam.apply_cosigned_erasures();
 CREATE OR REPLACE TRIGGER cosignatures_append_only BEFORE UPDATE OR DELETE
   ON agentteam.cosignatures FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER cosignatures_no_truncate BEFORE TRUNCATE
@@ -105,13 +108,17 @@ GRANT SELECT ON agentteam.cosignatures TO agentteam_ship, agentteam_read;
 # ---- cosign DDL: end ----
 
 
-REFUSED: Final = frozenset({"checkpoint_unverified", "root_mismatch", "inconsistent"})
+REFUSED: Final = frozenset(
+    {"checkpoint_unverified", "root_mismatch", "inconsistent", "erase_mismatch"}
+)
 
 
 class JournalCosigned(msgspec.Struct, frozen=True, kw_only=True):
     """What the witness did with one journal: ``cosigned`` (a new size), ``current`` (nothing
     new since its last cosignature), ``v1`` (no tree), ``no_checkpoint``, or a refusal:
-    ``checkpoint_unverified``, ``root_mismatch``, ``inconsistent``."""
+    ``checkpoint_unverified``, ``root_mismatch``, ``inconsistent``, ``erase_mismatch`` (an
+    erasure the cosignature would apply names a row the store cannot vouch for: neither is
+    written)."""
 
     journal_id: str
     outcome: str
@@ -303,19 +310,29 @@ def _cosign_journal(
                 old,
             )
     cosignature = key.cosign(journal_id, size, root, now)
-    conn.execute(
-        "INSERT INTO agentteam.cosignatures"
-        " (journal_id, tree_size, root_hash, key_id, cosigned_at, signature)"
-        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (
-            journal_id,
-            size,
-            cosignature.root_hash,
-            cosignature.key_id,
-            cosignature.timestamp,
-            cosignature.signature,
-        ),
-    )
+    try:  # its trigger applies the pending erasures it covers, in the same transaction
+        conn.execute(
+            "INSERT INTO agentteam.cosignatures"
+            " (journal_id, tree_size, root_hash, key_id, cosigned_at, signature)"
+            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                journal_id,
+                size,
+                cosignature.root_hash,
+                cosignature.key_id,
+                cosignature.timestamp,
+                cosignature.signature,
+            ),
+        )
+    except psycopg_module().errors.CheckViolation as exc:
+        detail = (exc.diag.message_detail or "").split(" ")
+        at = detail[1] if len(detail) > 1 and detail[0] == "erase_mismatch" else "?"
+        return refused(
+            "erase_mismatch",
+            f"a payload_erased event up to size {size} names event {at}, which the store's row"
+            " no longer matches (hash or leaf digest): not erased, not cosigned",
+            None if last is None else last.tree_size,
+        )
     return JournalCosigned(
         journal_id=journal_id,
         outcome="cosigned",

@@ -10,8 +10,24 @@ Rules (the SQL below is the store's; ``journal/_erase.py`` is the local twin):
 * The checked ingest accepts a row that arrives erased (:data:`ERASED_ROW`: the journal erased it
   before shipping) as ``verify`` does: its hash is taken as stored (the next row's ``prev_hash``
   still links it) and its leaf, which commits to the envelope and the digest, enters the tree.
-* A shipped ``payload_erased`` event erases the rows it names that the store holds (one marked
-  hook in ``agentteam.ingest``, in the batch's transaction): ``agentteam.erase_stored``, which
+  The store cannot tell it from a row stripped by whoever shipped it, nor recover the text:
+  ``prune`` keeps a local segment still holding the payload of an event the store holds erased.
+* A shipped ``payload_erased`` event erases nothing when it arrives: anyone holding the
+  shipping login can append a chain-valid one (hashes and leaves need no key). The ingest (one
+  marked hook in ``agentteam.ingest``) records it in ``agentteam.erasures_pending``. It is
+  applied only by a witness cosignature whose size covers it (``apply_cosigned_erasures``, a
+  trigger on ``agentteam.cosignatures`` INSERT with the owner's rights, in the witness's
+  transaction): the witness cosigns a size only after verifying the checkpoint there under the
+  journal's registered key, so an event the journal's key did not sign is never applied. Each
+  pending erasure is settled once (``agentteam.erasures_settled``, append-only): ``applied``,
+  or ``key_rotated`` (held, nothing erased) when the store registered another key for the
+  journal than its first at a seq up to the cosigned size: nothing signs a ``key_rotated``
+  event, so the shipping login could have rotated to its own key and signed the checkpoint;
+  the owner erases those rows with ``erase --from``. An erasure that cannot apply
+  (``erase_mismatch``) aborts the cosignature too: the witness reports it and cosigns nothing.
+  Until applied, the store shows the payloads (reports ``--from``); ``verify --witness`` lists
+  the journal's pending and held erasures, and names a pending one the journal does not hold.
+* Applying an erasure is ``agentteam.erase_stored`` (one at a time per journal), which
   first re-checks that each row still matches its hash and its leaf digest (``erase_mismatch``
   otherwise: the store never erases what it cannot vouch for), records the act in
   ``agentteam.erasures`` and each seq in ``agentteam.erased_seqs`` (both append-only), rewrites
@@ -83,6 +99,33 @@ CREATE TABLE IF NOT EXISTS agentteam.erased_seqs (
   erasure bigint NOT NULL,
   PRIMARY KEY (journal_id, seq)
 );
+-- Each payload_erased event shipped, as the ingest received it: applied once a cosignature
+-- covers it (apply_cosigned_erasures), pending until then.
+CREATE TABLE IF NOT EXISTS agentteam.erasures_pending (
+  journal_id text NOT NULL REFERENCES agentteam.journals,
+  event_seq bigint NOT NULL,
+  selector text NOT NULL,
+  seqs bigint[] NOT NULL,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, event_seq)
+);
+-- What became of each: 'applied', or 'key_rotated' (held: see apply_cosigned_erasures).
+CREATE TABLE IF NOT EXISTS agentteam.erasures_settled (
+  journal_id text NOT NULL,
+  event_seq bigint NOT NULL,
+  outcome text NOT NULL,
+  tree_size bigint NOT NULL,
+  settled_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (journal_id, event_seq)
+);
+CREATE OR REPLACE TRIGGER erasures_settled_append_only BEFORE UPDATE OR DELETE
+  ON agentteam.erasures_settled FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER erasures_settled_no_truncate BEFORE TRUNCATE
+  ON agentteam.erasures_settled FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER erasures_pending_append_only BEFORE UPDATE OR DELETE
+  ON agentteam.erasures_pending FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
+CREATE OR REPLACE TRIGGER erasures_pending_no_truncate BEFORE TRUNCATE
+  ON agentteam.erasures_pending FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON agentteam.erasures
   FOR EACH ROW EXECUTE FUNCTION agentteam.refuse_change();
 CREATE OR REPLACE TRIGGER erasures_no_truncate BEFORE TRUNCATE ON agentteam.erasures
@@ -148,6 +191,9 @@ DECLARE
   bad record;
   erasure bigint;
 BEGIN
+  -- One erasure of a journal at a time (a witness applying, the owner's erase --from): each
+  -- statement below sees what the one before it committed.
+  PERFORM pg_advisory_xact_lock(hashtext('agentteam.erase_stored'), hashtext(a_journal));
   SELECT coalesce(array_agg(r.seq ORDER BY r.seq), '{{}}'),
          coalesce(array_agg(r.seq ORDER BY r.seq) FILTER (WHERE NOT {ERASED_ROW}), '{{}}')
   INTO named, rewrite
@@ -184,27 +230,62 @@ BEGIN
   RETURN rewrite;
 END $$;
 
--- The ingest's hook: each payload_erased event of the staged batch (checked, accepted) erases
--- the earlier rows it names.
-CREATE OR REPLACE FUNCTION agentteam.apply_erasures(a_journal text) RETURNS void
+-- The ingest's hook: each payload_erased event of the staged batch (checked, accepted) is
+-- recorded as pending, with the seqs it names; nothing is erased yet (see the module).
+CREATE OR REPLACE FUNCTION agentteam.record_erasures(a_journal text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
-DECLARE
-  ev record;
 BEGIN
-  FOR ev IN
-    SELECT s.seq, agentteam.payload_doc(s.payload) AS doc FROM pg_temp.ship_batch s
-    WHERE s.kind = 'payload_erased' ORDER BY s.seq
+  INSERT INTO agentteam.erasures_pending (journal_id, event_seq, selector, seqs)
+  SELECT a_journal, d.seq, coalesce(d.doc ->> 'selector', ''),
+         ARRAY(SELECT x.value::text::numeric::bigint FROM jsonb_array_elements(d.doc -> 'seqs') x
+               WHERE jsonb_typeof(x.value) = 'number' AND x.value::text ~ '^[0-9]{{1,18}}$')
+  FROM (SELECT s.seq, agentteam.payload_doc(s.payload) AS doc FROM pg_temp.ship_batch s
+        WHERE s.kind = 'payload_erased') d
+  WHERE jsonb_typeof(d.doc -> 'seqs') = 'array'
+  ON CONFLICT DO NOTHING;
+END $$;
+
+-- A cosignature of size N (inserted by a witness login, or the owner: cosignature_written)
+-- settles each pending erasure of the journal at a seq <= N not settled yet: applied, as the
+-- witness verified the checkpoint at N under the journal's key, so the event is the journal's
+-- own; or held ('key_rotated') when the store registered another key for the journal than its
+-- first (a key_rotated event at a seq <= N): nothing signs a rotation, so anyone holding the
+-- shipping login could have shipped one with their own key and signed the checkpoint; the
+-- owner erases those rows with erase --from. Owner's rights (SECURITY DEFINER), in the
+-- witness's transaction: no cosignature without its erasures, and the reverse; erase_mismatch
+-- aborts both (the witness reports it).
+CREATE OR REPLACE FUNCTION agentteam.apply_cosigned_erasures() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+DECLARE
+  rotated boolean;
+  p record;
+BEGIN
+  SELECT EXISTS (
+    SELECT 1 FROM agentteam.journal_keys k
+    WHERE k.journal_id = NEW.journal_id AND k.seq > 0 AND k.seq <= NEW.tree_size
+      AND k.vkey IS DISTINCT FROM (SELECT f.vkey FROM agentteam.journal_keys f
+                                   WHERE f.journal_id = NEW.journal_id
+                                   ORDER BY f.seq LIMIT 1)) INTO rotated;
+  FOR p IN
+    SELECT x.event_seq, x.seqs, x.selector FROM agentteam.erasures_pending x
+    WHERE x.journal_id = NEW.journal_id AND x.event_seq <= NEW.tree_size
+      AND NOT EXISTS (SELECT 1 FROM agentteam.erasures_settled s
+                      WHERE s.journal_id = x.journal_id AND s.event_seq = x.event_seq)
+    ORDER BY x.event_seq
   LOOP
-    CONTINUE WHEN jsonb_typeof(ev.doc -> 'seqs') IS DISTINCT FROM 'array';
-    PERFORM agentteam.erase_stored(
-      a_journal,
-      ARRAY(SELECT x.value::text::numeric::bigint FROM jsonb_array_elements(ev.doc -> 'seqs') x
-            WHERE jsonb_typeof(x.value) = 'number' AND x.value::text ~ '^[0-9]{{1,18}}$'),
-      ev.seq, coalesce(ev.doc ->> 'selector', ''), NULL);
+    IF NOT rotated THEN
+      PERFORM agentteam.erase_stored(NEW.journal_id, p.seqs, p.event_seq, p.selector, NULL);
+    END IF;
+    INSERT INTO agentteam.erasures_settled (journal_id, event_seq, outcome, tree_size)
+    VALUES (NEW.journal_id, p.event_seq, CASE WHEN rotated THEN 'key_rotated' ELSE 'applied' END,
+            NEW.tree_size)
+    ON CONFLICT DO NOTHING;
   END LOOP;
+  RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION agentteam.erase_stored(text, bigint[], bigint, text, text),
-  agentteam.apply_erasures(text), agentteam.refold_erased(text, bigint[]) FROM PUBLIC;
+  agentteam.record_erasures(text), agentteam.refold_erased(text, bigint[]),
+  agentteam.apply_cosigned_erasures() FROM PUBLIC;
 """
 
 # The rows a selector of ``erase --from`` names (``%s``: the journal id, then its values).

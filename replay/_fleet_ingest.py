@@ -27,7 +27,8 @@ and refuse what breaks a rule, whatever the client sent:
   kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
   key it names at its seq: keys enter only through the journal's own chain. A row the journal
   erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as verify takes it;
-  a ``payload_erased`` event erases the rows it names (``_fleet_erase``, one marked hook).
+  a ``payload_erased`` event is recorded as pending (``_fleet_erase``, one marked hook), applied
+  once a witness cosignature covers it.
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
   hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
   that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
@@ -354,8 +355,8 @@ BEGIN
   WHERE s.kind = 'key_rotated' AND agentteam.payload_doc(s.payload) ->> 'vkey' IS NOT NULL;
   -- After the batch is accepted: what is kept per batch (beside the events) goes here, read
   -- from pg_temp.ship_batch (its rows checked above) before it is emptied below.
-  -- HOOK (replay/_fleet_erase.py): the batch's payload_erased events erase what they name.
-  PERFORM agentteam.apply_erasures(a_journal);
+  -- HOOK (replay/_fleet_erase.py): the batch's payload_erased events, recorded as pending.
+  PERFORM agentteam.record_erasures(a_journal);
   -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
   PERFORM agentteam.fold_calls(a_journal, head.seq + 1, last.seq);
   UPDATE agentteam.heads

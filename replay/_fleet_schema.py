@@ -21,7 +21,8 @@ Everything lives in the schema ``agentteam``:
   witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
   what the reports read instead of the events.
-* ``erasures`` and ``erased_seqs``: the erasures the store applied (``_fleet_erase``).
+* ``erasures_pending``: each shipped ``payload_erased`` event, applied once a witness cosignature
+  covers it; ``erasures`` and ``erased_seqs``: the erasures the store applied (``_fleet_erase``).
 * Views ``calls``, ``errors``, ``deprecated_usages``, ``injected_context``, ``sessions``: the
   local journal's views (``journal/_schema.py``) over the fleet, each with its ``journal_id``
   (those that read payloads over ``event_docs``).
@@ -46,7 +47,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 

@@ -34,7 +34,17 @@ with its root R is compared:
                                  event (or an event whose hash does not recompute) at a seq
                                  <= N: the store was changed after the witness cosigned
 ``witness_prune_unheld``         as above, a cosigned size standing for the checkpoint
+``witness_erasure_unsigned``     the store holds a ``payload_erased`` event that no
+                                 cosignature covers and this journal does not hold (another
+                                 event there, or none): shipped without the journal's key by
+                                 someone holding the shipping login; the store keeps it
+                                 pending, never applies it
 ===============================  ============================================================
+
+An erasure the journal wrote, shipped but not yet covered by a cosignature, is no finding: the
+store applies it when the witness cosigns a checkpoint over it; until then it still holds the
+payloads, and :func:`pending_erasures` names the event (``verify``'s ``erasures_pending``; one
+the store held back because a key rotated, ``erasures_held``).
 
 Hash chains make the comparison cheap: two journals with the same hash at seq N hold the same
 events 1..N, so the first differing seq is found by a binary search over hashes.
@@ -60,7 +70,7 @@ from ._source import journal_files, open_reader
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["registered_keys", "witness_findings"]
+__all__ = ["pending_erasures", "registered_keys", "witness_findings"]
 
 
 def witness_findings(
@@ -315,8 +325,75 @@ def _compare_cosigned(
                 + ": the store was changed after the witness cosigned",
             )
         )
+    for seq, held, named in _pending(conn, jid):
+        mine = local.hash_at(seq)
+        if mine is not None and mine == held:
+            continue  # the journal's own erasure, waiting for a cosignature: no finding
+        what = "another event there" if mine is not None else f"nothing (its head is {local.head})"
+        found.append(
+            Finding(
+                journal_id=jid,
+                seq=seq,
+                rule="witness_erasure_unsigned",
+                detail=f"the store holds a payload_erased event at seq {seq} naming"
+                f" {_seqs_text(named)} that no cosignature covers; this journal holds {what}:"
+                " shipped without the journal's key, it stays pending and is never applied",
+            )
+        )
     found += _prunes_unheld(conn, jid, local, size)
     return found
+
+
+def pending_erasures(
+    store_url: str, paths: Sequence[str | Path]
+) -> dict[str, tuple[list[int], list[int]]]:
+    """Per journal id of ``paths``: the seqs of its own ``payload_erased`` events (held here
+    with the store's hash) the store has not applied: (pending, no cosignature covering them
+    yet; held, a key rotated since the journal was registered: the owner's ``erase --from``
+    applies them). Information, not findings."""
+    found: dict[str, tuple[list[int], list[int]]] = {}
+    with ExitStack() as stack, connect(store_url, autocommit=True) as conn:
+        readers = [stack.enter_context(open_reader(p)) for p in journal_files(paths)]
+        by_journal: dict[str, list[Reader]] = {}
+        for reader in readers:
+            if reader.journal_id is not None:
+                by_journal.setdefault(reader.journal_id, []).append(reader)
+        for jid, group in by_journal.items():
+            local = _Local(group)
+            pending = [s for s, held, _ in _pending(conn, jid) if local.hash_at(s) == held]
+            kept = [s for s, held, _ in _pending(conn, jid, held=True) if local.hash_at(s) == held]
+            if pending or kept:
+                found[jid] = (pending, kept)
+    return found
+
+
+def _pending(
+    conn: psycopg.Connection[Any], jid: str, *, held: bool = False
+) -> list[tuple[int, str | None, list[int]]]:
+    """(seq, the store's hash there, the seqs it names) of each ``payload_erased`` event of the
+    journal the store recorded and no cosignature settled yet (``held``: that one settled
+    without applying it, a key having rotated)."""
+    row = conn.execute("SELECT to_regclass('agentteam.erasures_settled') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return []
+    settled = "s.outcome = 'key_rotated'" if held else "s.event_seq IS NULL"
+    rows = conn.execute(
+        "SELECT p.event_seq, e.hash, p.seqs FROM agentteam.erasures_pending p"
+        " LEFT JOIN agentteam.events e ON e.journal_id = p.journal_id AND e.seq = p.event_seq"
+        " LEFT JOIN agentteam.erasures_settled s"
+        "   ON s.journal_id = p.journal_id AND s.event_seq = p.event_seq"
+        f" WHERE p.journal_id = %s AND {settled} ORDER BY p.event_seq",
+        (jid,),
+    ).fetchall()
+    return [
+        (int(seq), None if stored is None else str(stored), [int(n) for n in named or []])
+        for seq, stored, named in rows
+    ]
+
+
+def _seqs_text(seqs: list[int]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:8])
+    return f"seqs {shown}{', ...' if len(seqs) > 8 else ''}" if seqs else "no seq"
 
 
 # A stored event's hash recomputed from its columns, as the ingest computed it when it came in.

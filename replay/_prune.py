@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -44,8 +44,12 @@ from agentteam_task_bridge.journal import Event, PrunedSegment, SegmentsPruned
 
 from ._cosign import CosignerKey
 from ._fleet_cosign import first_unheld_leaf, trusted_cosignature
+from ._fleet_ingest import ERASED_ROW
 from ._fleet_store import connect, contiguous_seq, redact_store_url
 from ._source import ReplayInputError, journal_files, open_reader
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["JournalPruned", "PruneReport", "prune"]
 
@@ -200,10 +204,17 @@ def _prune_journal(
             break
         with connect(store_url, autocommit=True) as conn:
             differs = first_unheld_leaf(conn, journal_id or "", segment.hashes())
+            erased = None if differs is not None else _erased_there_only(conn, segment, journal_id)
         if differs is not None:
             stopped = (
                 f"the store holds another event at seq {differs} of {segment.path.name}"
                 " (rewritten or rolled back after shipping: run verify --witness)"
+            )
+            break
+        if erased is not None:
+            stopped = (
+                f"held: the store holds event {erased} of {segment.path.name} erased, this file"
+                " still holds its payload (the only copy: erase it here too, or keep the file)"
             )
             break
         chosen.append(segment)
@@ -270,6 +281,27 @@ def _cosigned(
         readers = [stack.enter_context(open_reader(p)) for p in files]
         local = next((h for r in readers if (h := r.hash_at(size)) is not None), None)
     return (size, local or ""), None
+
+
+def _erased_there_only(
+    conn: psycopg.Connection[Any], segment: _Segment, journal_id: str | None
+) -> int | None:
+    """The first seq of the segment whose payload the store holds erased while this file still
+    holds it (the store's erasure applied, or its row shipped erased by someone else): None if
+    there is none. Same leaf, so nothing else tells them apart."""
+    rows = conn.execute(
+        "SELECT r.seq FROM agentteam.events r WHERE r.journal_id = %s"
+        f" AND r.seq BETWEEN %s AND %s AND {ERASED_ROW} ORDER BY r.seq",
+        (journal_id or "", segment.first_seq, segment.last_seq),
+    ).fetchall()
+    if not rows:
+        return None
+    with open_reader(segment.path) as reader:
+        for (seq,) in rows:
+            for row, leaf in reader.stored_rows(since_seq=int(seq) - 1, until_seq=int(seq)):
+                if not journal.is_erased(row.payload, None if leaf is None else leaf.salt):
+                    return int(seq)
+    return None
 
 
 def _link(segments: list[_Segment]) -> None:

@@ -214,6 +214,18 @@ def render_verify(console: Console, result: VerifyResult) -> None:
                 f"  unsigned tail: {j.unsigned_tail} events after seq {j.signed_through}"
                 f" are covered by no checkpoint yet{live}"
             )
+        if j.erasures_pending:
+            seqs = ", ".join(str(s) for s in j.erasures_pending)
+            console.print(
+                f"  erasures pending in the store: payload_erased at seq {seqs} waits for a"
+                " witness cosignature over it (the store still holds those payloads)"
+            )
+        if j.erasures_held:
+            seqs = ", ".join(str(s) for s in j.erasures_held)
+            console.print(
+                f"  erasures held in the store: payload_erased at seq {seqs} (a key rotated since"
+                " the store registered the journal: its owner erases them with erase --from)"
+            )
         named = ", ".join("+".join(vkey.split("+", 2)[:2]) for vkey in j.recorded_keys)
         console.print(f"  signing keys named by the journal: {named or 'none (HMAC era)'}")
     trusted = ", ".join(result.trusted_keys) or "none (signatures cannot be checked)"

@@ -135,6 +135,12 @@ class JournalReport(msgspec.Struct, frozen=True, kw_only=True):
     live: bool = False
     # Events whose payloads were erased (`erase`): their envelopes, leaves and proofs stay.
     erased_seqs: list[int] = msgspec.field(default_factory=list)
+    # With `--witness URL`: the journal's payload_erased events the store holds but has not
+    # applied: pending (no witness cosignature covers them yet), or held (a key rotated since
+    # the store registered the journal: its owner's `erase --from` erases them). Until then
+    # the store still holds those payloads.
+    erasures_pending: list[int] = msgspec.field(default_factory=list)
+    erasures_held: list[int] = msgspec.field(default_factory=list)
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -122,7 +122,7 @@ def add_witness(sub: Any) -> None:
 def run(args: argparse.Namespace, out: Console) -> int:
     from . import _render as render
     from ._cosign import load_witness_key
-    from ._fleet_cosign import cosign_once, witness_follow
+    from ._fleet_cosign import REFUSED, cosign_once, witness_follow
     from ._fleet_store import store_errors
     from ._source import ReplayInputError
 
@@ -146,6 +146,6 @@ def run(args: argparse.Namespace, out: Console) -> int:
         if not report.journals:
             out.print("no journal in the store yet", highlight=False)
     for item in report.journals:
-        if item.outcome in ("inconsistent", "root_mismatch", "checkpoint_unverified"):
+        if item.outcome in REFUSED:
             print(f"agentteam-replay witness: refused {item.journal_id}", file=sys.stderr)
     return 0 if report.ok else 1

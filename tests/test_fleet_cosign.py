@@ -526,8 +526,8 @@ def test_an_erasure_after_cosigning_is_not_a_rewrite(
     signer = journal.SigningKey("agentteam-bridge/seed", KEY)
     erased = journal.erase_payloads(path, selector, reason="subject request", key=signer)
     assert erased.seqs
-    assert replay.ship([path], shipper).ok  # the payload_erased event erases the store's rows
-    assert cosign_once(witness, WITNESS).ok
+    assert replay.ship([path], shipper).ok  # the payload_erased event: pending
+    assert cosign_once(witness, WITNESS).ok  # its cosignature erases the store's rows
     assert rules(pg_url, path, WITNESS.verifier) == []
     # Erased in the store alone (its owner's erase --from): the journal still holds the text,
     # the store's rows are recorded erasures, not a rewrite.
@@ -538,8 +538,8 @@ def test_an_erasure_after_cosigning_is_not_a_rewrite(
     [store_erasure] = json.loads(done.stdout)["journals"]
     assert set(store_erasure["seqs"]) - set(erased.seqs), "erased nothing new"
     assert rules(pg_url, path, WITNESS.verifier) == []
-    # An erasure recorded for a payload_erased event past the cosigned history (what the ingest
-    # records for one shipped unsigned, e.g. by hand with the shipping login): not yet evidence.
+    # An erasure recorded for a payload_erased event past the cosigned history (what a store
+    # that applied one shipped unsigned would hold, e.g. written by its owner): not evidence.
     with psycopg.connect(pg_url, autocommit=True) as owner:
         cosigned = max(c.tree_size for c in cosignatures(owner, jid))
         victim = owner.execute(

@@ -1,6 +1,7 @@
-"""Erasure in the fleet store: a shipped ``payload_erased`` event, or ``erase --from``, makes the
-erased text leave every file of the PostgreSQL cluster (heap, TOAST, indexes, statistics, WAL)
-after ``store-maintain``; every proof, the witness and the reports ``--from`` still agree."""
+"""Erasure in the fleet store: a shipped ``payload_erased`` event (once the witness cosigned it),
+or ``erase --from``, makes the erased text leave every file of the PostgreSQL cluster (heap,
+TOAST, indexes, statistics, WAL) after ``store-maintain``; every proof, the witness and the
+reports ``--from`` still agree."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from jsonschema import Draft202012Validator
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _fleet_reports as reports
+from agentteam_task_bridge.replay._cosign import WitnessKey
+from agentteam_task_bridge.replay._fleet_cosign import cosign_once
 from agentteam_task_bridge.replay._fleet_report import report_from
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
 from agentteam_task_bridge.replay._render import to_json
@@ -31,6 +34,13 @@ from .replay_helpers import replay_main
 SIGNER: Final = journal.SigningKey("agentteam-bridge/seed", KEY)
 MARKER: Final = journal.ERASED_PAYLOAD
 DOCS: Final = Path(__file__).resolve().parent.parent / "docs"
+WITNESS: Final = WitnessKey("witness.example/erase", bytes(range(40, 72)))
+
+
+def _cosign(url: str) -> None:
+    """The store's witness cosigns what was shipped: the erasures it covers are applied."""
+    done = cosign_once(url, WITNESS)
+    assert done.ok, done
 
 
 def _events(n_calls: int, text_of: dict[int, str]) -> list[journal.Event]:
@@ -178,6 +188,9 @@ def test_a_shipped_erasure_leaves_no_byte_of_the_text_in_the_store(
     assert [len(r.seqs) for r in erased.values()] == [8, 4]
     shipped = replay.ship([before, after], url)
     assert shipped.ok, shipped
+    # Pending until the witness cosigns the signed checkpoint over the payload_erased event.
+    assert _erased_in_store(url, _jid(before)) == []
+    _cosign(url)
     for path, result in erased.items():
         assert _erased_in_store(url, _jid(path)) == result.seqs
     maintained = _json("store-maintain", "--from", url)
@@ -255,6 +268,7 @@ def test_erase_from_the_store_alone(own_cluster: Cluster, tmp_path: Path) -> Non
     )
     assert local.seqs == seqs
     assert replay.ship([path], url).ok
+    _cosign(url)
     assert _erased_in_store(url, jid) == seqs
     assert [r[:7] for r in _store_rows(url)[: len(rows)]] == [r[:7] for r in now]
     assert _json("store-maintain", "--from", url)["ok"]
@@ -328,6 +342,7 @@ def test_erase_from_says_what_it_cannot_do(
     # A shipped erasure waits for store-maintain, which only the owner can run to the end.
     journal.erase_payloads(path, journal.EraseSelector(call_id="call-2"), reason="r", key=SIGNER)
     assert replay.ship([path], pg_url).ok
+    _cosign(pg_url)
     refused = replay_main("store-maintain", "--from", shipper, "--json")
     assert refused.returncode == 1, refused.stderr
     problems = json.loads(refused.stdout)["problems"]
@@ -360,6 +375,7 @@ def test_every_report_from_the_store_equals_the_local_one_after_erasures(
     for path, selector in chosen:
         assert journal.erase_payloads(path, selector, reason="r", key=SIGNER).seqs, selector
     assert replay.ship(paths, pg_url).ok
+    _cosign(pg_url)
     for path in paths:
         with journal.open_reader(path) as reader:
             erased = [r.seq for r in reader.events() if r.payload == {"erased": True}]
