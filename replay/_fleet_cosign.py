@@ -8,7 +8,14 @@ into ``agentteam.cosignatures`` (no role may UPDATE, DELETE or TRUNCATE it). For
 takes the newest checkpoint the ingest accepted (a v2 journal's: a Merkle tree), and cosigns it
 (c2sp.org/tlog-cosignature, :mod:`replay._cosign`) only when
 
-* its signature verifies under the journal's registered key in force at its size;
+* its signature verifies under the journal's registered key in force at its size, and that key
+  is one this witness trusts for the journal: the journal's first registered key, the key in
+  force at the last size this witness cosigned, or one its operator approved
+  (``--approve-key JOURNAL_ID=VKEY``). Nothing signs a ``key_rotated`` event (the writer names
+  its new key and signs on with it), so anyone holding the shipping login and the journal's
+  directory could rotate a journal to a key of their own and sign a history: the witness does
+  not follow a rotation by itself (``key_unapproved``, exit 1), as a tlog witness is configured
+  with each log's key;
 * its root is the tree hash of the store's stored hashes at that size, recomputed here;
 * it extends the last checkpoint this witness cosigned (its own row, whose signature verifies
   under its own key: a row someone else wrote does not move it): a Merkle consistency proof
@@ -27,7 +34,7 @@ import itertools
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from threading import Event
 from typing import TYPE_CHECKING, Any, Final
 
@@ -109,14 +116,16 @@ GRANT SELECT ON agentteam.cosignatures TO agentteam_ship, agentteam_read;
 
 
 REFUSED: Final = frozenset(
-    {"checkpoint_unverified", "root_mismatch", "inconsistent", "erase_mismatch"}
+    {"checkpoint_unverified", "key_unapproved", "root_mismatch", "inconsistent", "erase_mismatch"}
 )
+Approved = Mapping[str, Collection[str]]  # journal id -> verifier keys its operator approved
 
 
 class JournalCosigned(msgspec.Struct, frozen=True, kw_only=True):
     """What the witness did with one journal: ``cosigned`` (a new size), ``current`` (nothing
     new since its last cosignature), ``v1`` (no tree), ``no_checkpoint``, or a refusal:
-    ``checkpoint_unverified``, ``root_mismatch``, ``inconsistent``, ``erase_mismatch`` (an
+    ``checkpoint_unverified``, ``key_unapproved`` (signed by a key the journal rotated to that
+    this witness does not trust yet), ``root_mismatch``, ``inconsistent``, ``erase_mismatch`` (an
     erasure the cosignature would apply names a row the store cannot vouch for: neither is
     written)."""
 
@@ -226,6 +235,7 @@ def first_unheld_leaf(
 
 
 def _registered_key(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | None:
+    """The journal's key in force at ``seq``, as the ingest registered it."""
     row = conn.execute(
         "SELECT vkey FROM agentteam.journal_keys WHERE journal_id = %s AND seq <= %s"
         " ORDER BY seq DESC LIMIT 1",
@@ -234,8 +244,31 @@ def _registered_key(conn: psycopg.Connection[Any], journal_id: str, seq: int) ->
     return None if row is None else str(row[0])
 
 
+def _first_key(conn: psycopg.Connection[Any], journal_id: str) -> str | None:
+    """The key the journal's first ship registered."""
+    row = conn.execute(
+        "SELECT vkey FROM agentteam.journal_keys WHERE journal_id = %s ORDER BY seq LIMIT 1",
+        (journal_id,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _rotated_at(conn: psycopg.Connection[Any], journal_id: str, vkey: str, size: int) -> int:
+    """The seq of the ``key_rotated`` event that made ``vkey`` the key in force at ``size``."""
+    row = conn.execute(
+        "SELECT seq FROM agentteam.journal_keys WHERE journal_id = %s AND vkey = %s"
+        " AND seq <= %s ORDER BY seq DESC LIMIT 1",
+        (journal_id, vkey, size),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def _cosign_journal(
-    conn: psycopg.Connection[Any], key: WitnessKey, journal_id: str, now: int
+    conn: psycopg.Connection[Any],
+    key: WitnessKey,
+    journal_id: str,
+    now: int,
+    approved: Approved,
 ) -> JournalCosigned:
     row = conn.execute(
         "SELECT journal_id, seq, head_hash, ts_wall, key_id, signature, root_hash"
@@ -281,6 +314,21 @@ def _cosign_journal(
             "checkpoint_unverified",
             f"checkpoint {size} does not verify under the journal's registered key",
         )
+    last, _ = trusted_cosignature(conn, journal_id, [key.verifier])
+    trusted = {
+        _first_key(conn, journal_id),
+        None if last is None else _registered_key(conn, journal_id, last.tree_size),
+        *approved.get(journal_id, ()),
+    }
+    if vkey not in trusted:
+        return refused(
+            "key_unapproved",
+            f"checkpoint {size} is signed by {verifier.fingerprint}, a key the journal rotated"
+            f" to at seq {_rotated_at(conn, journal_id, vkey or '', size)}: nothing signs a"
+            " rotation, so this witness cosigns under it only when its operator approves it"
+            f" (--approve-key {journal_id}={vkey})",
+            None if last is None else last.tree_size,
+        )
     read = store_reader(conn, journal_id)
     try:
         computed = journal.tree_hash(size, read)
@@ -291,7 +339,6 @@ def _cosign_journal(
             "root_mismatch",
             f"the store's stored hashes at size {size} are not the checkpoint's tree",
         )
-    last, _ = trusted_cosignature(conn, journal_id, [key.verifier])
     if last is not None:
         old, old_root = last.tree_size, bytes.fromhex(last.root_hash)
         if old > size or (old == size and old_root == root):
@@ -341,8 +388,11 @@ def _cosign_journal(
     )
 
 
-def cosign_once(store_url: str, key: WitnessKey, *, now: int | None = None) -> CosignReport:
-    """Cosign the newest accepted checkpoint of every journal in the store (see the module)."""
+def cosign_once(
+    store_url: str, key: WitnessKey, *, now: int | None = None, approved: Approved | None = None
+) -> CosignReport:
+    """Cosign the newest accepted checkpoint of every journal in the store (see the module);
+    ``approved``: the keys the operator approved for journals that rotated theirs."""
     stamp = int(time.time()) if now is None else now
     done = []
     with connect(store_url, autocommit=True) as conn:
@@ -350,14 +400,19 @@ def cosign_once(store_url: str, key: WitnessKey, *, now: int | None = None) -> C
             "SELECT journal_id FROM agentteam.journals ORDER BY journal_id"
         ).fetchall()
         for (journal_id,) in ids:
-            done.append(_cosign_journal(conn, key, str(journal_id), stamp))
+            done.append(_cosign_journal(conn, key, str(journal_id), stamp, approved or {}))
     return CosignReport(
         store=redact_store_url(store_url), witness_key=key.verifier.to_text(), journals=done
     )
 
 
 def witness_follow(
-    store_url: str, key: WitnessKey, *, interval: float, stop: Event | None = None
+    store_url: str,
+    key: WitnessKey,
+    *,
+    interval: float,
+    stop: Event | None = None,
+    approved: Approved | None = None,
 ) -> CosignReport:
     """Cosign every ``interval`` seconds until SIGTERM/SIGINT (or ``stop``); an outage of the
     store is said once on stderr and waited out. The last round's report."""
@@ -373,7 +428,7 @@ def witness_follow(
     try:
         while not stop.is_set():
             try:
-                report = cosign_once(store_url, key)
+                report = cosign_once(store_url, key, approved=approved)
                 if down:
                     print("agentteam-replay witness: the store is back", file=sys.stderr)
                 down = False

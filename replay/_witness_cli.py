@@ -1,10 +1,11 @@
 """The witness's part of the command line: ``witness``, and ``--witness-key`` on verify and prune.
 
 ``agentteam-replay witness --from postgresql://WITNESS_LOGIN@... --key FILE [--name NAME]
-[--follow [--interval S]] [--json]`` cosigns (:mod:`replay._fleet_cosign`); the key file is
-created on first use (0600) and its verifier key said on stderr. Exit 0, or 1 when a journal
-was refused (its history contradicts what this witness cosigned, or its checkpoint does not
-verify), 2 on bad usage or an unusable store.
+[--approve-key JOURNAL_ID=VKEY ...] [--follow [--interval S]] [--json]`` cosigns
+(:mod:`replay._fleet_cosign`); the key file is created on first use (0600) and its verifier key
+said on stderr. Exit 0, or 1 when a journal was refused (its history contradicts what this
+witness cosigned, its checkpoint does not verify, or it is signed by a key the journal rotated to
+that the operator has not approved), 2 on bad usage or an unusable store.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ EPILOG: Final = """\
 examples:
   agentteam-replay witness --from postgresql://witness@db/fleet --key /etc/agentteam/witness.key
   agentteam-replay witness --from postgresql://witness@db/fleet --key witness.key --follow
+  agentteam-replay witness --from postgresql://witness@db/fleet --key witness.key \\
+      --approve-key j1=h.example/b+b69637c7+AV5CMDMET1ahOmhnmUh7y/pj3R45IEzsJ905om2qYVYo
   agentteam-replay verify journal.db --witness postgresql://audit@db/fleet --witness-key VKEY
 
 The witness login is a member of agentteam_witness (docs/fleet.md); its key file never leaves
 this machine. Give its verifier key (the key file's second line) to verify and prune.
+A journal that rotated its signing key is not cosigned under the new key until its operator
+approves it with --approve-key (nothing signs a rotation: check the key with its owner first).
 """
 
 
@@ -59,6 +64,21 @@ def witness_keys(given: list[CosignerKey | Path] | None) -> list[CosignerKey] | 
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise ReplayInputError(f"cannot read the witness key {item}: {reason}") from None
     return keys
+
+
+def approval(text: str) -> tuple[str, str]:
+    """argparse type of ``--approve-key JOURNAL_ID=VKEY``: the journal id and its verifier key
+    (checked now)."""
+    from agentteam_task_bridge import journal
+
+    journal_id, sep, vkey = text.partition("=")
+    if not sep or not journal_id:
+        raise argparse.ArgumentTypeError("expected JOURNAL_ID=VKEY")
+    try:
+        parsed = journal.VerifierKey.parse(vkey)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a journal verifier key ({exc})") from None
+    return journal_id, parsed.to_text()
 
 
 def _interval(text: str) -> float:
@@ -99,6 +119,16 @@ def add_witness(sub: Any) -> None:
         help="the witness key (created if absent)",
     )
     p.add_argument("--name", metavar="NAME", help="the witness's name, for a key created here")
+    p.add_argument(
+        "--approve-key",
+        dest="approved",
+        action="append",
+        default=[],
+        type=approval,
+        metavar="JOURNAL_ID=VKEY",
+        help="cosign this journal under a key it rotated to (repeatable; nothing signs a"
+        " rotation, so check the key with the journal's owner first)",
+    )
     p.add_argument("--follow", action="store_true", help="keep cosigning until SIGTERM")
     p.add_argument(
         "--interval", type=_interval, default=5.0, metavar="SECONDS", help="with --follow (5)"
@@ -130,11 +160,14 @@ def run(args: argparse.Namespace, out: Console) -> int:
         key = load_witness_key(args.key, name=args.name)
     except (OSError, ValueError) as exc:
         raise ReplayInputError(f"cannot use the witness key {args.key}: {exc}") from None
+    approved: dict[str, set[str]] = {}
+    for journal_id, vkey in args.approved:
+        approved.setdefault(journal_id, set()).add(vkey)
     with store_errors(args.store):
         if args.follow:
-            report = witness_follow(args.store, key, interval=args.interval)
+            report = witness_follow(args.store, key, interval=args.interval, approved=approved)
         else:
-            report = cosign_once(args.store, key)
+            report = cosign_once(args.store, key, approved=approved)
     if args.json:
         print(render.to_json(report), file=out.file)
     else:

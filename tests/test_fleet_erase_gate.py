@@ -187,8 +187,9 @@ def test_a_key_rotated_by_the_shipping_login_does_not_let_it_erase(
     tmp_path: Path,
 ) -> None:
     """The attacker's copy rotates to its own key (a ``key_rotated`` event, which nothing signs)
-    and signs a checkpoint over its ``payload_erased``: the witness cosigns that checkpoint (it
-    verifies under the key the chain now names), but the store holds the erasure back."""
+    and signs a checkpoint over its ``payload_erased``: the witness does not follow the rotation
+    (``key_unapproved``), so nothing covers the erasure and nothing is erased. Were an operator
+    to approve the key, the store would still hold the erasure back (``key_rotated``)."""
     shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
     path = _journal(tmp_path / "j", SECRET, (3, 7))
     jid = _jid(path)
@@ -202,6 +203,11 @@ def test_a_key_rotated_by_the_shipping_login_does_not_let_it_erase(
     assert replay.ship([forged], shipper).ok
     assert _holding(pg_url, jid) == held
     report = cosign_once(witness, WITNESS)
+    assert not report.ok and [j.outcome for j in report.journals] == ["key_unapproved"]
+    assert f"rotated to at seq {head + 1}" in report.journals[0].detail
+    assert _holding(pg_url, jid) == held and _erased_in_store(pg_url, jid) == []
+    approved = {jid: [ATTACKER.verifier.to_text()]}  # an operator fooled into approving it
+    report = cosign_once(witness, WITNESS, approved=approved)
     assert report.ok and [j.outcome for j in report.journals] == ["cosigned"]
     assert _holding(pg_url, jid) == held and _erased_in_store(pg_url, jid) == []
     with psycopg.connect(pg_url) as conn:
