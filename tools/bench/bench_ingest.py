@@ -26,6 +26,7 @@ from typing import Any
 
 from agentteam_task_bridge import replay
 from agentteam_task_bridge.replay._fleet_calls import fold_sql
+from agentteam_task_bridge.replay._fleet_store import SESSION_DOC, SESSION_STARTED_OF_CALL
 
 from .bench_fleet import journals_in
 
@@ -35,7 +36,6 @@ _COLUMNS = (
     " e.http_response_status_code, e.error_type, e.duration_ms"
 )
 _DOC = "agentteam.payload_doc(e.payload) AS doc"
-_SESSION = re.compile(r"LEFT JOIN LATERAL .*? s ON true", re.S)
 # The shapes of the INSERT's target: (primary key, indexes, the jsonb column of schema 3).
 _SHAPES: dict[str, tuple[bool, tuple[str, ...], bool]] = {
     "INSERT: plain table (no key, no index)": (False, (), False),
@@ -84,8 +84,8 @@ def parts(scope: str) -> dict[str, str]:
         "call lines' fold (as committed)": fold,
         "fold, no payload parsed": fold.replace(_DOC, "NULL::jsonb AS doc"),
         "fold, aggregates unordered": re.sub(r" ORDER BY seq( DESC)?", "", fold),
-        "fold, no session lookup": _SESSION.sub(
-            "LEFT JOIN (SELECT NULL::jsonb AS doc) s ON true", fold
+        "fold, no session lookup": fold.replace(SESSION_STARTED_OF_CALL, "NULL::bigint").replace(
+            SESSION_DOC.format(s="st"), "NULL::jsonb"
         ),
     }
     return {
