@@ -173,7 +173,10 @@ BEGIN
     RETURN;
   END IF;
   PERFORM pg_advisory_xact_lock(hashtext('agentteam.{function}'));
-  IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
+  -- Read the catalog itself, not to_regclass: this session's cache may still hold the miss
+  -- above, from before another session made the partition and let the lock go.
+  IF NOT EXISTS (SELECT 1 FROM pg_class c
+                 WHERE c.relname = name AND c.relnamespace = 'agentteam'::regnamespace) THEN
     -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
     EXECUTE format(
       'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'

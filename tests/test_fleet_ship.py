@@ -330,6 +330,50 @@ def test_partitions_are_months_in_utc_whatever_the_session_time_zone(pg_url: str
             assert row is not None and row[0], (at, month)
 
 
+@pytest.mark.parametrize("function", ["ensure_partition", "ensure_call_partition"])
+def test_two_ingests_making_one_months_partition_both_go_on(pg_url: str, function: str) -> None:
+    """Two shippers whose batches open the same new month: the second waits for the first to
+    make the partition, then finds it (it once failed with duplicate_table: its cache of the
+    catalog, read before it waited, still said the partition was missing)."""
+    import threading
+
+    from agentteam_task_bridge.replay._fleet_store import ensure_schema
+
+    with psycopg.connect(pg_url, autocommit=True) as first, psycopg.connect(pg_url) as second:
+        ensure_schema(first)
+        first.execute("BEGIN")
+        first.execute(f"SELECT agentteam.{function}('2031-05-01')")  # made, not committed
+        waiter = second.execute("SELECT pg_backend_pid()").fetchone()
+        assert waiter is not None
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            try:
+                second.execute(f"SELECT agentteam.{function}('2031-05-01')")
+                second.commit()
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        thread = threading.Thread(target=make)
+        thread.start()
+        for _ in range(500):  # until it waits for the first one's lock (bounded: 10 s)
+            waiting = first.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", waiter
+            ).fetchone()
+            if waiting is not None and waiting[0]:
+                break
+            time.sleep(0.02)
+        first.execute("COMMIT")
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert not failed, failed
+        table = "events" if function == "ensure_partition" else "call_lines"
+        made = first.execute(
+            "SELECT count(*) FROM pg_class WHERE relname = %s", (f"{table}_2031_05",)
+        ).fetchone()
+        assert made == (1,)
+
+
 def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: Path) -> None:
     path = tmp_path / "nul.db"
     texts = ["a\x00b", "\\u0000 literal", "x\\\x00y\x00\x00"]
