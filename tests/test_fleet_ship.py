@@ -26,6 +26,7 @@ from .fleet_helpers import (
     write_fleet_journal,
 )
 from .journal_helpers import KEY
+from .pg_cluster import Cluster
 
 
 def store_rows(url: str, journal_id: str) -> list[tuple[int, str]]:
@@ -372,6 +373,28 @@ def test_two_ingests_making_one_months_partition_both_go_on(pg_url: str, functio
             "SELECT count(*) FROM pg_class WHERE relname = %s", (f"{table}_2031_05",)
         ).fetchone()
         assert made == (1,)
+
+
+def test_jobs_ship_a_pool_as_one_connection_does(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """``--jobs 3`` ships five journals three at a time: the store ends as one connection
+    leaves it (every event, every call line), the report lists the journals in the paths'
+    order, progress counts every event once, and a second ship finds nothing new."""
+    paths = write_fleet(tmp_path / "pool", 5, 9)
+    one, three = pg_cluster.create_database(), pg_cluster.create_database()
+    told: list[int] = []
+    alone = ship(paths, one, batch_size=16)
+    together = ship(paths, three, batch_size=16, jobs=3, progress=lambda n, _t=None: told.append(n))
+    assert alone.ok and together.ok
+    assert [j.path for j in together.journals] == [str(p) for p in paths]
+    assert [j.shipped for j in together.journals] == [j.shipped for j in alone.journals]
+    assert told and told[-1] == together.shipped == alone.shipped
+    assert told == sorted(told)
+    for table, key in (("events", "journal_id, seq"), ("call_lines", "journal_id, call_id")):
+        query = f"SELECT md5(string_agg(t::text, '|' ORDER BY {key})) FROM agentteam.{table} t"
+        with psycopg.connect(one) as a, psycopg.connect(three) as b:
+            assert a.execute(query).fetchone() == b.execute(query).fetchone(), table
+    again = ship(paths, three, jobs=3)
+    assert again.ok and again.shipped == 0
 
 
 def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: Path) -> None:
