@@ -38,6 +38,7 @@ SHIP_EPILOG: Final = """\
 examples:
   agentteam-replay ship ~/.local/share/agentteam-bridge/journals/ --to postgresql://ship@db/fleet
   agentteam-replay ship journal.db --to postgresql://ship@db.example/fleet --json
+  agentteam-replay ship journals/ --to postgresql://ship@db.example/fleet --jobs 2
   agentteam-replay ship journals/ --to postgresql://ship@db.example/fleet --follow --interval 2
 
 Each journal resumes after the last event the store holds; a journal whose history differs
@@ -90,6 +91,14 @@ def add_ship(sub: Any) -> None:
         default=BATCH_SIZE,
         metavar="N",
         help=f"({BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--jobs",
+        type=bridge.number_type(int, "a whole number", lambda v: 1 <= v <= 16, "between 1 and 16"),
+        default=1,
+        metavar="N",
+        help="journals shipped at once, each by its own connection (1; --follow ships one at a"
+        " time)",
     )
 
 
@@ -234,7 +243,7 @@ def _run_ship(
     from ._fleet_ship import ship
 
     if not args.follow:
-        report = ship(paths, args.to, batch_size=args.batch_size, progress=progress)
+        report = ship(paths, args.to, batch_size=args.batch_size, progress=progress, jobs=args.jobs)
         return report, 0 if report.ok else 1
     refused = 0
 

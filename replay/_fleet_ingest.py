@@ -11,24 +11,25 @@ and refuse what breaks a rule, whatever the client sent:
 * ``stage_batch()``: this session's staging table ``pg_temp.ship_batch``, made by the owner
   (rows gone at commit); the login may only INSERT (COPY) into it, so nothing it adds runs as
   the owner. A relation of that name the login made itself is refused, never read.
-* ``ingest(journal_id)``: the staged batch, checked as a whole in one query and moved with one
-  INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th row is the journal's
-  head + i (``sequence_gap``), each ``prev_hash`` is the hash before it (``chain_broken``),
-  each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL (``hash_mismatch``,
-  see ``journal/_canonical.py``: the same text byte for byte, so the server recomputes what
-  the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time (``row_malformed``),
-  and a v2 journal's payload digest is ``sha256(salt || payload)`` (``leaf_mismatch``) with a
-  leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the partition key) is derived
-  from ``ts_wall``, so no row can be placed at another instant than the one its hash covers.
-  The journal's head row (``agentteam.heads``, keyed by ``journal_id`` alone) is locked for
-  the batch and moved to its last event: one row per ``(journal_id, seq)`` holds because the
-  only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s, rebuilt in SQL) is
-  appended to the journal's tree: the stored hashes its append makes (Go tlog's layout) are
-  kept with the event, the tree's border with the head. A ``key_rotated`` event registers the
-  key it names at its seq: keys enter only through the journal's own chain. A row the journal
-  erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as verify takes it;
-  a ``payload_erased`` event is recorded as pending (``_fleet_erase``, one marked hook), applied
-  once a witness cosignature covers it.
+* ``ingest(journal_id)``: the staged batch, checked as a whole in one query (which also computes
+  each v2 leaf hash: the chain's and the leaf's images share the envelope's text, built once per
+  row) and moved with one INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th
+  row is the journal's head + i (``sequence_gap``), each ``prev_hash`` is the hash before it
+  (``chain_broken``), each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL
+  (``hash_mismatch``, see ``journal/_canonical.py``: the same text byte for byte, so the server
+  recomputes what the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time
+  (``row_malformed``), and a v2 journal's payload digest is ``sha256(salt || payload)``
+  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the
+  partition key) is derived from ``ts_wall``, so no row can be placed at another instant than
+  the one its hash covers. The journal's head row (``agentteam.heads``, keyed by ``journal_id``
+  alone) is locked for the batch and moved to its last event: one row per ``(journal_id, seq)``
+  holds because the only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s,
+  rebuilt in SQL) is appended to the journal's tree: the stored hashes its append makes (Go
+  tlog's layout) are kept with the event, the tree's border with the head. A ``key_rotated``
+  event registers the key it names at its seq: keys enter only through the journal's own chain.
+  A row the journal erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as
+  verify takes it; a ``payload_erased`` event is recorded as pending (``_fleet_erase``, one
+  marked hook), applied once a witness cosignature covers it.
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
   hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
   that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
@@ -75,24 +76,51 @@ _ENVELOPE: Final = {
     "ts_mono_ns": "ts_mono_ns::text",
     "ts_wall": "agentteam.json_text(ts_wall)",
 }
-_CHAIN_ONLY: Final = {"payload": "payload", "prev_hash": "agentteam.json_text(prev_hash)"}
-_LEAF_ONLY: Final = {"payload_sha256": "agentteam.json_text(payload_sha256)"}
+# Each image's own members, over the row aliased ``{r}`` (empty: the function's arguments).
+_CHAIN_ONLY: Final = {"payload": "{r}payload", "prev_hash": "agentteam.json_text({r}prev_hash)"}
+_LEAF_ONLY: Final = {"payload_sha256": "agentteam.json_text({r}payload_sha256)"}
+# The images' own members sort between the envelope's: each image is the envelope's head (its
+# members before them), its own members, the envelope's tail. The ingest builds head and tail
+# once per row and both hashes from them (agentteam.image_head, agentteam.image_tail).
+_OWN_KEYS: Final = sorted({**_CHAIN_ONLY, **_LEAF_ONLY})
+_HEAD: Final = sorted((k, v) for k, v in _ENVELOPE.items() if k < _OWN_KEYS[0])
+_TAIL: Final = sorted((k, v) for k, v in _ENVELOPE.items() if k > _OWN_KEYS[-1])
+if len(_HEAD) + len(_TAIL) != len(_ENVELOPE):
+    raise RuntimeError("an envelope member sorts between the images' own members")
+_ARGUMENTS: Final = (
+    "journal_id, seq, session_id, call_id, ts_mono_ns, ts_wall, kind, kind_version,"
+    " mcp_method_name, gen_ai_tool_name, jsonrpc_request_id, http_response_status_code,"
+    " error_type, duration_ms"
+)
+_SIGNATURE: Final = """
+  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
+  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
+  jsonrpc_request_id text, http_response_status_code integer, error_type text,
+  duration_ms double precision"""
+
+
+def _members(members: list[tuple[str, str]], opening: bool) -> str:
+    return "\n    || ".join(
+        f"'{'{' if opening and not i else ','}\"{key}\":' || {sql}"
+        for i, (key, sql) in enumerate(members)
+    )
+
+
+def _image(head: str, own: dict[str, str], row: str, tail: str) -> str:
+    """SQL for an image's text: the envelope's ``head`` and ``tail`` texts around ``own``."""
+    members = _members([(k, v.format(r=row)) for k, v in sorted(own.items())], False)
+    return f"{head}\n    || {members}\n    || {tail}"
 
 
 def _image_function(name: str, own_arguments: str, own: dict[str, str]) -> str:
     """``agentteam.<name>(...)``: the compact JSON of the envelope and ``own`` members."""
-    members = sorted({**_ENVELOPE, **own}.items())
-    body = "\n    || ".join(
-        f"'{',' if i else '{'}\"{key}\":' || {sql}" for i, (key, sql) in enumerate(members)
+    body = _image(
+        f"agentteam.image_head({_ARGUMENTS})", own, "", f"agentteam.image_tail({_ARGUMENTS})"
     )
-    return f"""CREATE OR REPLACE FUNCTION agentteam.{name}(
-  journal_id text, seq bigint, session_id text, call_id text, ts_mono_ns bigint, ts_wall text,
-  kind text, kind_version integer, mcp_method_name text, gen_ai_tool_name text,
-  jsonrpc_request_id text, http_response_status_code integer, error_type text,
-  duration_ms double precision, {own_arguments}) RETURNS text
+    return f"""CREATE OR REPLACE FUNCTION agentteam.{name}({_SIGNATURE}, {own_arguments})
+RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT {body}
-    || '}}'
 $$;"""
 
 
@@ -119,6 +147,16 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
 $$;
 """
 _CANONICAL_IMAGES: Final = f"""
+-- The envelope's members both images share: those sorted before the images' own, and after.
+CREATE OR REPLACE FUNCTION agentteam.image_head({_SIGNATURE}) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT {_members(_HEAD, True)}
+$$;
+CREATE OR REPLACE FUNCTION agentteam.image_tail({_SIGNATURE}) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT {_members(_TAIL, False)}
+    || '}}'
+$$;
 {_image_function("canonical", "payload text, prev_hash text", _CHAIN_ONLY)}
 -- The Merkle leaf of a v2 journal's event (journal/_tlog.py): the canonical encoding of its
 -- columns without payload, prev_hash and hash, plus its salted payload digest.
@@ -257,7 +295,15 @@ def leaf_hash_sql(row: str, journal: str) -> str:
              {row}.error_type, {row}.duration_ms, {row}.payload_sha256), 'UTF8'))"""
 
 
-_HASH: Final = row_hash_sql("r", "a_journal")
+_HASH: Final = row_hash_sql("r", "a_journal")  # a row of the journal a_journal (_fleet_erase)
+# The hashes of a staged row aliased ``r`` that carries its envelope's head and tail texts.
+_BATCH_HASH: Final = f"""encode(sha256(convert_to(
+      {_image("r.image_head", _CHAIN_ONLY, "r.", "r.image_tail")}, 'UTF8')), 'hex')"""
+_LEAF: Final = f"""sha256('\\x00'::bytea || convert_to(
+      {_image("r.image_head", _LEAF_ONLY, "r.", "r.image_tail")}, 'UTF8'))"""
+_STAGED_ARGUMENTS: Final = "a_journal, " + ", ".join(
+    f"s.{name.strip()}" for name in _ARGUMENTS.split(",")[1:]
+)
 # A v2 leaf's payload digest: sha256(salt || payload), the salt 16 bytes in lowercase hex.
 _DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = ''
      AND r.payload_sha256 = encode(sha256(decode(r.salt, 'hex') || convert_to(r.payload, 'UTF8')),
@@ -273,38 +319,47 @@ SET search_path = pg_catalog, agentteam, pg_temp SET extra_float_digits = 1 AS $
 DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, true);
   last record;
-  bad record;
-  leaf record;
+  bad_seq bigint;
+  bad_rule text;
+  leaves bytea[];
+  v2 boolean[];
   size bigint := head.tree_size;
   tree bytea[] := head.border;
   h bytea;
   stored bytea;
   level integer;
   m bigint;
-  seqs bigint[] := ARRAY[]::bigint[];
   trees bytea[] := ARRAY[]::bytea[];
 BEGIN
   PERFORM agentteam.staged_by_owner();
-  -- The whole batch in one query: in seq order, the i-th row must be seq head + i, chained to
-  -- the one before it (the head's hash for the first), well formed, and hash to its hash.
-  SELECT r.seq, CASE
-      WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
-      WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
-      WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
-      WHEN {ERASED_ROW} OR r.hash IS NOT DISTINCT FROM {_HASH} THEN 'leaf_mismatch'
-      ELSE 'hash_mismatch' END AS rule
-  INTO bad
-  FROM (SELECT s.*, row_number() OVER w AS i, coalesce(lag(s.hash) OVER w, head.hash) AS before
-        FROM pg_temp.ship_batch s WINDOW w AS (ORDER BY s.seq)) r
-  WHERE r.seq IS DISTINCT FROM head.seq + r.i
-     OR r.prev_hash IS DISTINCT FROM r.before
-     OR NOT coalesce({_WALL}, false)
-     OR (NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_HASH})
-     OR (r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false))
-  ORDER BY r.i LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'the store refuses event % of journal %: %', bad.seq, a_journal, bad.rule
-      USING ERRCODE = 'check_violation', DETAIL = bad.rule || ' ' || coalesce(bad.seq::text, '');
+  -- The whole batch in one pass: in seq order, the i-th row must be seq head + i, chained to
+  -- the one before it (the head's hash for the first), well formed, and hash to its hash. A v2
+  -- row's leaf hash comes from the same pass: both images share the envelope's head and tail
+  -- texts, built once per row.
+  SELECT (array_agg(c.seq ORDER BY c.i) FILTER (WHERE c.rule IS NOT NULL))[1],
+         (array_agg(c.rule ORDER BY c.i) FILTER (WHERE c.rule IS NOT NULL))[1],
+         array_agg(c.leaf ORDER BY c.i), array_agg(c.is_v2 ORDER BY c.i)
+  INTO bad_seq, bad_rule, leaves, v2
+  FROM (
+    SELECT r.seq, r.i, CASE
+        WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
+        WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
+        WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
+        WHEN NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_BATCH_HASH} THEN 'hash_mismatch'
+        WHEN r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false)
+          THEN 'leaf_mismatch'
+        END AS rule,
+      r.salt IS NOT NULL AS is_v2,
+      CASE WHEN r.salt IS NOT NULL THEN {_LEAF} END AS leaf
+    FROM (SELECT s.*, row_number() OVER w AS i, coalesce(lag(s.hash) OVER w, head.hash) AS before,
+            agentteam.image_head({_STAGED_ARGUMENTS}) AS image_head,
+            agentteam.image_tail({_STAGED_ARGUMENTS}) AS image_tail
+          FROM pg_temp.ship_batch s WINDOW w AS (ORDER BY s.seq)) r
+    OFFSET 0  -- each row's rule once, not once per aggregate reading it
+  ) c;
+  IF bad_rule IS NOT NULL THEN
+    RAISE EXCEPTION 'the store refuses event % of journal %: %', bad_seq, a_journal, bad_rule
+      USING ERRCODE = 'check_violation', DETAIL = bad_rule || ' ' || coalesce(bad_seq::text, '');
   END IF;
   SELECT s.seq, s.hash INTO last FROM pg_temp.ship_batch s ORDER BY s.seq DESC LIMIT 1;
   IF NOT FOUND THEN
@@ -312,17 +367,15 @@ BEGIN
   END IF;
   -- The Merkle state: each leaf appended to the journal's tree (Go tlog's stored hashes, kept
   -- with the event; the border, one hash per set bit of the size, kept with the head). A v2
-  -- journal has a leaf for every event from seq 1; a v1 journal none.
-  FOR leaf IN
-    SELECT s.seq, s.salt IS NOT NULL AS v2, {leaf_hash_sql("s", "a_journal")} AS hash
-    FROM pg_temp.ship_batch s ORDER BY s.seq
-  LOOP
-    IF (leaf.v2 AND size <> leaf.seq - 1) OR (NOT leaf.v2 AND size > 0) THEN
-      RAISE EXCEPTION 'the store refuses event % of journal %: leaf_missing', leaf.seq, a_journal
-        USING ERRCODE = 'check_violation', DETAIL = 'leaf_missing ' || leaf.seq;
+  -- journal has a leaf for every event from seq 1; a v1 journal none. The k-th row is seq
+  -- head + k (checked above).
+  FOR k IN 1 .. cardinality(v2) LOOP
+    IF (v2[k] AND size <> head.seq + k - 1) OR (NOT v2[k] AND size > 0) THEN
+      RAISE EXCEPTION 'the store refuses event % of journal %: leaf_missing', head.seq + k,
+        a_journal USING ERRCODE = 'check_violation', DETAIL = 'leaf_missing ' || head.seq + k;
     END IF;
-    CONTINUE WHEN NOT leaf.v2;
-    h := leaf.hash;
+    CONTINUE WHEN NOT v2[k];
+    h := leaves[k];
     stored := h;
     level := 0;
     m := size;
@@ -335,16 +388,17 @@ BEGIN
     END LOOP;
     tree[level + 1] := h;
     size := size + 1;
-    seqs := seqs || leaf.seq;
     trees := trees || stored;
   END LOOP;
   BEGIN
     PERFORM agentteam.ensure_partition(x.month)
     FROM (SELECT DISTINCT (left(s.ts_wall, 7) || '-01')::date AS month
           FROM pg_temp.ship_batch s) x;
+    -- A batch's leaves are all or none (leaf_missing above), so the stored hashes of seq x
+    -- are the (x - head.seq)-th the loop kept: an array lookup, no join.
     INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS}, tree_hashes)
-    SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS}, t.stored
-    FROM pg_temp.ship_batch s LEFT JOIN unnest(seqs, trees) AS t(seq, stored) ON t.seq = s.seq;
+    SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS}, trees[s.seq - head.seq]
+    FROM pg_temp.ship_batch s;
   EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
     RAISE EXCEPTION 'the store refuses a batch of journal %: a ts_wall is not a time', a_journal
       USING ERRCODE = 'check_violation', DETAIL = 'row_malformed';

@@ -55,9 +55,10 @@ _TABLES: Final = r"""
 -- The payload as jsonb for the reports and views. jsonb cannot hold U+0000, which JSON text
 -- can (a model may send it), so its strings are stored escaped, one to one: U+FFFF (a
 -- noncharacter) as U+FFFF "1", U+0000 as U+FFFF "0"; the reports' client decodes them
--- (_fleet_store.exact_text). The payload text keeps the journal's bytes (and its hash).
+-- (_fleet_store.exact_text). The payload text keeps the journal's bytes (and its hash). Not
+-- STRICT (NULL gives NULL all the same), so the planner inlines it: no function call per row.
 CREATE OR REPLACE FUNCTION agentteam.payload_doc(payload text) RETURNS jsonb
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE WHEN strpos(payload, '\u0000') = 0 AND strpos(payload, U&'\FFFF') = 0
          THEN payload::jsonb
          ELSE regexp_replace(replace(payload, U&'\FFFF', U&'\FFFF1'),
@@ -173,7 +174,10 @@ BEGIN
     RETURN;
   END IF;
   PERFORM pg_advisory_xact_lock(hashtext('agentteam.{function}'));
-  IF to_regclass(format('agentteam.%I', name)) IS NULL THEN
+  -- Read the catalog itself, not to_regclass: this session's cache may still hold the miss
+  -- above, from before another session made the partition and let the lock go.
+  IF NOT EXISTS (SELECT 1 FROM pg_class c
+                 WHERE c.relname = name AND c.relnamespace = 'agentteam'::regnamespace) THEN
     -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
     EXECUTE format(
       'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'

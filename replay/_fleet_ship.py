@@ -7,8 +7,9 @@ is accepted. Rows go in batches of ``batch_size``, each one call of the store's 
 (``_fleet_ingest``: the server checks them all again, and refuses what a modified shipper would
 send) in one transaction with the checkpoints it covers, so an interrupted ship leaves whole
 batches and the next one resumes after them; a repeated ship finds nothing new. Memory is two
-batches (the next one is read and checked while the server takes this one). What the store
-refuses is the same finding as a refusal here. ``ship --follow`` is ``_fleet_follow``.
+batches a job (the next one is read and checked while the server takes this one; ``jobs``
+journals go at once, one connection each). What the store refuses is the same finding as a
+refusal here. ``ship --follow`` is ``_fleet_follow``.
 
 Checkpoints are accepted only when they verify under the key the journal names at their seq, as
 the store registered it: the journal's key at its first ship (``journal_meta.signing_key``), then
@@ -104,46 +105,100 @@ def ship(
     batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
     wait_unreadable: bool = False,
+    jobs: int = 1,
 ) -> ShipReport:
     """Ship every journal the paths stand for (files, or directories of journals).
 
     ``progress(events shipped so far, None)`` after each batch. ``wait_unreadable``: a file
     that cannot be read as a journal (yet: one being created) waits instead of failing.
+    ``jobs``: how many journals are shipped at once, each by its own connection (the server
+    checks a batch on one core); the report lists them in the paths' order. A failure stops
+    the others after the journal each is shipping (its batches committed or not).
     """
     files = journal_files(paths)
     conn = connect(store_url, autocommit=True)
-    shipped: list[JournalShipped] = []
+    shipped: list[JournalShipped | None] = [None] * len(files)
+    counts = [0] * len(files)
+    lock = threading.Lock()
+    pending = iter(range(len(files)))
+    failed: list[BaseException] = []
+
+    def told(index: int) -> Progress | None:
+        if progress is None:
+            return None
+
+        def one(done: int, total: int | None = None) -> None:
+            with lock:
+                counts[index] = done
+                progress(sum(counts), total)
+
+        return one
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        while True:
+            with lock:
+                index = None if failed else next(pending, None)
+            if index is None:
+                return
+            try:
+                shipped[index] = _ship_path(
+                    conn, files[index], batch_size, told(index), wait_unreadable
+                )
+            except BaseException as exc:
+                with lock:
+                    failed.append(exc)
+                return
+
+    def job() -> None:
+        try:
+            own = connect(store_url, autocommit=True)
+        except BaseException as exc:
+            with lock:
+                failed.append(exc)
+            return
+        try:
+            work(own)
+        finally:
+            own.close()
+
     try:
         ensure_schema(conn)
-        for path in files:
-            before = sum(s.shipped for s in shipped)
-            told = None if progress is None else _offset(progress, before)
-            try:
-                shipped.append(_ship_file(conn, path, batch_size, told))
-            except ReplayInputError as exc:
-                if not wait_unreadable:
-                    raise
-                waiting = f"not readable as a journal yet: {exc}"
-                shipped.append(
-                    JournalShipped(
-                        path=str(path), journal_id=None, store_head_before=0, waiting=waiting
-                    )
-                )
+        workers = [
+            threading.Thread(target=job, name="ship-job", daemon=True)
+            for _ in range(max(0, min(jobs, len(files)) - 1))
+        ]
+        for worker in workers:
+            worker.start()
+        work(conn)
+        for worker in workers:
+            worker.join()
     finally:
         conn.close()
+    if failed:
+        raise failed[0]
+    done = [item for item in shipped if item is not None]
     return ShipReport(
         store=redact_store_url(store_url),
-        journals=shipped,
-        shipped=sum(s.shipped for s in shipped),
-        refused=sum(s.refused is not None for s in shipped),
+        journals=done,
+        shipped=sum(s.shipped for s in done),
+        refused=sum(s.refused is not None for s in done),
     )
 
 
-def _offset(progress: Progress, before: int) -> Progress:
-    def told(done: int, total: int | None = None) -> None:
-        progress(before + done, total)
-
-    return told
+def _ship_path(
+    conn: psycopg.Connection[Any],
+    path: Path,
+    batch_size: int,
+    progress: Progress | None,
+    wait_unreadable: bool,
+) -> JournalShipped:
+    try:
+        return _ship_file(conn, path, batch_size, progress)
+    except ReplayInputError as exc:
+        if not wait_unreadable:
+            raise
+        waiting = f"not readable as a journal yet: {exc}"
+        return JournalShipped(path=str(path), journal_id=None, store_head_before=0, waiting=waiting)
 
 
 def _ship_file(

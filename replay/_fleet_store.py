@@ -50,8 +50,9 @@ __all__ = [
 _SCHEMES: Final = ("postgresql://", "postgres://")
 
 # SQL the reports share: the kinds that close a call, whether a call is a mutation, and a call's
-# session start (the latest `session_started` of its session before its first event) joined to
-# the calls `folded f` as `s`.
+# session start (the latest `session_started` of its session before its first event, for a call
+# row `f`: its seq, one index probe that reads no payload; SESSION_DOC then parses each start
+# once, however many calls it has).
 OUTCOME_KINDS: Final = "('call_result', 'call_error', 'call_rejected', 'call_cancelled')"
 # Over a call's events: whether it sent a request that can change state (`_story.is_mutation`).
 MUTATION_FOLD: Final = """coalesce(bool_or(kind = 'upstream_request'
@@ -64,12 +65,10 @@ SESSION_DOC: Final = """agentteam.payload_doc({s}.payload) || coalesce((
         AND h.kind = 'session_handshake' AND h.call_id IS NULL AND h.seq > {s}.seq
       ORDER BY h.seq LIMIT 1
     ), '{{}}'::jsonb)"""
-SESSION_STARTED_OF_CALL: Final = f"""LEFT JOIN LATERAL (
-    SELECT {SESSION_DOC.format(s="st")} AS doc FROM agentteam.events st
+SESSION_STARTED_OF_CALL: Final = """(SELECT st.seq FROM agentteam.events st
     WHERE st.journal_id = f.journal_id AND st.session_id = f.session_id
       AND st.kind = 'session_started' AND st.call_id IS NULL AND st.seq < f.first_seq
-    ORDER BY st.seq DESC LIMIT 1
-  ) s ON true"""
+    ORDER BY st.seq DESC LIMIT 1)"""
 _APPLICATION: Final = "agentteam-replay"
 
 

@@ -26,6 +26,7 @@ from .fleet_helpers import (
     write_fleet_journal,
 )
 from .journal_helpers import KEY
+from .pg_cluster import Cluster
 
 
 def store_rows(url: str, journal_id: str) -> list[tuple[int, str]]:
@@ -328,6 +329,72 @@ def test_partitions_are_months_in_utc_whatever_the_session_time_zone(pg_url: str
                 (at, at, f"events_{month}"),
             ).fetchone()
             assert row is not None and row[0], (at, month)
+
+
+@pytest.mark.parametrize("function", ["ensure_partition", "ensure_call_partition"])
+def test_two_ingests_making_one_months_partition_both_go_on(pg_url: str, function: str) -> None:
+    """Two shippers whose batches open the same new month: the second waits for the first to
+    make the partition, then finds it (it once failed with duplicate_table: its cache of the
+    catalog, read before it waited, still said the partition was missing)."""
+    import threading
+
+    from agentteam_task_bridge.replay._fleet_store import ensure_schema
+
+    with psycopg.connect(pg_url, autocommit=True) as first, psycopg.connect(pg_url) as second:
+        ensure_schema(first)
+        first.execute("BEGIN")
+        first.execute(f"SELECT agentteam.{function}('2031-05-01')")  # made, not committed
+        waiter = second.execute("SELECT pg_backend_pid()").fetchone()
+        assert waiter is not None
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            try:
+                second.execute(f"SELECT agentteam.{function}('2031-05-01')")
+                second.commit()
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        thread = threading.Thread(target=make)
+        thread.start()
+        for _ in range(500):  # until it waits for the first one's lock (bounded: 10 s)
+            waiting = first.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", waiter
+            ).fetchone()
+            if waiting is not None and waiting[0]:
+                break
+            time.sleep(0.02)
+        first.execute("COMMIT")
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert not failed, failed
+        table = "events" if function == "ensure_partition" else "call_lines"
+        made = first.execute(
+            "SELECT count(*) FROM pg_class WHERE relname = %s", (f"{table}_2031_05",)
+        ).fetchone()
+        assert made == (1,)
+
+
+def test_jobs_ship_a_pool_as_one_connection_does(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """``--jobs 3`` ships five journals three at a time: the store ends as one connection
+    leaves it (every event, every call line), the report lists the journals in the paths'
+    order, progress counts every event once, and a second ship finds nothing new."""
+    paths = write_fleet(tmp_path / "pool", 5, 9)
+    one, three = pg_cluster.create_database(), pg_cluster.create_database()
+    told: list[int] = []
+    alone = ship(paths, one, batch_size=16)
+    together = ship(paths, three, batch_size=16, jobs=3, progress=lambda n, _t=None: told.append(n))
+    assert alone.ok and together.ok
+    assert [j.path for j in together.journals] == [str(p) for p in paths]
+    assert [j.shipped for j in together.journals] == [j.shipped for j in alone.journals]
+    assert told and told[-1] == together.shipped == alone.shipped
+    assert told == sorted(told)
+    for table, key in (("events", "journal_id, seq"), ("call_lines", "journal_id, call_id")):
+        query = f"SELECT md5(string_agg(t::text, '|' ORDER BY {key})) FROM agentteam.{table} t"
+        with psycopg.connect(one) as a, psycopg.connect(three) as b:
+            assert a.execute(query).fetchone() == b.execute(query).fetchone(), table
+    again = ship(paths, three, jobs=3)
+    assert again.ok and again.shipped == 0
 
 
 def test_a_payload_holding_nul_ships_and_keeps_its_text(pg_url: str, tmp_path: Path) -> None:

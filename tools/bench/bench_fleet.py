@@ -10,7 +10,8 @@ bridge-shaped calls). Without ``--url`` a throwaway PostgreSQL is started as the
 ids, task numbers and idempotency keys). Printed as measured, side by side in one run:
 
 * ``ship`` into an empty store, events per second, beside a plain ``COPY`` of the same rows
-  (read from the same files) into a plain table of the same columns on the same server;
+  (read from the same files) into a plain table of the same columns on the same server (and,
+  with ``--jobs N``, ``ship --jobs N`` into another empty store);
 * ``audit --from`` over the store beside ``audit`` over the same journals as local files;
 * ``idempotency --from`` beside ``idempotency`` over the files, each as a CLI process
   (``agentteam-replay idempotency ... --json``), their outputs compared;
@@ -255,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--generate-only", action="store_true", help="with --keep: generate the journals and stop"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="also ship with this many connections at once into a second store (1: not)",
+    )
+    parser.add_argument(
         "--skip",
         default="",
         help="comma-separated parts not to run at 10M, where they take longest:"
@@ -283,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit)  # stop the cluster and remove the files when killed
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            run(Path(tmp), cluster, journals, per, args.days, args.keep, skip)
+            run(Path(tmp), cluster, journals, per, args.days, args.keep, skip, args.jobs)
     finally:
         cluster.stop()
 
@@ -328,6 +335,7 @@ def run(
     days: float = 30,
     keep: Path | None = None,
     skip: frozenset[str] = frozenset(),
+    jobs: int = 1,
 ) -> None:
     from tests.pg_cluster import Cluster
 
@@ -351,6 +359,11 @@ def run(
     )
     _row("plain COPY of the same rows", copy_s, events, 1)
     _row("ship (checked again in SQL, partitioned, call lines)", ship_s, events, copy_s / ship_s)
+    if jobs > 1:
+        again = cluster.create_database("jobs")
+        jobs_s, together = _timed(lambda: replay.ship(paths, again, jobs=jobs))
+        assert together.ok and together.shipped == events
+        _row(f"ship --jobs {jobs} (as above, {jobs} connections)", jobs_s, events, copy_s / jobs_s)
     local_s, local = _timed(lambda: replay.audit(paths))
     _row("audit over local files", local_s, events, 1)
     from_s, stored = _timed(lambda: reports.audit_from(store))

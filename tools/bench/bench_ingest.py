@@ -9,9 +9,10 @@ a ``jsonb`` parse of every payload, the call lines' fold (as committed, and with
 parts taken out, to show what that part costs), and the ``INSERT ... SELECT`` into a table of
 the events' columns in several shapes (plain; partitioned with the key; with each index; with
 the ``jsonb`` column the store had before issue 25), beside a client's ``COPY`` of the same rows
-into a plain table. Printed: the fastest of the repeats (and every repeat) in ms per batch.
-On a loaded machine the minimum is the figure to compare; the parts are measured in one
-session, one after another, so their ratios hold within a run.
+into a plain table. Printed: the fastest of the repeats (and every repeat) in ms per batch, and
+the fastest in CPU time of the server's process when the server runs on this machine (on a
+loaded machine the steadier figure); the parts are measured in one session, one after
+another, so their ratios hold within a run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 from agentteam_task_bridge import replay
 from agentteam_task_bridge.replay._fleet_calls import fold_sql
+from agentteam_task_bridge.replay._fleet_ingest import _ARGUMENTS, _BATCH_HASH, _LEAF
+from agentteam_task_bridge.replay._fleet_store import SESSION_DOC, SESSION_STARTED_OF_CALL
 
 from .bench_fleet import journals_in
 
@@ -35,7 +38,7 @@ _COLUMNS = (
     " e.http_response_status_code, e.error_type, e.duration_ms"
 )
 _DOC = "agentteam.payload_doc(e.payload) AS doc"
-_SESSION = re.compile(r"LEFT JOIN LATERAL .*? s ON true", re.S)
+_ENVELOPE = ", ".join(f"e.{name.strip()}" for name in _ARGUMENTS.split(","))
 # The shapes of the INSERT's target: (primary key, indexes, the jsonb column of schema 3).
 _SHAPES: dict[str, tuple[bool, tuple[str, ...], bool]] = {
     "INSERT: plain table (no key, no index)": (False, (), False),
@@ -76,6 +79,11 @@ def parts(scope: str) -> dict[str, str]:
             "SELECT count(sha256('\\x00'::bytea || convert_to(agentteam.leaf(e.journal_id,"
             f" e.seq, {_COLUMNS}, e.payload_sha256), 'UTF8'))) {rows}"
         ),
+        "chain + leaf hash in one pass (shared envelope text, as the ingest)": (
+            f"SELECT count({_BATCH_HASH}), count({_LEAF}) FROM (SELECT e.*,"
+            f" agentteam.image_head({_ENVELOPE}) AS image_head,"
+            f" agentteam.image_tail({_ENVELOPE}) AS image_tail {rows} OFFSET 0) r"
+        ),
         "payload digest sha256(salt || payload)": (
             "SELECT count(encode(sha256(decode(e.salt, 'hex') || convert_to(e.payload,"
             f" 'UTF8')), 'hex')) {rows}"
@@ -84,8 +92,8 @@ def parts(scope: str) -> dict[str, str]:
         "call lines' fold (as committed)": fold,
         "fold, no payload parsed": fold.replace(_DOC, "NULL::jsonb AS doc"),
         "fold, aggregates unordered": re.sub(r" ORDER BY seq( DESC)?", "", fold),
-        "fold, no session lookup": _SESSION.sub(
-            "LEFT JOIN (SELECT NULL::jsonb AS doc) s ON true", fold
+        "fold, no session lookup": fold.replace(SESSION_STARTED_OF_CALL, "NULL::bigint").replace(
+            SESSION_DOC.format(s="st"), "NULL::jsonb"
         ),
     }
     return {
@@ -113,18 +121,37 @@ def _shape(conn: Any, key: bool, indexes: tuple[str, ...], doc: bool) -> None:
         conn.execute(_INDEXES[name])
 
 
-def measure(url: str, repeat: int) -> dict[str, list[float]]:
-    """Seconds of each part, per repeat, on the store at ``url`` (already shipped into)."""
+def _backend_cpu(pid: int) -> float | None:
+    """CPU seconds the server process ``pid`` has run (Linux, a server on this machine)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def measure(url: str, repeat: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds of each part, per repeat, on the store at ``url`` (already shipped into): wall
+    time, and the CPU time of the session's server process when it runs here (else empty). On
+    a loaded machine the CPU time is the steadier figure; neither counts the client's side."""
     import psycopg
 
     times: dict[str, list[float]] = {}
-
-    def timed(name: str, run: Any) -> None:
-        start = time.perf_counter()
-        run()
-        times.setdefault(name, []).append(time.perf_counter() - start)
+    cpu: dict[str, list[float]] = {}
 
     with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pid = int(row[0])
+
+        def timed(name: str, run: Any) -> None:
+            before = _backend_cpu(pid)
+            start = time.perf_counter()
+            run()
+            times.setdefault(name, []).append(time.perf_counter() - start)
+            after = _backend_cpu(pid)
+            if before is not None and after is not None:
+                cpu.setdefault(name, []).append(after - before)
+
         row = conn.execute("SELECT min(journal_id) FROM agentteam.journals").fetchone()
         assert row is not None
         scope = f"e.journal_id = '{row[0]}' AND e.seq BETWEEN 5001 AND 10000"
@@ -155,7 +182,7 @@ def measure(url: str, repeat: int) -> dict[str, list[float]]:
 
             timed("COPY of the same rows into a plain table (client)", copy)
         conn.execute("DROP TABLE t")
-    return times
+    return times, cpu
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,13 +211,14 @@ def main(argv: list[str] | None = None) -> None:
             paths, _, _ = journals_in(folder, args.journals, args.events, 30, args.keep is not None)
             store = cluster.create_database("ingest")
             assert replay.ship(paths[:2], store).ok
-            times = measure(store, args.repeat)
+            times, cpu = measure(store, args.repeat)
     finally:
         cluster.stop()
-    print(f"{'part, per 5,000-event batch':<66} {'ms (min)':>9}  repeats")
+    print(f"{'part, per 5,000-event batch':<66} {'ms (min)':>9} {'server CPU ms':>14}  repeats")
     for name, seconds in times.items():
         each = ", ".join(f"{s * 1000:.0f}" for s in seconds)
-        print(f"{name:<66} {min(seconds) * 1000:9.1f}  ({each})", flush=True)
+        used = f"{min(cpu[name]) * 1000:14.1f}" if cpu.get(name) else f"{'-':>14}"
+        print(f"{name:<66} {min(seconds) * 1000:9.1f} {used}  ({each})", flush=True)
 
 
 if __name__ == "__main__":
