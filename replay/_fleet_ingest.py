@@ -311,7 +311,10 @@ _DIGEST: Final = """length(r.salt) = 32 AND ltrim(r.salt, '0123456789abcdef') = 
 # A row the journal erased before shipping (journal/_erase.py: the marker payload, the salt
 # empty): its hash, which covered the erased bytes, is taken as stored, as verify takes it (the
 # next row's prev_hash links it; its leaf commits to its envelope and digest). _fleet_erase.py.
-ERASED_ROW: Final = """(r.payload = '{"erased":true}' AND r.salt = '')"""
+# Never NULL: a v1 row (salt NULL) is never erased, whatever its payload says.
+ERASED_ROW: Final = (
+    """(r.salt IS NOT DISTINCT FROM '' AND r.payload IS NOT DISTINCT FROM '{"erased":true}')"""
+)
 _INGEST: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.ingest(a_journal text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER

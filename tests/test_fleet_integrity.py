@@ -124,6 +124,33 @@ def test_a_row_whose_hash_does_not_recompute_is_refused(
     assert store_rows(pg_url, jid) == [(r[0], r[16]) for r in rows_of(path)]
 
 
+def test_a_v1_row_dressed_as_erased_still_has_its_hash_checked(
+    pg_url: str, login: Any, tmp_path: Path
+) -> None:
+    """Only a v2 row (a salt column, emptied) can arrive erased; a v1 row (no salt) whose
+    payload is the erased marker is an edited payload like any other."""
+    from agentteam_task_bridge.journal import _schema
+
+    alice = login()
+    path = tmp_path / "v1.db"
+    conn = _schema.connect_writer(path)
+    _schema.ensure_identity(conn, "fleet-0001", merkle=False)
+    conn.close()
+    jid = write_fleet_journal(path, 1, 3)
+    rows = rows_of(path)
+    assert len(rows[0]) == 17, "a v1 journal: no leaf columns"
+    assert replay.ship([path], alice).ok
+    append_calls(path, jid, 30, 2)
+    new = rows_of(path)[len(rows) :]
+    dressed = [list(r) for r in new]
+    dressed[1][14] = journal.ERASED_PAYLOAD  # the payload gone, its hash kept
+    with psycopg.connect(alice, autocommit=True) as conn2:
+        with pytest.raises(psycopg.errors.CheckViolation) as caught:
+            ingest(conn2, jid, [tuple(r) for r in dressed])
+    assert caught.value.diag.message_detail == f"hash_mismatch {new[1][0]}"
+    assert replay.ship([path], alice).ok, "the genuine rows go in"
+
+
 def test_another_login_cannot_write_or_move_the_head_of_a_journal(
     pg_url: str, login: Any, tmp_path: Path
 ) -> None:
