@@ -133,6 +133,7 @@ class Bridge:
         # Every token this bridge has sent (and a proxy password): an upstream that echoes one
         # back, whole, cut or re-cased, must not hand it to the model, the journal or a span.
         self.screen = Screen()
+        self.screen.hide(launch.workspace_id, launch.agent_id)
         if tracing is not None:
             self.screen.listeners.append(tracing.add_secret)
         self._stage = UpstreamStage(
@@ -464,6 +465,7 @@ class Bridge:
         if spec.operation == "keyed_create" and "idempotency_key" in args:
             run, callback = _workflow_ids(meta)
             injected = {"workflowRunId": run, "callbackEffectId": callback}
+            self.screen.hide(run, callback)
             fields += [
                 InjectedField(
                     name="workflow_run_id", source=f"request _meta {META_RUN}", value=run
