@@ -178,3 +178,50 @@ def test_every_integer_of_every_output_schema_is_bounded_to_exact_json_numbers()
         if not (0 <= schema.get("minimum", -1) and schema.get("maximum", SAFE + 1) <= SAFE)
     ]
     assert unbounded == []
+
+
+# (tool call, upstream status, body): a product error a hostile upstream answers where it does
+# not fit; any suggestion must still be a call the tool's inputSchema admits.
+NO_FIT: dict[str, tuple[tuple[str, dict[str, Any]], int, bytes]] = {
+    "stale_update to a create": (
+        ("task_create", {"channel": "general", "tasks": [{"title": "x"}]}),
+        409,
+        msgspec.json.encode({"error": {"code": "stale_update", "message": "m"}}),
+    ),
+    "subtask_mode_required to a list": (
+        LIST,
+        409,
+        msgspec.json.encode({"error": {"code": "subtask_mode_required", "message": "m"}}),
+    ),
+    "a board name no call takes as the first candidate": (
+        LIST,
+        404,
+        msgspec.json.encode(
+            {
+                "error": {
+                    "code": "channel_not_found",
+                    "message": "m",
+                    "candidates": [{"channel": "Other Board!"}, {"channel": "eng"}],
+                }
+            }
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_FIT))
+async def test_a_suggestion_after_a_misplaced_error_is_still_a_valid_call(
+    tmp_path: Path, case: str
+) -> None:
+    from jsonschema import Draft202012Validator
+
+    (tool, arguments), status, body = NO_FIT[case]
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, content=body))
+    async with inprocess_bridge(tmp_path / "j.db", transport) as (bridge, _):
+        result = await bridge.call(tool, arguments, {}, 1)
+    action = error_of(result).get("suggested_action")
+    if action is not None:
+        schema = TOOLS[action["tool"]].tool.input_schema
+        assert list(Draft202012Validator(schema).iter_errors(action["arguments"])) == [], action
+    if case.startswith("a board name"):
+        assert action == {"tool": "task_list", "arguments": {"channel": "eng"}}
