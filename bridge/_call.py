@@ -53,7 +53,7 @@ from ._call_record import CallRecord, JournalPort, Recorder, Unjournaled
 from ._call_upstream import CAPPED_PREFIX, UpstreamStage
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import Credentials, LaunchContext
-from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request
+from ._cursor import Cursors, NotAPage, PageState, page_answer, page_request, upstream_cursor
 from ._detail import DetailState, continue_detail, detail_request, fit_answer
 from ._dto import from_upstream
 from ._errors import OperationKind, ToolError, internal_error, suggest
@@ -133,6 +133,7 @@ class Bridge:
         # Every token this bridge has sent (and a proxy password): an upstream that echoes one
         # back, whole, cut or re-cased, must not hand it to the model, the journal or a span.
         self.screen = Screen()
+        self.screen.hide(launch.workspace_id, launch.agent_id)
         if tracing is not None:
             self.screen.listeners.append(tracing.add_secret)
         self._stage = UpstreamStage(
@@ -464,6 +465,7 @@ class Bridge:
         if spec.operation == "keyed_create" and "idempotency_key" in args:
             run, callback = _workflow_ids(meta)
             injected = {"workflowRunId": run, "callbackEffectId": callback}
+            self.screen.hide(run, callback)
             fields += [
                 InjectedField(
                     name="workflow_run_id", source=f"request _meta {META_RUN}", value=run
@@ -502,11 +504,13 @@ class Bridge:
             raise _Unusable
         body = dict(body)
         next_cursor = body.pop("nextCursor", None)
+        if list_state is None:  # a list page's was checked by `page_answer` (or is the bridge's)
+            next_cursor = upstream_cursor(next_cursor)
         try:
             data = from_upstream(body, spec.data_type)  # camelCase in, snake_case out
         except msgspec.ValidationError:
             raise _Unusable from None
-        if isinstance(next_cursor, str):
+        if next_cursor is not None:
             meta["next_cursor"] = next_cursor
         return data, meta
 

@@ -16,6 +16,13 @@ to the workspace and the list arguments but the cursor and the limit (``cursor_m
 elsewhere), ``e`` is its expiry (CURSOR_TTL_SECONDS after issue). A forged, edited or expired
 cursor is ``cursor_invalid``. A cursor without the prefix is the upstream's own: it passes
 through untouched and the upstream judges it.
+
+Every cursor the bridge hands out is one the model can send back (the inputs' ``cursor``, 1-2048
+characters) and wrap again: an upstream ``nextCursor`` that is present must be 1 to
+``MAX_UPSTREAM_CURSOR`` printable ASCII characters other than space, ``"`` and ``\\``
+(``upstream_cursor``); anything else (a number, ``""``, control characters, 100 KB) makes the page
+``NotAPage`` (``upstream_malformed``), never a cursor over the answer's budget nor the silent end
+of the list.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +46,8 @@ from ._exceptions import BridgeError
 from ._paths import loose_mode, make_private_dir
 
 CURSOR_PREFIX = "bt1."
+MAX_UPSTREAM_CURSOR = 1024  # wrapped in a bridge cursor, still within the inputs' 2048
+_UPSTREAM_CURSOR = re.compile(rf"[!#-\[\]-~]{{1,{MAX_UPSTREAM_CURSOR}}}")
 CURSOR_TTL_SECONDS = 24 * 3600
 KEY_FILE = "cursor.key"
 _KEY_BYTES = 32
@@ -253,6 +263,16 @@ def page_request(
     return upstream_args, state
 
 
+def upstream_cursor(value: Any) -> str | None:
+    """An upstream answer's `nextCursor` (None: absent or null, the last page); raises NotAPage
+    for one the bridge could not hand back (see the module's docstring)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or _UPSTREAM_CURSOR.fullmatch(value) is None:
+        raise NotAPage
+    return value
+
+
 def page_answer(
     args: dict[str, Any], body: Any, state: PageState, cursors: Cursors
 ) -> tuple[dict[str, Any], PageState]:
@@ -266,10 +286,10 @@ def page_answer(
     state = state._replace(dropped=len(items) - len(fresh))
     limit = args.get("limit", inp.DEFAULT_LIMIT)
     page = {**body, "items": fresh[:limit]}
-    upstream_next = body.get("nextCursor")
+    upstream_next = upstream_cursor(body.get("nextCursor"))
     if len(fresh) > limit:
         page["nextCursor"] = cursors.issue(state, fresh[:limit])
-    elif not fresh and isinstance(upstream_next, str) and (state.after or state.seen):
+    elif not fresh and upstream_next is not None and (state.after or state.seen):
         # Every item of this fetch was given before: go on from the upstream's next page.
         page["nextCursor"] = cursors.issue(state, [], upstream=upstream_next)
     return page, state

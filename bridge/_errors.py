@@ -43,6 +43,7 @@ answer (status, body, Retry-After, transport failure) into a row of the table is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -165,6 +166,7 @@ PRODUCT_CODES: Final[dict[ProductCode, tuple[bool, str]]] = {
 # code -> (retryable when nothing else decides, safe default message)
 CODES: Final[dict[ErrorCode, tuple[bool, str]]] = dict(BRIDGE_CODES.items())
 CODES.update(PRODUCT_CODES.items())
+_CHANNEL: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a board name `_inputs.Channel` takes
 
 # ---------------------------------------------------------------------------------------------
 # The retryability table
@@ -422,15 +424,20 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
     unchanged as things stand after the failure; where no call would, none is suggested
     (tests/test_bridge_suggestions.py sends every one)."""
     channel = args.get("channel")
-    locator = {"channel": channel, "number": args.get("number")}
-    if error.code == "stale_update" and channel:
+    number = args.get("number")
+    # A code the upstream answered to a call without a task number (a hostile or mistaken
+    # `stale_update` to a create) has no task to read: no suggestion rather than `number: null`.
+    locator = {"channel": channel, "number": number} if isinstance(number, int) else None
+    if error.code == "stale_update" and channel and locator:
         return {"tool": "task_get", "arguments": locator}
     if error.code in ("task_not_found", "task_deleted") and channel:
         return {"tool": "task_list", "arguments": {"channel": channel}}
     if error.code == "channel_not_found" and error.candidates:
-        first = error.candidates[0].get("channel")
+        # The first candidate that is a board name the model may send (not a redacted one).
+        names = (c.get("channel") for c in error.candidates)
+        first = next((n for n in names if isinstance(n, str) and _CHANNEL.fullmatch(n)), None)
         return {"tool": "task_list", "arguments": {"channel": first}} if first else None
-    if error.code == "subtask_mode_required" and channel:
+    if error.code == "subtask_mode_required" and channel and locator:
         return {"tool": "task_get", "arguments": locator}
     if error.code in ("cursor_mismatch", "cursor_invalid"):
         return {"tool": tool, "arguments": {k: v for k, v in args.items() if k != "cursor"}}
@@ -448,7 +455,7 @@ def suggest(error: ToolError, tool: str, args: dict[str, Any]) -> dict[str, Any]
             if titles
             else None
         )
-    if error.code == "outcome_unknown" and "number" in args and channel and tool != "task_delete":
+    if error.code == "outcome_unknown" and locator and channel and tool != "task_delete":
         # A delete in doubt gets none: a task_get that fails (task_deleted) is how it would tell.
         return {"tool": "task_get", "arguments": locator}
     return None

@@ -3,13 +3,25 @@
 Upstream answers are converted into these types (through their camelCase twins, bridge/_dto.py),
 which both validates the upstream body and guarantees that `structuredContent` matches the
 `outputSchema` generated from the same types.
+
+Every integer is bounded as the inputs bound theirs: a task number is one the model can send back
+(`TaskNumber`, 1 to 2**53, `_inputs.Number`'s range), a count or size is 0 to 2**53 (`Count`), so
+a number past what a JSON client holds exactly (a JavaScript client reads 1e400 as Infinity and
+its validator then refuses the whole answer) or a task #0 an upstream answers is
+`upstream_malformed`, never a result.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import Meta as Bounds
+
+TaskNumber = Annotated[int, Bounds(ge=1, le=2**53)]
+Count = Annotated[int, Bounds(ge=0, le=2**53)]
+# A revision (RFC 3339); bounded, as it is part of a bridge cursor's key under `sort: updated`.
+Stamp = Annotated[str, Bounds(min_length=1, max_length=64)]
 
 
 class _Out(Struct, frozen=True):
@@ -24,44 +36,44 @@ class ChecklistItem(_Out, frozen=True):
 class Attachment(_Out, frozen=True):
     name: str
     media_type: str
-    size_bytes: int
+    size_bytes: Count
 
 
 class Checkpoint(_Out, frozen=True):
-    id: int
+    id: Count
     summary: str
     author: str | None
     created_at: str
 
 
 class SubtaskSummary(_Out, frozen=True):
-    number: int
+    number: TaskNumber
     title: str
     status: str
 
 
 class CheckpointSection(_Out, frozen=True):
     items: list[Checkpoint]
-    total: int
+    total: Count
 
 
 class SubtaskSection(_Out, frozen=True):
     items: list[SubtaskSummary]
-    total: int
+    total: Count
 
 
 class TaskSummary(_Out, frozen=True):
     channel: str
-    number: int
+    number: TaskNumber
     scope_id: str
     title: str
     status: str
     priority: str | None
     assignee: str | None
     labels: list[str]
-    parent: int | None
-    subtask_count: int
-    updated_at: str
+    parent: TaskNumber | None
+    subtask_count: Count
+    updated_at: Stamp
 
 
 class TaskDetail(TaskSummary, frozen=True):
@@ -81,7 +93,7 @@ class TaskDetail(TaskSummary, frozen=True):
 
 
 class ClaimFailure(_Out, frozen=True):
-    number: int
+    number: TaskNumber
     code: str
     message: str
     holder: str | UnsetType | None = UNSET
@@ -98,7 +110,7 @@ class TaskGetData(_Out, frozen=True):
 
 class TaskCreateData(_Out, frozen=True):
     channel: str
-    parent: int | None
+    parent: TaskNumber | None
     tasks: list[TaskSummary]
     reused: bool
 
@@ -116,17 +128,17 @@ class TaskCheckpointData(_Out, frozen=True):
 class TaskSetClaimData(_Out, frozen=True):
     channel: str
     claimed: bool
-    count: int
-    changed: list[int]
-    unchanged: list[int]
+    count: Count
+    changed: list[TaskNumber]
+    unchanged: list[TaskNumber]
     failures: list[ClaimFailure]
     tasks: list[TaskSummary]
 
 
 class TaskDeleteData(_Out, frozen=True):
     channel: str
-    deleted: list[int]
-    promoted: list[int]
+    deleted: list[TaskNumber]
+    promoted: list[TaskNumber]
 
 
 class SuggestedAction(_Out, frozen=True):
@@ -141,7 +153,7 @@ class ErrorBody(_Out, frozen=True):
     field_errors: dict[str, str] | UnsetType = UNSET
     suggested_action: SuggestedAction | UnsetType = UNSET
     candidates: list[dict[str, Any]] | UnsetType = UNSET
-    retry_after_seconds: int | UnsetType = UNSET
+    retry_after_seconds: Count | UnsetType = UNSET
 
 
 class JournalNote(_Out, frozen=True):
@@ -158,7 +170,7 @@ class Continued(_Out, frozen=True):
 
     # Where `task.description` starts in the whole description, in characters; null once the
     # description was given whole (then `description` is null too).
-    description_from: int | None
+    description_from: Count | None
 
 
 class Meta(_Out, frozen=True):

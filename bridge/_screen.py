@@ -16,6 +16,12 @@ screen replaced: it takes a marker out whole (`cut`). What each path gets:
   does not parse, and the prefix of refused arguments: every rule, on the text before it is cut
   (screened to `MARGIN` characters past the cut).
 
+The **hidden context** (workspace and agent ids, the workflow run and callback effect ids a call
+carried: `hide`) is no secret, but no result may name it: where a non-2xx body or an unparsed
+head names one (a whole id, in any letter case, not inside a longer run of letters and digits), it
+becomes `[REDACTED]` too, before the body is classified, cut or journaled (the journal holds it in
+`context_injected`). A 2xx body is the model's own data and keeps it.
+
 Invariant: nothing an upstream answer holds reaches the model, the journal or a span without
 passing here first. A 2xx body costs a few substring scans of its bytes (`holds_known_bytes`);
 the rest runs on error paths, or is remembered (header values repeat).
@@ -29,7 +35,7 @@ from typing import Any, Final
 
 import msgspec
 
-from agentteam_task_bridge.journal import Redactor
+from agentteam_task_bridge.journal import REDACTED, Redactor
 
 __all__ = ["MARGIN", "Screen", "cut"]
 
@@ -65,6 +71,8 @@ class Screen:
     """The secrets the bridge knows (the tokens it sent, a proxy password) and their removal."""
 
     def __init__(self) -> None:
+        self._hidden_ids: set[str] = set()  # the hidden context values (`hide`)
+        self._hidden: re.Pattern[str] | None = None  # any of them
         self.redactor = Redactor()
         self.values: set[str] = set()
         self.listeners: list[Callable[[str], None]] = []  # told each new secret (telemetry)
@@ -76,6 +84,30 @@ class Screen:
             self.redactor.add_secret(secret)
             for listener in self.listeners:
                 listener(secret)
+
+    def hide(self, *values: str) -> None:
+        """Know hidden context values from now on (idempotent)."""
+        fresh = {v for v in values if v} - self._hidden_ids
+        if fresh:
+            self._hidden_ids |= fresh
+            every = sorted(self._hidden_ids, key=len, reverse=True)  # the longest first
+            alternatives = "|".join(re.escape(v) for v in every)
+            self._hidden = re.compile(
+                rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])", re.IGNORECASE
+            )
+
+    def _unhidden(self, value: Any) -> Any:
+        """`value` (JSON-typed) with every hidden context value replaced, in keys and strings."""
+        hidden = self._hidden
+        if hidden is None:
+            return value
+        if isinstance(value, str):
+            return hidden.sub(REDACTED, value)
+        if isinstance(value, dict):
+            return {self._unhidden(str(k)): self._unhidden(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._unhidden(item) for item in value]
+        return value
 
     def headers(self, headers: dict[str, str]) -> dict[str, str]:
         """Every rule, on each kept header value (they repeat from answer to answer: remembered)."""
@@ -94,10 +126,10 @@ class Screen:
 
     def failure(self, body: Any) -> Any:
         """A non-2xx body with every rule applied, before it is classified, renamed or cut."""
-        return None if body is None else self.redactor.redact(body)
+        return None if body is None else self._unhidden(self.redactor.redact(body))
 
     def head(self, raw: bytes, limit: int, *, utf8: bool = False) -> str:
         """The start of `raw` as text, at most `limit` characters (`utf8`: bytes), screened whole
         to MARGIN past the cut and cut without splitting what the screen replaced."""
         text = raw[: 4 * limit + MARGIN].decode("utf-8", errors="replace")
-        return cut(self.redactor.redact_text(text), limit, utf8=utf8)
+        return cut(self._unhidden(self.redactor.redact_text(text)), limit, utf8=utf8)

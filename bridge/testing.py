@@ -428,7 +428,9 @@ async def serve_in_memory(
     async def wire_to_client() -> None:
         async with to_client:
             async for data in wire.frames:
-                for line in data.decode().splitlines():
+                # JSON lines end at `\n` only, as stdio's reader splits them: `splitlines`
+                # would also cut a frame at a NEL or U+2028 inside a string.
+                for line in filter(None, data.split(b"\n")):
                     parsed = jsonrpc_message_adapter.validate_json(line, by_name=False)
                     try:
                         await to_client.send(SessionMessage(parsed))

@@ -8,30 +8,42 @@ secret in **folded** form: lower-cased, with every ``_`` and ``-`` removed. A **
 of at least ``FRAGMENT_RUN`` (10) folded characters of a secret, found in the folded text: every
 run of 12 characters of the secret holding at most two ``_``/``-``, in any letter case, with
 ``_``/``-`` added or removed (snake_case, kebab-case, camelCase of it), at any offset of the
-secret (a prefix, a suffix, the middle). Not found: a secret re-encoded (base64, percent-escapes,
-reversed), or cut to fewer than ten letters and digits. A secret folding to fewer than
-``FRAGMENT_RUN`` characters has no fragments: it is only replaced whole.
+secret (a prefix, a suffix, the middle). A secret folding to fewer than ``FRAGMENT_RUN``
+characters has no fragments: it is only replaced whole.
+
+A secret re-encoded is found too, as a run of its **encoded forms** (``encoded_forms``): base64
+(standard and URL-safe alphabets, padded or not, at each of the three alignments a prefix can give
+it, e.g. ``Basic`` credentials holding it; the characters its own bits fix) and percent-escapes of
+every byte (``%61%74...``, either case of hex). An encoded form's run is as long as the run of
+the secret it spells: ``_B64_RUN`` (14) base64 characters (ten of its bytes), ``_PCT_RUN`` (30)
+escaped characters (ten bytes). Not found: a secret reversed, hex-encoded, percent-escaped only in
+part (``quote`` of a base64 token keeps its runs between escapes: those are found as
+fragments), or cut to fewer than ten letters and digits.
 
 Invariants: ``Fragments.hits(text)`` is False only if ``remove(text)`` leaves it unchanged (the
 probes below are a sufficient screen); ``remove`` replaces each maximal run, and the ``_``/``-``
-inside it, by the marker, so no run of ``FRAGMENT_RUN`` folded characters of a secret survives.
+inside it, by the marker, so no run of ``FRAGMENT_RUN`` folded characters of a secret (nor of an
+encoded form, its own run) survives.
 
-The screen: each secret's folded form cut into probes of ``_PROBE`` characters every ``_STRIDE``
-characters. Any run of ``FRAGMENT_RUN`` folded characters holds a whole probe
-(``FRAGMENT_RUN >= _PROBE + _STRIDE - 1``), so a text holding no probe holds no fragment; a probe
-found is extended left and right along the secret to the whole run.
+The screen: each secret's folded form (and each encoded form) cut into probes of ``_PROBE``
+characters every *stride* characters, the stride chosen per form so that any run as long as the
+form's own holds a whole probe (``run >= _PROBE + stride - 1``): a text holding no probe holds
+no fragment; a probe found is extended left and right along the form to the whole run.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Final
 
-__all__ = ["FRAGMENT_RUN", "Fragments", "fold"]
+__all__ = ["FRAGMENT_RUN", "Fragments", "encoded_forms", "fold"]
 
 FRAGMENT_RUN: Final = 10
 _PROBE: Final = 7
 _STRIDE: Final = 4
 assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1
+_B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
+_PCT_RUN: Final = 30  # `%XX` characters: ten bytes
 _SEPARATORS: Final = "_-"
 
 
@@ -44,35 +56,72 @@ def _fold_bytes(raw: bytes) -> bytes:
     return raw.lower().translate(None, b"_-")
 
 
+def encoded_forms(secret: str) -> list[tuple[str, int]]:
+    """The secret's encoded forms, folded, each with the run that counts as a fragment of it.
+
+    Base64 of the secret after 0, 1 or 2 other bytes: only the characters whose six bits are all
+    the secret's (the same whatever surrounds it), in both alphabets (folded alike where the
+    secret's bits give no ``+``/``/``); percent-escapes of each of its UTF-8 bytes."""
+    raw = secret.encode("utf-8", "surrogatepass")
+    forms: list[tuple[str, int]] = []
+    for align in range(3):
+        encoded = base64.b64encode(bytes(align) + raw).decode()
+        first = (8 * align + 5) // 6  # the first character with none of the other bytes' bits
+        core = encoded[first : 8 * (align + len(raw)) // 6]
+        for form in (core, core.replace("+", "-").replace("/", "_")):
+            forms.append((fold(form), _B64_RUN))
+    forms.append(("".join(f"%{byte:02x}" for byte in raw), _PCT_RUN))
+    return forms
+
+
 class Fragments:
     """The folded secrets and their probes; what a text holds of them, and that text without it."""
 
     def __init__(self) -> None:
-        self._folded: list[str] = []
+        self._folded: list[tuple[str, int]] = []  # each form and its run
         self.probes: list[str] = []
         self._probes_bytes: list[bytes] = []
+        # The probes of percent-escaped forms: only looked for in a text holding a `%`.
+        self._escaped: list[str] = []
+        self._escaped_bytes: list[bytes] = []
         self._ascii = True
 
     def __bool__(self) -> bool:
         return bool(self._folded)
 
     def add(self, secret: str) -> None:
+        """Know `secret`: its folded form and, if that is long enough, its encoded forms."""
         folded = fold(secret)
-        if len(folded) < FRAGMENT_RUN or folded in self._folded:
+        if len(folded) < FRAGMENT_RUN:
             return
-        self._folded.append(folded)
+        self._add_form(folded, FRAGMENT_RUN)
+        for form, run in encoded_forms(secret):
+            self._add_form(form, run)
+
+    def _add_form(self, folded: str, run: int) -> None:
+        if len(folded) < run or any(known == folded for known, _ in self._folded):
+            return
+        self._folded.append((folded, run))
         self._ascii = self._ascii and folded.isascii()
-        starts = range(0, len(folded) - _PROBE + 1, _STRIDE)
+        stride = run - _PROBE + 1  # every run of `run` characters holds a whole probe
+        starts = range(0, len(folded) - _PROBE + 1, stride)
+        probes, probes_bytes = self.probes, self._probes_bytes
+        if folded.startswith("%"):
+            probes, probes_bytes = self._escaped, self._escaped_bytes
         for probe in dict.fromkeys(folded[k : k + _PROBE] for k in starts):
-            if probe not in self.probes:
-                self.probes.append(probe)
-                self._probes_bytes.append(probe.encode("utf-8", "surrogatepass"))
+            if probe not in probes:
+                probes.append(probe)
+                probes_bytes.append(probe.encode("utf-8", "surrogatepass"))
 
     def hits_folded(self, folded: str) -> bool:
         """Whether a text already folded (`fold`) may hold a fragment."""
         for probe in self.probes:
             if probe in folded:
                 return True
+        if "%" in folded:
+            for probe in self._escaped:
+                if probe in folded:
+                    return True
         return False
 
     def hits(self, text: str) -> bool:
@@ -89,6 +138,10 @@ class Fragments:
         for probe in self._probes_bytes:
             if probe in folded:
                 return True
+        if b"%" in folded:
+            for probe in self._escaped_bytes:
+                if probe in folded:
+                    return True
         return False
 
     def remove(self, text: str, marker: str) -> str:
@@ -106,8 +159,8 @@ class Fragments:
                 where.append(index)
         folded = "".join(chars)
         spans: list[tuple[int, int]] = []
-        for secret in self._folded:
-            for k in range(0, len(secret) - _PROBE + 1, _STRIDE):
+        for secret, run in self._folded:
+            for k in range(0, len(secret) - _PROBE + 1, run - _PROBE + 1):
                 probe = secret[k : k + _PROBE]
                 at = folded.find(probe)
                 while at >= 0:
@@ -117,7 +170,7 @@ class Fragments:
                     end = len(folded)
                     while stop < end and s_stop < len(secret) and folded[stop] == secret[s_stop]:
                         stop, s_stop = stop + 1, s_stop + 1
-                    if stop - start >= FRAGMENT_RUN:
+                    if stop - start >= run:
                         spans.append((where[start], where[stop - 1] + 1))
                     at = folded.find(probe, at + 1)
         if not spans:

@@ -3,12 +3,14 @@
 `EchoServer` answers every request with `echo(token)`: the bearer token the request carried,
 written back in each form issue 26 found leaking (a 2xx body, a `fieldErrors` key and value,
 `candidates`, a deprecation `Link`, a non-JSON body), placed so that a cut of the bridge's
-falls inside it. `fragments` is the leak test: any run of 12 characters of a secret, in the forms
-journal._fragments documents (any letter case, `_`/`-` added or removed).
+falls inside it, and re-encoded (base64 at each alignment, percent-escapes). `leaks` is the leak
+test: any run of 12 characters of a secret, in the forms journal._fragments documents (any
+letter case, `_`/`-` added or removed), or 12 bytes of it in base64 or percent-escapes.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +44,38 @@ def fragments(haystack: str, secret: str) -> list[str]:
     return found
 
 
+def encodings(secret: str) -> list[tuple[str, int]]:
+    """The secret re-encoded as an upstream may echo it, each with the length of a leak in it (12
+    bytes of the secret): base64 in both alphabets after 0, 1 or 2 other bytes (what its own bits
+    fix: 16 characters), percent-escapes of every byte in both cases of hex (36 characters)."""
+    raw = secret.encode()
+    forms = []
+    for align in range(3):
+        encoded = base64.b64encode(b"\xff" * align + raw).decode()
+        core = encoded[(8 * align + 5) // 6 : 8 * (align + len(raw)) // 6]
+        forms += [(core, 16), (core.translate(str.maketrans("+/", "-_")), 16)]
+    escaped = "".join(f"%{byte:02X}" for byte in raw)
+    return [*forms, (escaped, 36), (escaped.lower(), 36)]
+
+
+def encoded_fragments(haystack: str, secret: str) -> list[str]:
+    """The leaks of `encodings(secret)` that `haystack` holds, exactly as encoded."""
+    return [
+        form[start : start + run]
+        for form, run in encodings(secret)
+        for start in range(len(form) - run + 1)
+        if form[start : start + run] in haystack
+    ]
+
+
 def leaks(texts: Iterable[tuple[str, str]], secrets: Iterable[str]) -> list[str]:
-    """`where: run` for each fragment of each secret in each named text."""
+    """`where: run` for each fragment of each secret in each named text, plain or re-encoded."""
     secrets = list(secrets)
     return [
-        f"{where}: {run}" for where, text in texts for s in secrets for run in fragments(text, s)
+        f"{where}: {run}"
+        for where, text in texts
+        for s in secrets
+        for run in [*fragments(text, s), *encoded_fragments(text, s)]
     ]
 
 
@@ -70,6 +99,15 @@ def refusal(code: str, **error: Any) -> bytes:
 def across(secret: str, cut: int, offset: int, pad: str = "p") -> str:
     """Padding and `secret`, so that a cut at `cut` falls after its first `offset` characters."""
     return pad * (cut - offset) + secret
+
+
+def _b64(text: str, *, url: bool = False) -> str:
+    encode = base64.urlsafe_b64encode if url else base64.b64encode
+    return encode(text.encode()).decode()
+
+
+def _pct(text: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in text.encode())
 
 
 def escaped(text: str) -> bytes:
@@ -112,6 +150,21 @@ ECHOES: dict[str, Echo] = {
         200,
         [],
         (across(t, 4096, 30) + " <html>").encode(),
+    ),
+    "base64 in 2xx titles, at each alignment": lambda t: (
+        200,
+        [],
+        listing(*(_b64(prefix + t) for prefix in ("", "u:", "bob:")), _b64(t, url=True)),
+    ),
+    "Basic credentials in a fieldErrors value cut at 300": lambda t: (
+        400,
+        [],
+        refusal("validation_failed", fieldErrors={"$.title": across(_b64("me:" + t), 300, 20)}),
+    ),
+    "percent-escapes in a Link and a 2xx title": lambda t: (
+        200,
+        [("deprecation", "@1700000000"), ("link", f"<https://x/?t={_pct(t)}>")],
+        listing(_pct(t).lower()),
     ),
 }
 

@@ -164,3 +164,18 @@ async def test_update_sets_thread_messages_and_workspaces(bridge: BridgeSession)
     )
     task = (await bridge.ok("task_get", {"channel": "general", "number": 1}))["data"]["task"]
     assert (task["thread"], task["messages"], task["workspaces"]) == (None, [], workspaces)
+
+
+@pytest.mark.parametrize("wire", [pytest.param(True, marks=pytest.mark.wire), False])
+async def test_unicode_line_separators_in_text_reach_the_client_whole(
+    bridge: BridgeSession, wire: bool
+) -> None:
+    # NEL, LINE SEPARATOR and PARAGRAPH SEPARATOR end a line for `str.splitlines`, not for
+    # JSON lines: an answer holding them is one frame, read whole on both paths.
+    title = "a\x85b\u2028c\u2029d"
+    created = await bridge.ok("task_create", {"channel": "general", "tasks": [{"title": title}]})
+    number = created["data"]["tasks"][0]["number"]
+    summary = "done\u2028next\x85end"
+    await bridge.ok("task_checkpoint", {"channel": "general", "number": number, "summary": summary})
+    task = (await bridge.ok("task_get", {"channel": "general", "number": number}))["data"]["task"]
+    assert task["title"] == title and task["checkpoints"]["items"][-1]["summary"] == summary

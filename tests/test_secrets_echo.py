@@ -1,9 +1,10 @@
 """Issue 26, the leak half: a hostile upstream echoes the bearer token back in every form that
 leaked (a 2xx body, `fieldErrors` keys and values, `candidates`, a deprecation `Link`, non-JSON
-bodies), a model writes credentials into a tool name, a search query, a JSON-RPC request id and a
-refused request over 256 KiB; no run of 12 characters of any of them reaches the model's answers,
-the journal's files, stderr or the spans a live OTLP receiver gets. Trace context holding CR, LF
-or NUL is dropped and journaled, never blamed on the credential. The bridge is a subprocess."""
+bodies; base64 and percent-escapes of it), a model writes credentials into a tool name, a search
+query, a JSON-RPC request id and a refused request over 256 KiB; no run of 12 characters of any
+of them reaches the model's answers, the journal's files, stderr or the spans a live OTLP
+receiver gets. Trace context holding CR, LF or NUL is dropped and journaled, never blamed on the
+credential. The bridge is a subprocess."""
 
 from __future__ import annotations
 
@@ -133,13 +134,20 @@ async def test_an_echoed_token_and_model_written_credentials_leak_nowhere(
     assert cut["$.title"].endswith("pp[REDACTED]")  # the whole token replaced, then cut
     assert answers["candidates"].structured_content["error"]["code"] == "channel_not_found"
     with journal.open_reader(path) as reader:
-        [deprecated] = [
+        [deprecated, escaped] = [
             r.payload
             for r in reader.events(kind="deprecated_usage")
             if isinstance(r.payload, journal.DeprecatedUsage)
         ]
     assert deprecated.replacement is not None and deprecated.replacement.startswith("<https://x/p")
     assert len(deprecated.replacement) <= 300
+    assert escaped.replacement is not None and "?t=[REDACTED]" in escaped.replacement
+    # Re-encoded echoes: what is not wholly the token's stays (a prefix's base64, padding).
+    titles = answers["base64 in 2xx titles, at each alignment"].structured_content["data"]
+    assert [item["title"] for item in titles["items"]][1:3] == [
+        "dTp[REDACTED]w==",
+        "Ym9iOm[REDACTED]",
+    ]
 
 
 async def _read_answer(stdout: trio.abc.ReceiveStream, want: object) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from agentteam_task_bridge.bridge._screen import cut
 from agentteam_task_bridge.journal import REDACTED, Redactor, cut_point
 from agentteam_task_bridge.journal._redact import secret_marker
 
-from .secret_echo import fragments
+from .secret_echo import _b64, _pct, encoded_fragments, fragments, leaks
 
 TOKEN = "atk_7xxon8CZtyRsi5rp2dEYfmwZQPqpdTIRoejsI4O_aHk"
 GHP = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -29,6 +29,16 @@ FORMS = {
     "a 12-character suffix": TOKEN[-12:],
     "12 characters from the middle": TOKEN[17:29],
 }
+PLAIN = set(FORMS)
+FORMS |= {
+    "base64": _b64(TOKEN),
+    "base64 after one byte": _b64("bob:" + TOKEN),
+    "base64 after two bytes (Basic credentials)": _b64("u:" + TOKEN),
+    "URL-safe base64, unpadded": _b64("bob:" + TOKEN, url=True).rstrip("="),
+    "16 characters of base64 from the middle": _b64(TOKEN)[20:36],
+    "percent-escapes": _pct(TOKEN),
+    "percent-escapes in lower-case hex, 12 bytes": _pct(TOKEN)[30:66].lower(),
+}
 
 
 @pytest.mark.parametrize("form", list(FORMS))
@@ -37,10 +47,14 @@ def test_every_form_of_a_known_secret_is_removed_and_screened(form: str) -> None
     text = f"the upstream said {FORMS[form]}, then more"
     redacted = redactor.redact_text(text)
     assert redacted.startswith("the upstream said ") and redacted.endswith(", then more")
-    assert REDACTED in redacted and fragments(redacted, TOKEN) == []
+    assert REDACTED in redacted and leaks([(form, redacted)], [TOKEN]) == []
     assert redactor.screen(msgspec.json.encode({FORMS[form]: text}).decode())
     assert redactor.holds_known(text) and redactor.holds_known_bytes(text.encode())
-    assert redactor.redact_known({FORMS[form]: [text]}) == {REDACTED: [redacted]}
+    # An encoded form keeps what is not wholly the secret's (a prefix's characters, the last
+    # character's other bits, `=` padding): never 12 bytes of it.
+    key = REDACTED if form in PLAIN else redactor.redact_known(FORMS[form])
+    assert redactor.redact_known({FORMS[form]: [text]}) == {key: [redacted]}
+    assert REDACTED in key and leaks([(form, key)], [TOKEN]) == []
 
 
 def test_what_is_not_a_fragment_is_kept() -> None:
@@ -73,6 +87,41 @@ def test_no_run_of_a_secret_survives_redaction_in_any_form(
     assert fragments(redacted, secret) == []
     if redacted != text:
         assert redactor.screen(msgspec.json.encode(text).decode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(st.characters(codec="utf-8"), min_size=12, max_size=48),
+    prefix=st.binary(max_size=5),
+    url=st.booleans(),
+    start=st.integers(min_value=0, max_value=70),
+    size=st.integers(min_value=16, max_value=70),
+    around=st.tuples(st.text(max_size=8), st.text(max_size=8)),
+)
+def test_no_12_bytes_of_a_secret_survive_in_base64_at_any_alignment(
+    secret: str, prefix: bytes, url: bool, start: int, size: int, around: tuple[str, str]
+) -> None:
+    import base64
+
+    redactor = Redactor([secret])
+    encode = base64.urlsafe_b64encode if url else base64.b64encode
+    piece = encode(prefix + secret.encode()).decode()[start : start + size]
+    text = around[0] + piece + around[1]
+    redacted = redactor.redact_text(text)
+    assert encoded_fragments(redacted, secret) == []
+    if redacted != text:
+        assert redactor.screen(msgspec.json.encode(text).decode())
+        assert redactor.holds_known(text) and redactor.holds_known_bytes(text.encode())
+
+
+def test_encoded_text_that_is_not_a_secret_is_kept() -> None:
+    import base64
+
+    redactor = Redactor([TOKEN])
+    other = base64.b64encode(b"a checkpoint of the release notes").decode()
+    ordinary = f"blob {other}, link https://x/a%20b%2Fc%3Fd, {_b64(TOKEN)[:12]}"
+    assert redactor.redact_text(ordinary) == ordinary
+    assert redactor.redact_known(ordinary) == ordinary
 
 
 def test_a_cut_never_splits_a_marker_nor_a_credential_the_rule_set_finds() -> None:
