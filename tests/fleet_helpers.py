@@ -147,6 +147,16 @@ def write_fleet_journal(path: Path, index: int, calls: int, *, checkpoint_every:
     return f"fleet-{index:04d}"
 
 
+def write_v1_fleet_journal(path: Path, index: int, calls: int) -> str:
+    """As :func:`write_fleet_journal`, a v1 journal's file (a hash chain, no Merkle leaves)."""
+    from agentteam_task_bridge.journal import _schema
+
+    conn = _schema.connect_writer(path)
+    _schema.ensure_identity(conn, f"fleet-{index:04d}", merkle=False)
+    conn.close()
+    return write_fleet_journal(path, index, calls)
+
+
 def write_fleet(directory: Path, journals: int, calls: int) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []

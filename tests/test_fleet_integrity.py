@@ -21,7 +21,13 @@ from agentteam_task_bridge.replay import _fleet_reports as reports
 from agentteam_task_bridge.replay._fleet_ship import send_batch
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
-from .fleet_helpers import append_calls, consolidated_copy, rewrite_payload, write_fleet_journal
+from .fleet_helpers import (
+    append_calls,
+    consolidated_copy,
+    rewrite_payload,
+    write_fleet_journal,
+    write_v1_fleet_journal,
+)
 from .journal_helpers import KEY
 
 
@@ -129,14 +135,9 @@ def test_a_v1_row_dressed_as_erased_still_has_its_hash_checked(
 ) -> None:
     """Only a v2 row (a salt column, emptied) can arrive erased; a v1 row (no salt) whose
     payload is the erased marker is an edited payload like any other."""
-    from agentteam_task_bridge.journal import _schema
-
     alice = login()
     path = tmp_path / "v1.db"
-    conn = _schema.connect_writer(path)
-    _schema.ensure_identity(conn, "fleet-0001", merkle=False)
-    conn.close()
-    jid = write_fleet_journal(path, 1, 3)
+    jid = write_v1_fleet_journal(path, 1, 3)
     rows = rows_of(path)
     assert len(rows[0]) == 17, "a v1 journal: no leaf columns"
     assert replay.ship([path], alice).ok
