@@ -1,0 +1,70 @@
+"""``check-proof`` accepts a consistency proof only up to a signed size: whoever holds one signed
+checkpoint grows any tree from it (events appended with sqlite3, the Merkle log resealed), and
+``prove --consistency`` over that copy makes a proof that is RFC 9162-valid but says nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay._cli import main
+
+from .journal_helpers import KEY, VKEY
+from .test_replay_trust_policy import _append_forged
+
+
+def _write(path: Path, sizes: list[int]) -> None:
+    """A journal signed at each of `sizes` (one commit, one checkpoint, each)."""
+    done = 0
+    for size in sizes:
+        with journal.open_sync_writer(path, key=KEY, checkpoint_every=10**9) as writer:
+            writer.append_many(
+                [
+                    journal.Event(session_id="s", payload=journal.CallReceived(arguments={"i": i}))
+                    for i in range(done, size)
+                ]
+            )
+        done = size
+
+
+def _check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: int, new: int
+) -> tuple[int, dict[str, Any], str]:
+    proof = tmp_path / f"c{old}-{new}.json"
+    assert main(["prove", str(tmp_path / "journal.db"), "--consistency", str(old), str(new),
+                 "--output", str(proof)]) == 0  # fmt: skip
+    capsys.readouterr()
+    code = main(["check-proof", str(proof), "--trusted-key", VKEY.to_text()])
+    return code, json.loads(proof.read_text()), capsys.readouterr().out
+
+
+@pytest.mark.parametrize("forged", [1, 3, 9])
+def test_a_tree_grown_by_anyone_from_a_signed_size_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], forged: int
+) -> None:
+    path = tmp_path / "journal.db"
+    _write(path, [4, 10])
+    for i in range(forged):
+        _append_forged(path, journal.CallReceived(arguments={"forged": i}))
+    head = 10 + forged
+    for old in (4, 10):
+        code, proof, out = _check(tmp_path, capsys, old, head)
+        assert proof["old_checkpoint"] is not None and proof["new_checkpoint"] is None
+        assert code == 1 and out.startswith("FAILED"), out
+        assert f"size {head} has no signed checkpoint" in out
+
+
+def test_a_proof_up_to_a_signed_size_passes_whether_or_not_the_old_size_is_signed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path / "journal.db", [4, 10])
+    for old, new, old_signed in ((4, 10, True), (2, 10, False), (3, 4, False), (10, 10, True)):
+        code, proof, out = _check(tmp_path, capsys, old, new)
+        assert (proof["old_checkpoint"] is not None) == old_signed
+        assert code == 0 and out.startswith("OK"), (old, new, out)
+    code, proof, out = _check(tmp_path, capsys, 2, 3)  # neither signed
+    assert code == 1 and "size 3 has no signed checkpoint" in out
