@@ -10,7 +10,8 @@ the border). ``check-proof FILE --trusted-key KEY`` needs no journal: the checkp
 under the key, its origin, size and root, and the proof (RFC 9162's checks). A consistency proof
 passes only with a signed checkpoint at its new size: any tree can be grown from a signed one, so
 an unsigned new root is the prover's word (the old size may be unsigned: the proof binds the old
-root to the signed tree's prefix, for a checker who holds it).
+root to the signed tree's prefix, for a checker who holds it). A call's proof passes only with
+events of the call it names, each once.
 
 The JSON fields are fixed (base64 standard, padded; proofs in RFC 6962 order): an inclusion proof
 ``{origin, tree_size, root_hash, checkpoint, leaf_index, leaf, inclusion_proof}``; a call's
@@ -385,6 +386,11 @@ def _check_inclusion(
         if not isinstance(shown, dict) or shown.get("seq") != index + 1:
             problems.append(f"leaf {index}: it is not the event at seq {index + 1}")
             shown = {}
+        elif "events" in doc and shown.get("call_id") != doc.get("call_id"):
+            # A call's proof vouches for that call: another call's events are not its story.
+            problems.append(f"leaf {index}: an event of another call, not {doc.get('call_id')}")
+        elif shown in leaves:
+            problems.append(f"leaf {index}: listed twice")
         leaves.append(shown)
     return ProofCheck(
         kind="call" if "events" in doc else "inclusion",
