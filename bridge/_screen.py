@@ -76,11 +76,13 @@ class Screen:
         self.redactor = Redactor()
         self.values: set[str] = set()
         self.listeners: list[Callable[[str], None]] = []  # told each new secret (telemetry)
+        self._slash = False  # a secret holds "/", which JSON may spell `\\/`
 
     def add(self, secret: str) -> None:
         """Know a secret from now on (idempotent)."""
         if secret and secret not in self.values:
             self.values.add(secret)
+            self._slash = self._slash or "/" in secret
             self.redactor.add_secret(secret)
             for listener in self.listeners:
                 listener(secret)
@@ -119,8 +121,11 @@ class Screen:
         if body is None or not self.values:
             return body
         if not self.redactor.holds_known_bytes(raw):
-            # Only a `\\u` escape hides a letter or digit from a scan of the bytes.
-            if b"\\u" not in raw or not self.redactor.holds_known(_encode(body).decode()):
+            # Only a JSON escape hides a character of a secret from a scan of the bytes: `\\u`
+            # any, `\\/` a slash (`\\"`, `\\\\` and control characters are scanned as msgspec
+            # spells them too: Redactor.add_secret).
+            hidden = b"\\u" in raw or (self._slash and b"\\/" in raw)
+            if not hidden or not self.redactor.holds_known(_encode(body).decode()):
                 return body
         return self.redactor.redact_known(body)
 

@@ -24,7 +24,9 @@ Findings name the seq and the rule broken:
 ``leaf_missing``               a v2 journal's event has no leaf (salt and payload digest)
 ``payload_digest_mismatch``    the payload is not the one its leaf commits to
 ``tree_hash_mismatch``         a stored Merkle hash is not the recomputed one (proofs fail)
-``checkpoint_root_mismatch``   a checkpoint's signed root is not the tree hash at its size
+``checkpoint_root_mismatch``   a checkpoint's signed root is not the tree hash at its size, or
+                               it signs a tree root in a journal read as v1 (its ``merkle_log``
+                               mark removed): its signature does not cover the head hash it names
 ``erasure_unrecorded``         an erased event no ``payload_erased`` event names (checked on
                                a whole journal's file; across segments by replay's verify)
 =============================  ==============================================================
@@ -226,6 +228,7 @@ class CheckpointCheck:
         accept_unverified: bool = False,
         start_seq: int = 0,
         start_hash: str | None = None,
+        roots_checked: bool,
     ) -> None:
         self._chain = chain
         self._start_hash = start_hash
@@ -254,6 +257,14 @@ class CheckpointCheck:
             if cp.journal_id != chain.journal_id:
                 detail = f"{label} is journal {cp.journal_id!r}"
                 chain.report(cp.seq, "checkpoint_journal_mismatch", detail)
+                continue
+            if cp.root_hash is not None and not roots_checked:
+                # Its signature covers the tree root only: the head hash it names is anyone's.
+                detail = (
+                    f"{label} signs a Merkle tree root, but the journal reads as v1 (chain only:"
+                    " no merkle_log in journal_meta), so nothing checks what it signs"
+                )
+                chain.report(cp.seq, "checkpoint_root_mismatch", detail)
                 continue
             self._signed.append((label, cp))
             self.last_seq = max(self.last_seq, cp.seq)
@@ -452,6 +463,7 @@ def _verify(
         trust_recorded_keys=trust_recorded_keys,
         accept_unverified=accept_unverified,
         start_seq=start_seq,
+        roots_checked=reader.merkle,
     )
     if since is not None and reader.hash_at(since.seq) != since.head_hash:
         chain.report(since.seq, "checkpoint_hash_mismatch", "since checkpoint: hash differs")

@@ -7,7 +7,11 @@ does so for every event of a call; ``--consistency OLD NEW`` proves the tree of 
 prefix of the tree of NEW. Reads are O(log n) stored hashes (:mod:`journal._merkle`), from the
 journal's segment files (a journal rolled over: the file of each hash, or a later file's copy of
 the border). ``check-proof FILE --trusted-key KEY`` needs no journal: the checkpoint's signature
-under the key, its origin, size and root, and the proof (RFC 9162's checks).
+under the key, its origin, size and root, and the proof (RFC 9162's checks). A consistency proof
+passes only with a signed checkpoint at its new size: any tree can be grown from a signed one, so
+an unsigned new root is the prover's word (the old size may be unsigned: the proof binds the old
+root to the signed tree's prefix, for a checker who holds it). A call's proof passes only with
+events of the call it names, each once.
 
 The JSON fields are fixed (base64 standard, padded; proofs in RFC 6962 order): an inclusion proof
 ``{origin, tree_size, root_hash, checkpoint, leaf_index, leaf, inclusion_proof}``; a call's
@@ -382,6 +386,11 @@ def _check_inclusion(
         if not isinstance(shown, dict) or shown.get("seq") != index + 1:
             problems.append(f"leaf {index}: it is not the event at seq {index + 1}")
             shown = {}
+        elif "events" in doc and shown.get("call_id") != doc.get("call_id"):
+            # A call's proof vouches for that call: another call's events are not its story.
+            problems.append(f"leaf {index}: an event of another call, not {doc.get('call_id')}")
+        elif shown in leaves:
+            problems.append(f"leaf {index}: listed twice")
         leaves.append(shown)
     return ProofCheck(
         kind="call" if "events" in doc else "inclusion",
@@ -408,8 +417,12 @@ def _check_consistency(
             cp = _note(doc[field], keys, problems, field)
             _check_signed(cp, origin, size, root, problems, field)
             signed.append(cp.key_id)
-    if not signed:
-        problems.append("neither size has a signed checkpoint: the roots are the prover's word")
+    if doc.get("new_checkpoint") is None:
+        # Any tree extends a signed one: only a signed new root makes the proof say anything.
+        problems.append(
+            f"size {new} has no signed checkpoint: its root is the prover's word (a tree grown"
+            f" from the one at size {old} by anyone); prove between checkpointed sizes"
+        )
     return ProofCheck(
         kind="consistency",
         origin=origin,

@@ -191,6 +191,11 @@ def _render_proof(out: Console, proof: msgspec.Struct) -> None:
         out.print(f"  consistency proof: {len(proof.consistency_proof)} hashes")
         signed = [n for n in (proof.old_checkpoint, proof.new_checkpoint) if n is not None]
         out.print(f"  signed checkpoints at these sizes: {len(signed)}")
+        if proof.new_checkpoint is None:
+            out.print(
+                f"  size {proof.new_size} has no signed checkpoint: check-proof refuses this"
+                " proof (prove up to a checkpointed size)"
+            )
         return
     assert isinstance(proof, _prove.InclusionProof | _prove.CallProof)
     events = (

@@ -438,6 +438,7 @@ class _FileCheck:
             accept_unverified=self.accept_unverified,
             start_seq=start_seq,
             start_hash=start_hash,
+            roots_checked=merkle,
         )
         tree = None
         if merkle:  # a v2 journal: the Merkle log too, from the first file's border on
