@@ -297,11 +297,18 @@ class _Core:
         self.next_tree = None if self.tree is None else self.tree.copy()
 
     def checkpoint_due(self, last_seq: int) -> bool:
-        since = last_seq - (self.last_checkpoint.seq if self.last_checkpoint else 0)
-        if since <= 0:
+        """Whether the commit that ends at ``last_seq`` signs: its first commit (a journal is
+        never without a signed checkpoint over its events, so ``verify`` owes no exemption to
+        an unsigned one: anyone could have stripped it), a commit that reaches a multiple of
+        the checkpoint count (so no more than that many events go unsigned), or the interval."""
+        last = self.last_checkpoint
+        if last is None:
+            return last_seq > 0
+        if last_seq <= last.seq:
             return False
+        every = self._checkpoint_every
         return (
-            since >= self._checkpoint_every
+            last_seq // every > last.seq // every
             or time.monotonic() - self._checkpoint_at >= self._checkpoint_interval
         )
 

@@ -8,10 +8,9 @@ highest seq a counted checkpoint covers. Rules:
 
 =====================  ================================================================
 ``unsigned_history``   no counted checkpoint covers any event of the journal: its
-                       signatures were stripped, or it was forged without any. Passes only
-                       for a *live* journal (a writer holds its live file's lock now, as
-                       ``/proc/locks`` shows) of at most ``CHECKPOINT_EVERY`` events: a
-                       session that has not reached its first checkpoint yet
+                       signatures were stripped, or it was forged without any. A writer
+                       signs its first commit, so no journal is ever without one, live or
+                       not (a lock on the file proves nothing: anyone can take one)
 ``unsigned_tail``      more than ``CHECKPOINT_EVERY`` (1000) events after the last counted
                        checkpoint. A writer signs at the commit that reaches 1000 unsigned
                        events, every 30 s while it runs, after a journal gap and on close,
@@ -62,7 +61,7 @@ TrustFinding = tuple[int | None, str, str]  # (seq, rule, detail)
 
 
 def signed_history_findings(
-    *, first_seq: int, head_seq: int, signed_through: int, live: bool
+    *, first_seq: int, head_seq: int, signed_through: int
 ) -> tuple[list[TrustFinding], int]:
     """The findings on a journal's signed history (events first_seq..head_seq) and the count
     of its unsigned tail."""
@@ -70,8 +69,6 @@ def signed_history_findings(
         return [], 0  # no event here
     if signed_through < first_seq:
         unsigned = head_seq - first_seq + 1
-        if live and unsigned <= UNSIGNED_TAIL_LIMIT:
-            return [], unsigned
         detail = (
             f"no checkpoint signed by a trusted key covers seqs {first_seq}..{head_seq}"
             f" ({unsigned} events): signatures stripped, or a journal written without them"

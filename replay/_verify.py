@@ -486,7 +486,7 @@ class _FileCheck:
                 self._check_start(segments[0], start_seq)
         live = journal.held_by_a_writer(segments[-1].path)
         policy, unsigned = signed_history_findings(
-            first_seq=start_seq + 1, head_seq=chain.seq, signed_through=signed, live=live
+            first_seq=start_seq + 1, head_seq=chain.seq, signed_through=signed
         )
         policy += excuse_findings(self._excuses, signed)
         if self.local_keys is not None:

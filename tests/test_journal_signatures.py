@@ -62,7 +62,7 @@ def test_a_checkpoint_is_a_tlog_checkpoint_note_any_reader_can_verify(tmp_path: 
     path = tmp_path / "j.db"
     _write(path, KEY, 3)
     with journal.open_reader(path) as reader:
-        [checkpoint] = reader.checkpoints()
+        checkpoint = max(reader.checkpoints(), key=lambda cp: cp.seq)  # the first commit's at 1
         head = reader.head()
     text, _, signature_line = checkpoint.note().rpartition("\n\n")
     origin, size, root = text.split("\n")
@@ -99,17 +99,18 @@ def test_a_new_journal_names_its_key_and_a_changed_key_is_a_rotation_event(
             previous=old.verifier.to_text(),
         )
         signers = {cp.seq: cp.key_id for cp in reader.checkpoints()}
-    assert signers == {
+    assert signers == {  # the first commit, each multiple of 5, each close
+        1: old.key_id,
         5: old.key_id,
         7: old.key_id,
-        12: new.key_id,
+        10: new.key_id,
         15: new.key_id,
     }
     both = journal.verify(path, trusted=[old.verifier, new.verifier])
-    assert both.ok and both.signatures_checked == 4
+    assert both.ok and both.signatures_checked == 5
     # Trusting the old key alone: what the new key signed fails, named at its seq.
     assert _rules(journal.verify(path, trusted=[old.verifier])) == [
-        (12, "checkpoint_unverified"),
+        (10, "checkpoint_unverified"),
         (15, "checkpoint_unverified"),
     ]
     _write(path, new, 1, start=14)  # the same key again: nothing more is recorded
@@ -142,10 +143,10 @@ def test_an_hmac_era_journal_verifies_with_its_old_key_and_migrates_by_rotation(
     legacy = journal.HmacKey(b"an old hmac key, 32 bytes long!!")
     _write(path, legacy, 6)  # what the code before Ed25519 wrote
     with journal.open_reader(path) as reader:
-        assert [cp.scheme for cp in reader.checkpoints()] == ["hmac", "hmac"]
+        assert [cp.scheme for cp in reader.checkpoints()] == ["hmac", "hmac", "hmac"]
         assert reader.recorded_keys() == []
     report = journal.verify(path, trusted=[legacy])
-    assert report.ok and report.signatures_checked == 2
+    assert report.ok and report.signatures_checked == 3
     forged = journal.verify(path, trusted=[journal.HmacKey(b"another key of 32 bytes long!!!!")])
     assert {rule for _, rule in _rules(forged)} == {"checkpoint_unverified"}
     # The first Ed25519 writer records the migration in the chain.
@@ -153,9 +154,10 @@ def test_an_hmac_era_journal_verifies_with_its_old_key_and_migrates_by_rotation(
     with journal.open_reader(path) as reader:
         [rotated] = reader.events(kind="key_rotated")
         assert rotated.seq == 7 and rotated.payload.previous == f"hmac:{legacy.key_id}"  # type: ignore[union-attr]
-        assert [cp.scheme for cp in reader.checkpoints()] == ["hmac", "hmac", "ed25519"]
+        assert [cp.scheme for cp in reader.checkpoints()] == ["hmac", "hmac", "hmac", "ed25519"]
     assert journal.verify(path, trusted=[legacy, VKEY]).ok
     assert _rules(journal.verify(path, trusted=[VKEY])) == [
+        (1, "checkpoint_unverified"),
         (5, "checkpoint_unverified"),
         (6, "checkpoint_unverified"),
     ]

@@ -466,7 +466,7 @@ def test_go_accepts_proofs_across_a_key_rotation(oracle: Path, tmp_path: Path) -
     _exercise(oracle, path, vkeys, tmp_path, seqs=8, pairs=8, seed=3)
     # One seq proved under the old key's checkpoint (held), the pair across the rotation.
     with journal.open_reader(path) as reader:
-        held = next(cp for cp in reader.checkpoints() if cp.key_id == old.key_id)
+        held = next(cp for cp in reader.checkpoints() if cp.key_id == old.key_id and cp.seq > 3)
     held_file = tmp_path / "held.note"
     held_file.write_text(held.note())
     proof = _prove(path, "--seq", "3", "--checkpoint", str(held_file))

@@ -101,6 +101,7 @@ def test_a_copied_journal_verifies_only_with_the_public_key(
     copy = _copy(origin, auditor)
     code, out = _verify(copy, capsys=capsys)
     assert code == 1 and _rules(out) == [
+        (1, "checkpoint_unverified"),  # the first commit's
         (5, "checkpoint_unverified"),
         (10, "checkpoint_unverified"),
         (12, "checkpoint_unverified"),
@@ -109,14 +110,14 @@ def test_a_copied_journal_verifies_only_with_the_public_key(
     assert "no trusted key" in out["findings"][0]["detail"] and out["trusted_keys"] == []
     code, out = _verify(copy, "--trusted-key", origin.vkey, capsys=capsys)
     assert code == 0 and out["ok"], out["findings"]
-    assert out["journals"][0]["signatures_checked"] == 4
+    assert out["journals"][0]["signatures_checked"] == 5
     assert out["journals"][0]["recorded_keys"] == [origin.vkey]
     key_file = auditor / "laptop.vkey"
     key_file.write_text(origin.vkey + "\n")
     assert _verify(copy, "--trusted-key", key_file, capsys=capsys)[0] == 0
     # Accepting unverified signatures is a choice made explicitly, and reported as such.
     code, out = _verify(copy, "--accept-unverified", capsys=capsys)
-    assert code == 0 and out["journals"][0]["signatures_unchecked"] == 4
+    assert code == 0 and out["journals"][0]["signatures_unchecked"] == 5
 
 
 def _resign_rewritten_history(path: Path) -> None:
@@ -218,11 +219,8 @@ def test_an_old_checkpoint_exported_over_a_truncated_tail_is_caught_by_a_held_ch
     # Cut without removing the stored checkpoints, the table itself tells (it is append-only).
     tamper(copy, "DELETE FROM events WHERE seq > 3")
     code, out = _verify(copy, "--trusted-key", origin.vkey, "--no-auto-checkpoint", capsys=capsys)
-    # (and no checkpoint covers the 3 events left: the one at 5 names events that are gone)
-    assert code == 1 and _rules(out) == [
-        (1, "unsigned_history"),
-        (4, "truncated_before_checkpoint"),
-    ]
+    # (the first commit's checkpoint still covers seq 1; the one at 5 names events now gone)
+    assert code == 1 and _rules(out) == [(4, "truncated_before_checkpoint")]
 
 
 def test_a_replaced_key_file_shows_as_a_rotation_and_fails_the_default_check(
@@ -239,7 +237,11 @@ def test_a_replaced_key_file_shows_as_a_rotation_and_fails_the_default_check(
         [rotated] = reader.events(kind="key_rotated")
     assert rotated.seq == N + 1 and rotated.payload.previous == origin.vkey  # type: ignore[union-attr]
     code, out = _verify(_copy(origin, auditor), "--trusted-key", origin.vkey, capsys=capsys)
-    assert code == 1 and _rules(out) == [(N + 4, "checkpoint_unverified")] * 2
+    # signed at N + 3 (a multiple of 5) and at close, N + 4 (stored and exported)
+    assert code == 1 and _rules(out) == [
+        (N + 3, "checkpoint_unverified"),
+        *[(N + 4, "checkpoint_unverified")] * 2,
+    ]
     assert "agentteam-bridge/intruder" in out["findings"][0]["detail"]
     # On the origin machine the local (replaced) key is trusted, and the journal names the key
     # it replaced: the default check fails there, saying which key it trusted.
@@ -263,7 +265,7 @@ def test_an_hmac_era_journal_verifies_with_its_old_key_file(
     old_key = tmp_path / "journal.key"
     old_key.write_text(secret.hex() + "\n")
     code, out = _verify(path, "--key", old_key, capsys=capsys)
-    assert code == 0 and out["journals"][0]["signatures_checked"] == 4
+    assert code == 0 and out["journals"][0]["signatures_checked"] == 5  # at 1, 5, 10, 12 + file
     code, out = _verify(path, capsys=capsys)
     assert code == 1 and {rule for _, rule in _rules(out)} == {"checkpoint_unverified"}
     # On the machine that has it, the old key file is found by itself.
@@ -324,7 +326,7 @@ def test_trusted_key_takes_what_agentteam_replay_key_prints_in_every_form(
     started = f"agentteam: created the signing key K; public key {origin.vkey} (fingerprint F)"
     for given in (origin.vkey, line, printed.stdout, started, str(redirected), str(bare)):
         code, out = _verify(copy, "--trusted-key", given, capsys=capsys)
-        assert code == 0 and out["journals"][0]["signatures_checked"] == 4, (given, out)
+        assert code == 0 and out["journals"][0]["signatures_checked"] == 5, (given, out)
     other = journal.SigningKey("agentteam-bridge/other", bytes(range(32))).verifier.to_text()
     for refused in (f"{origin.vkey} {other}", "public key: none", origin.vkey[:-4]):
         code = main(["verify", str(copy), "--trusted-key", refused, "--json"])

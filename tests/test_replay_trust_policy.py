@@ -10,6 +10,7 @@ gap is signed as it is written: test_bridge_journal_degraded verifies one under 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -153,22 +154,28 @@ def test_an_unsigned_tail_is_counted_and_fails_beyond_what_a_writer_leaves(
         )
 
 
-def test_a_live_session_before_its_first_checkpoint_passes_and_its_copy_does_not(
+def test_a_live_session_is_signed_from_its_first_commit_and_a_lock_excuses_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "journal.db"
     options = {"checkpoint_every": 10**9, "checkpoint_interval": 1e9}
     with journal.open_sync_writer(path, key=KEY, **options) as writer:
-        writer.append_many([_call(i) for i in range(3)])
+        writer.append(_call(0))
+        writer.append_many([_call(i) for i in range(1, 3)])
         code, out = _verify(capsys, path, "--trusted-key", VKEY.to_text())
         [report] = out["journals"]
-        assert code == 0 and report["live"] and report["unsigned_tail"] == 3
-        # The same bytes, not held by a writer: nothing tells them from stripped ones.
-        copy = consolidated_copy(path, tmp_path / "copy.db")
-        code, out = _verify(capsys, copy, "--trusted-key", VKEY.to_text())
-        assert code == 1 and _rules(out) == [(1, "unsigned_history")]
+        # Its first commit signed seq 1; the two events after it are the live tail.
+        assert code == 0 and report["live"] and report["unsigned_tail"] == 2, out
+        assert report["signed_through"] == 1
     code, out = _verify(capsys, path, "--trusted-key", VKEY.to_text())
     assert code == 0 and out["journals"][0]["unsigned_tail"] == 0  # signed on close
+    # Stripped of its signatures and held by anyone's lock: not a live session's tail.
+    _strip(path)
+    with path.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert journal.held_by_a_writer(path)
+        code, out = _verify(capsys, path, "--trusted-key", VKEY.to_text())
+    assert code == 1 and _rules(out) == [(1, "unsigned_history")]
 
 
 # --- forged excuses -------------------------------------------------------------------------
