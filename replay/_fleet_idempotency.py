@@ -57,10 +57,26 @@ _LINES: Final = "{lines}"
 
 IDEMPOTENCY_SQL: Final = f"""
 WITH placed AS (
-  SELECT c.journal_id, c.call_id, c.first_seq, c.last_seq, c.tool, c.received, c.status,
-    c.mutation, c.error_code, c.in_doubt, c.outcome_seq, c.idem_workspace, c.idem_agent,
-    c.idem_data, c.idem_body, c.idem_sig, c.idem_key, c.idem_run, c.idem_cb, c.idem_payload,
-    c.idem_touches, c.idem_claims,
+  -- Each call's fields as the checks read them, narrowed before the calls are sorted into
+  -- their order: the result's data whole only where a check reads more than whether it is
+  -- there (keyed creates, claims), the repeat check's verdict on the call computed here.
+  SELECT c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
+    coalesce(c.outcome_seq, c.last_seq) AS fseq,
+    CASE c.status WHEN 'result' THEN 'call_result' WHEN 'error' THEN 'call_error'
+      WHEN 'rejected' THEN 'call_rejected' WHEN 'cancelled' THEN 'call_cancelled'
+    END AS outcome_kind,
+    c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent,
+    c.idem_data IS NOT NULL AS ok,
+    CASE WHEN c.idem_key IS NOT NULL OR c.idem_claims IS NOT NULL THEN c.idem_data END AS data,
+    CASE WHEN NOT c.mutation THEN true
+         WHEN c.idem_data IS NULL THEN c.in_doubt IS NULL
+         WHEN c.tool IN ('task_update', 'task_set_claim')
+           THEN NOT {_truthy("c.idem_data -> 'changed'")}
+         WHEN c.tool = 'task_create' THEN coalesce(c.idem_data -> 'reused' = 'true', false)
+         ELSE false END AS safe,
+    c.idem_body AS body, c.idem_sig AS sig, c.error_code, c.idem_key AS key,
+    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
+    c.idem_claims AS claims,
     CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
     coalesce(c.closed_seq, se.seq, c.first_seq) AS close_seq
   FROM agentteam.call_lines c
@@ -71,23 +87,11 @@ WITH placed AS (
     ORDER BY x.seq LIMIT 1
   ) se ON true
   WHERE {_LINES}
-), c AS (
+), calls AS MATERIALIZED (
   SELECT
     row_number() OVER (ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq) AS o,
     p.*
   FROM placed p
-), calls AS MATERIALIZED (
-  SELECT
-    c.o, c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
-    coalesce(c.outcome_seq, c.last_seq) AS fseq,
-    CASE c.status WHEN 'result' THEN 'call_result' WHEN 'error' THEN 'call_error'
-      WHEN 'rejected' THEN 'call_rejected' WHEN 'cancelled' THEN 'call_cancelled'
-    END AS outcome_kind,
-    c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent, c.idem_data AS data,
-    c.idem_body AS body, c.idem_sig AS sig, c.error_code, c.in_doubt, c.idem_key AS key,
-    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
-    c.idem_claims AS claims
-  FROM c
 ), keyed AS MATERIALIZED (
   SELECT k.*, NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
   FROM calls k
@@ -212,19 +216,14 @@ WITH placed AS (
 ), rep AS (
   SELECT r.*,
     lag(r.o) OVER w AS prev_o,
-    lag(r.data IS NOT NULL) OVER w AS prev_ok
+    lag(r.ok) OVER w AS prev_ok
   FROM (
-    SELECT c.* FROM calls c WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
+    SELECT c.o, c.sig, c.ok, c.journal_id, c.fseq, c.call_id, c.tool, c.safe FROM calls c
+    WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
   ) r
   WINDOW w AS (PARTITION BY r.sig ORDER BY r.o)
 ), repeats AS (
-  SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool,
-    CASE WHEN NOT r.mutation THEN true
-         WHEN r.data IS NULL THEN r.in_doubt IS NULL
-         WHEN r.tool IN ('task_update', 'task_set_claim')
-           THEN NOT {_truthy("r.data -> 'changed'")}
-         WHEN r.tool = 'task_create' THEN coalesce(r.data -> 'reused' = 'true', false)
-         ELSE false END AS safe
+  SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool, r.safe
   FROM rep r
   LEFT JOIN states p ON p.o = r.prev_o
   LEFT JOIN states x ON x.o = r.o
@@ -250,7 +249,7 @@ SELECT
          FROM repeats GROUP BY tool) h) AS hints,
   (SELECT count(*) FROM calls) AS calls,
   (SELECT count(*) FROM keyed) AS keyed,
-  (SELECT count(*) FROM calls WHERE fed AND tool = 'task_set_claim' AND data IS NOT NULL)
+  (SELECT count(*) FROM calls WHERE fed AND tool = 'task_set_claim' AND ok)
     AS claim_calls,
   (SELECT count(DISTINCT o) FROM checked WHERE same) AS claim_repeats
 """

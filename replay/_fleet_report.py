@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -122,10 +123,17 @@ def report_from(
         raise ReplayInputError("the number of stories cannot be negative")
     where = where or ReportFilter()
     scope, named, named_params = scope_of(where)
-    audit = audit_from(store_url, scope)
-    deprecations = deprecations_from(store_url, gate_days=gate_days, scope=scope)
-    checked = idempotency_from(store_url, calls=named, call_params=named_params, in_order=True)
-    with connect(store_url, autocommit=True) as conn:
+    # The idempotency check and the audit are the longest queries: each runs on its own
+    # connection (a server process of its own, on another core) while this thread reads the
+    # rest; psycopg waits for a result without the GIL.
+    with (
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="report-from") as pool,
+        connect(store_url, autocommit=True) as conn,
+    ):
+        checking = pool.submit(
+            idempotency_from, store_url, calls=named, call_params=named_params, in_order=True
+        )
+        auditing = pool.submit(audit_from, store_url, scope)
         verified = _verdict(conn, store_url)
         width, timeline = _timeline(conn, scope)
         errors = _errors(conn, scope)
@@ -134,10 +142,12 @@ def report_from(
             f" ORDER BY journal_id, first_seq LIMIT {int(stories)}",
             scope.line_params,
         ).fetchall()
-        matched = audit.calls
         kept: dict[str, CallDetail] = {}
         for (_, call_id), detail in _stories(conn, [(j, c) for j, c in first], True).items():
             kept.setdefault(call_id, detail)
+        deprecations = deprecations_from(store_url, gate_days=gate_days, scope=scope)
+        audit, checked = auditing.result(), checking.result()
+        matched = audit.calls
         by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
         named_calls = _named_calls(verified, checked, by_code)
         wanted = [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]
