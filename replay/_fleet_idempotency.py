@@ -113,7 +113,6 @@ WITH placed AS (
   FROM keyed k
 ), based AS (
   SELECT s.*,
-    min(o) OVER (PARTITION BY scope) AS first_o,
     min(o) FILTER (WHERE class = 'success') OVER (PARTITION BY scope) AS base_o
   FROM classed s
 ), judged AS (
@@ -162,7 +161,8 @@ WITH placed AS (
     (array_agg(base_numbers))[1] AS numbers,
     (array_agg(base_call))[1] AS baseline_call,
     coalesce((array_agg(base_reused))[1], false) AS baseline_reused,
-    min(first_o) AS first_o
+    (array_agg(first_seq ORDER BY o))[1] AS first_seq,
+    (array_agg(journal_id ORDER BY o))[1] AS journal_id
   FROM replayed r GROUP BY r.scope
 ), touch AS (
   SELECT c.o, c.ws, t ->> 0 AS ch, t -> 1 AS num, (t ->> 2)::bigint AS idx,
@@ -170,7 +170,8 @@ WITH placed AS (
   FROM calls c, jsonb_array_elements(c.touches) t
   WHERE c.touches IS NOT NULL
 ), claiming AS (
-  SELECT c.o, c.ws, {_text("c.data -> 'channel'")} AS ch, c.mutation,
+  SELECT c.o, c.journal_id, c.fseq, c.call_id, c.ws, {_text("c.data -> 'channel'")} AS ch,
+    c.mutation,
     CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired,
     (l ->> 0)::boolean AS listed, l -> 1 AS num, (l ->> 2)::bigint AS pos
   FROM calls c, jsonb_array_elements(c.claims) l
@@ -191,7 +192,8 @@ WITH placed AS (
                    RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS set_o
   FROM points p
 ), checked AS (
-  SELECT cl.o, cl.ch, cl.num, cl.listed, cl.pos, cl.desired, s.holder,
+  SELECT cl.o, cl.journal_id, cl.fseq, cl.call_id, cl.ch, cl.num, cl.listed, cl.pos,
+    cl.desired, s.holder,
     s.holder IS NOT DISTINCT FROM cl.desired AS same
   FROM claiming cl
   JOIN (SELECT DISTINCT o, ws, ch, num, before, set_o FROM epochs WHERE role = 'c') e
@@ -202,17 +204,12 @@ WITH placed AS (
     ON s.o = e.set_o AND s.ws IS NOT DISTINCT FROM e.ws AND s.ch IS NOT DISTINCT FROM e.ch
        AND s.num = e.num AND s.through = e.before
 ), claim_findings AS (
-  SELECT c.journal_id, c.fseq, c.call_id, k.o, 1 AS part, k.pos AS sub,
+  SELECT k.journal_id, k.fseq, k.call_id, k.o, 1 AS part, k.pos AS sub,
     CASE WHEN k.listed THEN 'claim_repeat_changed' ELSE 'claim_state_wrong' END AS rule,
     jsonb_build_array(k.ch, k.num, CASE WHEN k.listed THEN k.desired ELSE k.holder END) AS args,
     NULL::bigint AS scope
-  FROM checked k JOIN calls c ON c.o = k.o
+  FROM checked k
   WHERE k.listed = k.same
-), states AS (
-  SELECT o, array_agg(before + chg ORDER BY idx) AS after_epochs,
-    array_agg(before ORDER BY idx) AS now_epochs
-  FROM epochs WHERE role = 't'
-  GROUP BY o
 ), rep AS (
   SELECT r.*,
     lag(r.o) OVER w AS prev_o,
@@ -222,13 +219,20 @@ WITH placed AS (
     WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
   ) r
   WINDOW w AS (PARTITION BY r.sig ORDER BY r.o)
+), near AS MATERIALIZED (
+  SELECT r.* FROM rep r WHERE r.prev_ok AND r.o - r.prev_o <= %(window)s
+), states AS (
+  SELECT o, array_agg(before + chg ORDER BY idx) AS after_epochs,
+    array_agg(before ORDER BY idx) AS now_epochs
+  FROM epochs
+  WHERE role = 't' AND o IN (SELECT o FROM near UNION SELECT prev_o FROM near)
+  GROUP BY o
 ), repeats AS (
   SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool, r.safe
-  FROM rep r
+  FROM near r
   LEFT JOIN states p ON p.o = r.prev_o
   LEFT JOIN states x ON x.o = r.o
-  WHERE r.prev_ok AND r.o - r.prev_o <= %(window)s
-    AND coalesce(p.after_epochs, '{{}}') = coalesce(x.now_epochs, '{{}}')
+  WHERE coalesce(p.after_epochs, '{{}}') = coalesce(x.now_epochs, '{{}}')
 ), hint_findings AS (
   SELECT journal_id, fseq, call_id, o, 2 AS part, 0 AS sub, 'idempotent_hint_unsafe' AS rule,
     jsonb_build_array(tool) AS args, NULL::bigint AS scope
@@ -236,9 +240,9 @@ WITH placed AS (
 )
 SELECT
   (SELECT coalesce(json_agg(json_build_array(
-     g.ws, g.agent, g.run, g.cb, g.key, c.first_seq, c.journal_id, g.calls, g.created,
+     g.ws, g.agent, g.run, g.cb, g.key, g.first_seq, g.journal_id, g.calls, g.created,
      g.replays, g.conflicts, g.numbers, g.baseline_call, g.baseline_reused, g.scope)), '[]')
-   FROM groups g JOIN calls c ON c.o = g.first_o) AS groups,
+   FROM groups g) AS groups,
   (SELECT coalesce(json_agg(json_build_array(journal_id, fseq, call_id, rule, args, o, part, sub,
                                              scope)), '[]')
    FROM (SELECT * FROM keyed_findings
@@ -247,11 +251,13 @@ SELECT
   (SELECT coalesce(json_agg(json_build_array(tool, n, safe)), '[]')
    FROM (SELECT tool, count(*) AS n, count(*) FILTER (WHERE safe) AS safe
          FROM repeats GROUP BY tool) h) AS hints,
-  (SELECT count(*) FROM calls) AS calls,
+  n.calls,
   (SELECT count(*) FROM keyed) AS keyed,
-  (SELECT count(*) FROM calls WHERE fed AND tool = 'task_set_claim' AND ok)
-    AS claim_calls,
+  n.claim_calls,
   (SELECT count(DISTINCT o) FROM checked WHERE same) AS claim_repeats
+FROM (SELECT count(*) AS calls,
+        count(*) FILTER (WHERE fed AND tool = 'task_set_claim' AND ok) AS claim_calls
+      FROM calls) n
 """
 
 
