@@ -74,7 +74,8 @@ WITH placed AS (
            THEN NOT {_truthy("c.idem_data -> 'changed'")}
          WHEN c.tool = 'task_create' THEN coalesce(c.idem_data -> 'reused' = 'true', false)
          ELSE false END AS safe,
-    CASE WHEN c.idem_key IS NOT NULL THEN c.idem_body END AS body, c.idem_sig AS sig, c.error_code, c.idem_key AS key,
+    CASE WHEN c.idem_key IS NOT NULL THEN c.idem_body END AS body, c.idem_sig AS sig,
+    c.error_code, c.idem_key AS key,
     c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
     c.idem_claims AS claims,
     CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
