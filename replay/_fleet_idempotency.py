@@ -183,15 +183,22 @@ WITH placed AS (
   SELECT o, ws, ch, num, 's', 0, 0, 0, desired FROM claiming WHERE mutation
   UNION ALL
   SELECT o, ws, ch, num, 'c', 0, 0, 0, NULL FROM claiming
+), keyed_points AS (
+  -- The task's number as text that is equal where the jsonb values are (a number by its
+  -- value: 1 and 1.0 alike), so the epochs' windows sort text, not jsonb.
+  SELECT p.*,
+    CASE jsonb_typeof(p.num) WHEN 'number' THEN 'n' || trim_scale(p.num::numeric)::text
+      ELSE 'j' || p.num::text END COLLATE "C" AS task
+  FROM points p
 ), epochs AS MATERIALIZED (
   SELECT p.*,
-    coalesce(sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+    coalesce(sum(inc) OVER (PARTITION BY ws, ch, task ORDER BY o
                             RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,
-    sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+    sum(inc) OVER (PARTITION BY ws, ch, task ORDER BY o
                    RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS through,
-    max(CASE WHEN role = 's' THEN o END) OVER (PARTITION BY ws, ch, num ORDER BY o
+    max(CASE WHEN role = 's' THEN o END) OVER (PARTITION BY ws, ch, task ORDER BY o
                    RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS set_o
-  FROM points p
+  FROM keyed_points p
 ), checked AS (
   SELECT cl.o, cl.journal_id, cl.fseq, cl.call_id, cl.ch, cl.num, cl.listed, cl.pos,
     cl.desired, s.holder,

@@ -8,7 +8,10 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
 * audit, deprecations, idempotency, the timeline and the error examples are computed over the
   call lines the filter selects (``_fleet_calls``), the rows of the time window, journal and
   session (partitions pruned, indexes used), equal to what the local ``report`` shows for the
-  same journals and filter;
+  same journals and filter; the timeline, the error examples and the first stories' calls in
+  the audit's one read of those lines (``audit_and``), the idempotency check and the
+  deprecations each on a connection of its own at the same time (another server process,
+  another core), so the page costs the audit plus what the longest of the others adds;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
   most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
   events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
