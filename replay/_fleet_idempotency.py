@@ -57,10 +57,27 @@ _LINES: Final = "{lines}"
 
 IDEMPOTENCY_SQL: Final = f"""
 WITH placed AS (
-  SELECT c.journal_id, c.call_id, c.first_seq, c.last_seq, c.tool, c.received, c.status,
-    c.mutation, c.error_code, c.in_doubt, c.outcome_seq, c.idem_workspace, c.idem_agent,
-    c.idem_data, c.idem_body, c.idem_sig, c.idem_key, c.idem_run, c.idem_cb, c.idem_payload,
-    c.idem_touches, c.idem_claims,
+  -- Each call's fields as the checks read them, narrowed before the calls are sorted into
+  -- their order: the result's data whole only where a check reads more than whether it is
+  -- there (keyed creates, claims), the repeat check's verdict on the call computed here.
+  SELECT c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
+    coalesce(c.outcome_seq, c.last_seq) AS fseq,
+    CASE c.status WHEN 'result' THEN 'call_result' WHEN 'error' THEN 'call_error'
+      WHEN 'rejected' THEN 'call_rejected' WHEN 'cancelled' THEN 'call_cancelled'
+    END AS outcome_kind,
+    c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent,
+    c.idem_data IS NOT NULL AS ok,
+    CASE WHEN c.idem_key IS NOT NULL OR c.idem_claims IS NOT NULL THEN c.idem_data END AS data,
+    CASE WHEN NOT c.mutation THEN true
+         WHEN c.idem_data IS NULL THEN c.in_doubt IS NULL
+         WHEN c.tool IN ('task_update', 'task_set_claim')
+           THEN NOT {_truthy("c.idem_data -> 'changed'")}
+         WHEN c.tool = 'task_create' THEN coalesce(c.idem_data -> 'reused' = 'true', false)
+         ELSE false END AS safe,
+    CASE WHEN c.idem_key IS NOT NULL THEN c.idem_body END AS body, c.idem_sig AS sig,
+    c.error_code, c.idem_key AS key,
+    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
+    c.idem_claims AS claims,
     CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
     coalesce(c.closed_seq, se.seq, c.first_seq) AS close_seq
   FROM agentteam.call_lines c
@@ -71,23 +88,11 @@ WITH placed AS (
     ORDER BY x.seq LIMIT 1
   ) se ON true
   WHERE {_LINES}
-), c AS (
+), calls AS MATERIALIZED (
   SELECT
     row_number() OVER (ORDER BY phase, journal_id COLLATE "C", close_seq, first_seq) AS o,
     p.*
   FROM placed p
-), calls AS MATERIALIZED (
-  SELECT
-    c.o, c.journal_id, c.call_id, c.first_seq, c.tool, c.received AND c.tool IS NOT NULL AS fed,
-    coalesce(c.outcome_seq, c.last_seq) AS fseq,
-    CASE c.status WHEN 'result' THEN 'call_result' WHEN 'error' THEN 'call_error'
-      WHEN 'rejected' THEN 'call_rejected' WHEN 'cancelled' THEN 'call_cancelled'
-    END AS outcome_kind,
-    c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent, c.idem_data AS data,
-    c.idem_body AS body, c.idem_sig AS sig, c.error_code, c.in_doubt, c.idem_key AS key,
-    c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
-    c.idem_claims AS claims
-  FROM c
 ), keyed AS MATERIALIZED (
   SELECT k.*, NOT ({_truthy("k.run")} AND {_truthy("k.cb")}) AS outside
   FROM calls k
@@ -109,7 +114,6 @@ WITH placed AS (
   FROM keyed k
 ), based AS (
   SELECT s.*,
-    min(o) OVER (PARTITION BY scope) AS first_o,
     min(o) FILTER (WHERE class = 'success') OVER (PARTITION BY scope) AS base_o
   FROM classed s
 ), judged AS (
@@ -158,7 +162,8 @@ WITH placed AS (
     (array_agg(base_numbers))[1] AS numbers,
     (array_agg(base_call))[1] AS baseline_call,
     coalesce((array_agg(base_reused))[1], false) AS baseline_reused,
-    min(first_o) AS first_o
+    (array_agg(first_seq ORDER BY o))[1] AS first_seq,
+    (array_agg(journal_id ORDER BY o))[1] AS journal_id
   FROM replayed r GROUP BY r.scope
 ), touch AS (
   SELECT c.o, c.ws, t ->> 0 AS ch, t -> 1 AS num, (t ->> 2)::bigint AS idx,
@@ -166,7 +171,8 @@ WITH placed AS (
   FROM calls c, jsonb_array_elements(c.touches) t
   WHERE c.touches IS NOT NULL
 ), claiming AS (
-  SELECT c.o, c.ws, {_text("c.data -> 'channel'")} AS ch, c.mutation,
+  SELECT c.o, c.journal_id, c.fseq, c.call_id, c.ws, {_text("c.data -> 'channel'")} AS ch,
+    c.mutation,
     CASE WHEN c.data -> 'claimed' = 'true' THEN c.agent END AS desired,
     (l ->> 0)::boolean AS listed, l -> 1 AS num, (l ->> 2)::bigint AS pos
   FROM calls c, jsonb_array_elements(c.claims) l
@@ -177,17 +183,25 @@ WITH placed AS (
   SELECT o, ws, ch, num, 's', 0, 0, 0, desired FROM claiming WHERE mutation
   UNION ALL
   SELECT o, ws, ch, num, 'c', 0, 0, 0, NULL FROM claiming
+), keyed_points AS (
+  -- The task's number as text that is equal where the jsonb values are (a number by its
+  -- value: 1 and 1.0 alike), so the epochs' windows sort text, not jsonb.
+  SELECT p.*,
+    CASE jsonb_typeof(p.num) WHEN 'number' THEN 'n' || trim_scale(p.num::numeric)::text
+      ELSE 'j' || p.num::text END COLLATE "C" AS task
+  FROM points p
 ), epochs AS MATERIALIZED (
   SELECT p.*,
-    coalesce(sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+    coalesce(sum(inc) OVER (PARTITION BY ws, ch, task ORDER BY o
                             RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,
-    sum(inc) OVER (PARTITION BY ws, ch, num ORDER BY o
+    sum(inc) OVER (PARTITION BY ws, ch, task ORDER BY o
                    RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS through,
-    max(CASE WHEN role = 's' THEN o END) OVER (PARTITION BY ws, ch, num ORDER BY o
+    max(CASE WHEN role = 's' THEN o END) OVER (PARTITION BY ws, ch, task ORDER BY o
                    RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS set_o
-  FROM points p
+  FROM keyed_points p
 ), checked AS (
-  SELECT cl.o, cl.ch, cl.num, cl.listed, cl.pos, cl.desired, s.holder,
+  SELECT cl.o, cl.journal_id, cl.fseq, cl.call_id, cl.ch, cl.num, cl.listed, cl.pos,
+    cl.desired, s.holder,
     s.holder IS NOT DISTINCT FROM cl.desired AS same
   FROM claiming cl
   JOIN (SELECT DISTINCT o, ws, ch, num, before, set_o FROM epochs WHERE role = 'c') e
@@ -198,38 +212,35 @@ WITH placed AS (
     ON s.o = e.set_o AND s.ws IS NOT DISTINCT FROM e.ws AND s.ch IS NOT DISTINCT FROM e.ch
        AND s.num = e.num AND s.through = e.before
 ), claim_findings AS (
-  SELECT c.journal_id, c.fseq, c.call_id, k.o, 1 AS part, k.pos AS sub,
+  SELECT k.journal_id, k.fseq, k.call_id, k.o, 1 AS part, k.pos AS sub,
     CASE WHEN k.listed THEN 'claim_repeat_changed' ELSE 'claim_state_wrong' END AS rule,
     jsonb_build_array(k.ch, k.num, CASE WHEN k.listed THEN k.desired ELSE k.holder END) AS args,
     NULL::bigint AS scope
-  FROM checked k JOIN calls c ON c.o = k.o
+  FROM checked k
   WHERE k.listed = k.same
-), states AS (
-  SELECT o, array_agg(before + chg ORDER BY idx) AS after_epochs,
-    array_agg(before ORDER BY idx) AS now_epochs
-  FROM epochs WHERE role = 't'
-  GROUP BY o
 ), rep AS (
   SELECT r.*,
     lag(r.o) OVER w AS prev_o,
-    lag(r.data IS NOT NULL) OVER w AS prev_ok
+    lag(r.ok) OVER w AS prev_ok
   FROM (
-    SELECT c.* FROM calls c WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
+    SELECT c.o, c.sig, c.ok, c.journal_id, c.fseq, c.call_id, c.tool, c.safe FROM calls c
+    WHERE c.fed AND c.sig IS NOT NULL AND c.outcome_kind IS NOT NULL
   ) r
   WINDOW w AS (PARTITION BY r.sig ORDER BY r.o)
+), near AS MATERIALIZED (
+  SELECT r.* FROM rep r WHERE r.prev_ok AND r.o - r.prev_o <= %(window)s
+), states AS (
+  SELECT o, array_agg(before + chg ORDER BY idx) AS after_epochs,
+    array_agg(before ORDER BY idx) AS now_epochs
+  FROM epochs
+  WHERE role = 't' AND o IN (SELECT o FROM near UNION SELECT prev_o FROM near)
+  GROUP BY o
 ), repeats AS (
-  SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool,
-    CASE WHEN NOT r.mutation THEN true
-         WHEN r.data IS NULL THEN r.in_doubt IS NULL
-         WHEN r.tool IN ('task_update', 'task_set_claim')
-           THEN NOT {_truthy("r.data -> 'changed'")}
-         WHEN r.tool = 'task_create' THEN coalesce(r.data -> 'reused' = 'true', false)
-         ELSE false END AS safe
-  FROM rep r
+  SELECT r.o, r.journal_id, r.fseq, r.call_id, r.tool, r.safe
+  FROM near r
   LEFT JOIN states p ON p.o = r.prev_o
   LEFT JOIN states x ON x.o = r.o
-  WHERE r.prev_ok AND r.o - r.prev_o <= %(window)s
-    AND coalesce(p.after_epochs, '{{}}') = coalesce(x.now_epochs, '{{}}')
+  WHERE coalesce(p.after_epochs, '{{}}') = coalesce(x.now_epochs, '{{}}')
 ), hint_findings AS (
   SELECT journal_id, fseq, call_id, o, 2 AS part, 0 AS sub, 'idempotent_hint_unsafe' AS rule,
     jsonb_build_array(tool) AS args, NULL::bigint AS scope
@@ -237,9 +248,9 @@ WITH placed AS (
 )
 SELECT
   (SELECT coalesce(json_agg(json_build_array(
-     g.ws, g.agent, g.run, g.cb, g.key, c.first_seq, c.journal_id, g.calls, g.created,
+     g.ws, g.agent, g.run, g.cb, g.key, g.first_seq, g.journal_id, g.calls, g.created,
      g.replays, g.conflicts, g.numbers, g.baseline_call, g.baseline_reused, g.scope)), '[]')
-   FROM groups g JOIN calls c ON c.o = g.first_o) AS groups,
+   FROM groups g) AS groups,
   (SELECT coalesce(json_agg(json_build_array(journal_id, fseq, call_id, rule, args, o, part, sub,
                                              scope)), '[]')
    FROM (SELECT * FROM keyed_findings
@@ -248,11 +259,13 @@ SELECT
   (SELECT coalesce(json_agg(json_build_array(tool, n, safe)), '[]')
    FROM (SELECT tool, count(*) AS n, count(*) FILTER (WHERE safe) AS safe
          FROM repeats GROUP BY tool) h) AS hints,
-  (SELECT count(*) FROM calls) AS calls,
+  n.calls,
   (SELECT count(*) FROM keyed) AS keyed,
-  (SELECT count(*) FROM calls WHERE fed AND tool = 'task_set_claim' AND data IS NOT NULL)
-    AS claim_calls,
+  n.claim_calls,
   (SELECT count(DISTINCT o) FROM checked WHERE same) AS claim_repeats
+FROM (SELECT count(*) AS calls,
+        count(*) FILTER (WHERE fed AND tool = 'task_set_claim' AND ok) AS claim_calls
+      FROM calls) n
 """
 
 

@@ -8,7 +8,10 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
 * audit, deprecations, idempotency, the timeline and the error examples are computed over the
   call lines the filter selects (``_fleet_calls``), the rows of the time window, journal and
   session (partitions pruned, indexes used), equal to what the local ``report`` shows for the
-  same journals and filter;
+  same journals and filter; the timeline, the error examples and the first stories' calls in
+  the audit's one read of those lines (``audit_and``), the idempotency check and the
+  deprecations each on a connection of its own at the same time (another server process,
+  another core), so the page costs the audit plus what the longest of the others adds;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
   most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
   events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -30,7 +34,7 @@ from ._calls import CallDetail, story_detail, wall
 from ._deprecations import DEFAULT_GATE_DAYS
 from ._findings import Finding
 from ._fleet_idempotency import idempotency_from
-from ._fleet_reports import Scope, audit_from, deprecations_from
+from ._fleet_reports import Scope, audit_and, deprecations_from
 from ._fleet_store import connect, redact_store_url
 from ._invariants import InDoubtCall
 from ._report import (
@@ -122,22 +126,29 @@ def report_from(
         raise ReplayInputError("the number of stories cannot be negative")
     where = where or ReportFilter()
     scope, named, named_params = scope_of(where)
-    audit = audit_from(store_url, scope)
-    deprecations = deprecations_from(store_url, gate_days=gate_days, scope=scope)
-    checked = idempotency_from(store_url, calls=named, call_params=named_params, in_order=True)
-    with connect(store_url, autocommit=True) as conn:
+    # The idempotency check, the longest query, runs on its own connection (a server process
+    # of its own, on another core) while this thread reads the rest: psycopg waits for a
+    # result without the GIL. The timeline, the error examples and the first stories' calls
+    # are aggregated in the audit's one read of the call lines.
+    with (
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="report-from") as pool,
+        connect(store_url, autocommit=True) as conn,
+    ):
+        checking = pool.submit(
+            idempotency_from, store_url, calls=named, call_params=named_params, in_order=True
+        )
+        deprecating = pool.submit(deprecations_from, store_url, gate_days=gate_days, scope=scope)
+        audit, rows = audit_and(store_url, scope, _extra(stories))
+        width, timeline = _timeline(rows["page_timeline"])
+        errors = _errors(rows["page_errors"])
         verified = _verdict(conn, store_url)
-        width, timeline = _timeline(conn, scope)
-        errors = _errors(conn, scope)
-        first = conn.execute(
-            f"SELECT journal_id, call_id FROM agentteam.call_lines WHERE {scope.lines}"
-            f" ORDER BY journal_id, first_seq LIMIT {int(stories)}",
-            scope.line_params,
-        ).fetchall()
-        matched = audit.calls
         kept: dict[str, CallDetail] = {}
-        for (_, call_id), detail in _stories(conn, [(j, c) for j, c in first], True).items():
+        for (_, call_id), detail in _stories(
+            conn, [(j, c) for j, c in rows["page_first"]], True
+        ).items():
             kept.setdefault(call_id, detail)
+        deprecations, checked = deprecating.result(), checking.result()
+        matched = audit.calls
         by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
         named_calls = _named_calls(verified, checked, by_code)
         wanted = [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]
@@ -255,36 +266,45 @@ def _verdict(conn: Any, store_url: str) -> VerifyResult:
     )
 
 
-def _second(scope: Scope) -> str:
-    return (
-        "floor(extract(epoch FROM started_ts))::bigint"
-        f" FROM agentteam.call_lines WHERE {scope.lines}"
-    )
+# Seconds since the epoch as the local timeline counts them (whole seconds of the start).
+_SECOND: Final = "floor(extract(epoch FROM started_ts))::bigint"
 
 
-def _timeline(conn: Any, scope: Scope) -> tuple[int, _Timeline]:
-    """The calls per bucket, the width the local timeline ends with: the narrowest power of two
-    seconds that spans them in fewer than MAX_BUCKETS buckets."""
+def _extra(stories: int) -> dict[str, str]:
+    """The page's aggregates over the audit's read of the call lines (``lines``): the
+    timeline (its width the narrowest power of two seconds that spans the calls in fewer than
+    MAX_BUCKETS buckets, as the local timeline ends), the error codes with their first call,
+    and the first ``stories`` calls."""
+    timeline = f"""
+WITH t AS (SELECT {_SECOND} AS s, tool, status, bridge_ns FROM lines),
+r AS (SELECT min(s) AS lo, max(s) AS hi FROM t),
+w AS MATERIALIZED (
+  SELECT coalesce((SELECT min(x.width) FROM generate_series(0, 62) e,
+                     LATERAL (SELECT 1::bigint << e AS width) x
+                   WHERE floor(r.hi::numeric / x.width) - floor(r.lo::numeric / x.width)
+                         < {MAX_BUCKETS}), 1) AS width
+  FROM r
+)
+SELECT w.width a, t.s / w.width b, coalesce(t.tool, '?') c, t.status d, count(*) e,
+  CASE WHEN mod(t.bridge_ns, 1000) = 500 THEN NULL
+       ELSE round(t.bridge_ns / 1000.0)::bigint END f,
+  CASE WHEN mod(t.bridge_ns, 1000) = 500 THEN t.bridge_ns END g
+FROM t, w GROUP BY 1, 2, 3, 4, 6, 7"""
+    return {
+        "page_timeline": timeline,
+        "page_errors": "SELECT error_code a, count(*) b, array_agg(DISTINCT coalesce(tool, '?')) c,"
+        " (array_agg(call_id ORDER BY journal_id, first_seq))[1] d"
+        " FROM lines WHERE error_code IS NOT NULL GROUP BY error_code",
+        "page_first": "SELECT journal_id a, call_id b FROM lines"
+        f" ORDER BY journal_id, first_seq LIMIT {int(stories)}",
+    }
+
+
+def _timeline(rows: list[tuple[Any, ...]]) -> tuple[int, _Timeline]:
+    """The calls per bucket (the rows of ``_extra``'s timeline)."""
     timeline = _Timeline()
-    low, high = conn.execute(
-        f"SELECT min(s), max(s) FROM (SELECT {_second(scope)}) t(s)", scope.line_params
-    ).fetchone()
-    if low is None:
-        return timeline.width, timeline
-    width = 1
-    while high // width - low // width >= MAX_BUCKETS:
-        width *= 2
-    timeline.width = width
-    rows = conn.execute(
-        "SELECT floor(extract(epoch FROM started_ts))::bigint / %s AS b,"
-        " coalesce(tool, '?'), status, count(*),"
-        " CASE WHEN mod(bridge_ns, 1000) = 500 THEN NULL"
-        " ELSE round(bridge_ns / 1000.0)::bigint END,"
-        " CASE WHEN mod(bridge_ns, 1000) = 500 THEN bridge_ns END"
-        f" FROM agentteam.call_lines WHERE {scope.lines} GROUP BY 1, 2, 3, 5, 6",
-        (width, *scope.line_params),
-    ).fetchall()
-    for index, tool, status, n, micros, tie_ns in rows:
+    for width, index, tool, status, n, micros, tie_ns in rows:
+        timeline.width = int(width)
         if index not in timeline.tools:
             timeline.tools[index], timeline.statuses[index] = Counter(), Counter()
             timeline.latency[index] = Histogram()
@@ -293,17 +313,10 @@ def _timeline(conn: Any, scope: Scope) -> tuple[int, _Timeline]:
         if micros is not None or tie_ns is not None:
             ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
             timeline.latency[index].add(ms, int(n))
-    return width, timeline
+    return timeline.width, timeline
 
 
-def _errors(conn: Any, scope: Scope) -> list[ErrorExample]:
-    rows = conn.execute(
-        "SELECT error_code, count(*), array_agg(DISTINCT coalesce(tool, '?')),"
-        " (array_agg(call_id ORDER BY journal_id, first_seq))[1]"
-        f" FROM agentteam.call_lines WHERE error_code IS NOT NULL AND {scope.lines}"
-        " GROUP BY error_code",
-        scope.line_params,
-    ).fetchall()
+def _errors(rows: list[tuple[Any, ...]]) -> list[ErrorExample]:
     found = [
         ErrorExample(error_code=code, calls=int(n), tools=sorted(tools), example_call=call)
         for code, n, tools, call in rows

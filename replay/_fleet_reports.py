@@ -14,7 +14,7 @@ and so does the SQL. ``idempotency`` is computed in SQL too (``_fleet_idempotenc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_LINES",
     "Scope",
+    "audit_and",
     "audit_from",
     "calls_from",
     "calls_query",
@@ -223,29 +224,43 @@ class Scope(NamedTuple):
     session_params: tuple[Any, ...] = ()
 
 
-def _audit_query(lines: str) -> str:
+def _audit_query(lines: str, extra: Mapping[str, str] | None = None) -> str:
     """One statement (so it runs on a read-only replica): the call lines read once, every
-    aggregate a JSON array of rows."""
+    aggregate (the audit's, then ``extra``'s, over ``lines``) a JSON array of rows."""
     parts = ",\n".join(
         f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
-        for name, sql in _AUDIT_SQL.items()
+        for name, sql in {**_AUDIT_SQL, **(extra or {})}.items()
     )
     return f"WITH lines AS MATERIALIZED ({CALL_LINES} WHERE {lines}) SELECT {parts}"
 
 
 def audit_from(store_url: str, scope: Scope | None = None) -> AuditReport:
     """``audit`` over the store: every aggregate computed in SQL over the call lines."""
-    scope = scope or Scope()
+    return audit_and(store_url, scope or Scope())[0]
+
+
+def audit_and(
+    store_url: str, scope: Scope, extra: Mapping[str, str] | None = None
+) -> tuple[AuditReport, dict[str, list[tuple[Any, ...]]]]:
+    """:func:`audit_from`, and the rows of each ``extra`` aggregate (a query over ``lines``,
+    its columns named a, b, c...) from the same read of the call lines."""
+    assert not set(extra or {}) & set(_AUDIT_SQL), "an extra aggregate is named as the audit's"
     with connect(store_url, autocommit=True) as conn:
-        row = conn.execute(_audit_query(scope.lines), scope.line_params).fetchone()
+        row = conn.execute(_audit_query(scope.lines, extra), scope.line_params).fetchone()
         sessions = conn.execute(
             f"{_SESSIONS} AND {scope.sessions}", scope.session_params
         ).fetchall()
     assert row is not None
     got = {
         name: [tuple(item.values()) for item in value]
-        for name, value in zip(_AUDIT_SQL, row, strict=True)
+        for name, value in zip({**_AUDIT_SQL, **(extra or {})}, row, strict=True)
     }
+    return _audit_report(got, sessions), {name: got[name] for name in extra or {}}
+
+
+def _audit_report(
+    got: dict[str, list[tuple[Any, ...]]], sessions: list[tuple[Any, ...]]
+) -> AuditReport:
     usage = {(r[0], r[1], r[2]): int(r[3]) for r in got["usage"]}
     errors = {(r[0], r[1]): int(r[2]) for r in got["errors"]}
     bridge = Histogram()

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -98,6 +100,66 @@ def test_the_verdict_is_what_the_store_accepted(fleet: tuple[list[Path], str]) -
         assert j.signatures_checked == j.checkpoints_checked
     assert to_json(stored.in_doubt) == to_json(local.in_doubt)
     assert stored.trusted_keys  # the keys the store registered
+
+
+@pytest.mark.parametrize("where", FILTERS[:4])
+def test_the_page_s_aggregates_come_from_the_audit_s_one_read_of_the_call_lines(
+    fleet: tuple[list[Path], str], where: replay.ReportFilter
+) -> None:
+    """The timeline, the error examples and the first stories' calls are aggregated over the
+    lines the audit reads: one scan of the call lines for all of them, not one each."""
+    from agentteam_task_bridge.replay import _fleet_report as page
+    from agentteam_task_bridge.replay._fleet_reports import _audit_query, connect
+
+    _, url = fleet
+    scope, _, _ = page.scope_of(where)
+    sql = _audit_query(scope.lines, page._extra(7))
+    with connect(url, autocommit=True) as conn:
+        [[plan]] = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, scope.line_params
+        ).fetchone()
+        [lines] = conn.execute(
+            f"SELECT count(*) FROM agentteam.call_lines WHERE {scope.lines}", scope.line_params
+        ).fetchone()
+    assert lines > 0
+    assert _relation_rows(plan["Plan"], "call_lines") == lines
+
+
+def test_the_idempotency_check_runs_beside_the_rest_of_the_page(
+    fleet: tuple[list[Path], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The longest query, on its own connection, overlaps the page's other reads: here it
+    waits for the verdict, which the other reads reach, and would wait in vain run first."""
+    from agentteam_task_bridge.replay import _fleet_report as page
+
+    _, url = fleet
+    verdict_read = threading.Event()
+    check, verdict = page.idempotency_from, page._verdict
+
+    def waiting_check(*args: Any, **kwargs: Any) -> Any:
+        assert verdict_read.wait(timeout=30), "the check ran before the page's other reads"
+        return check(*args, **kwargs)
+
+    def noted_verdict(*args: Any, **kwargs: Any) -> Any:
+        result = verdict(*args, **kwargs)
+        verdict_read.set()
+        return result
+
+    monkeypatch.setattr(page, "idempotency_from", waiting_check)
+    monkeypatch.setattr(page, "_verdict", noted_verdict)
+    beside = report_from(url, stories=7)
+    monkeypatch.undo()
+    alone = report_from(url, stories=7)
+    assert verdict_read.is_set() and beside.idempotency.calls > 0
+    assert to_json(beside.idempotency) == to_json(alone.idempotency)
+    assert to_json(beside.audit) == to_json(alone.audit)
+
+
+def _relation_rows(plan: dict[str, Any], prefix: str) -> int:
+    """The rows a plan's scans of the relations named ``prefix...`` returned, every loop."""
+    rows = int(plan["Actual Rows"]) * int(plan["Actual Loops"])
+    own = rows if str(plan.get("Relation Name", "")).startswith(prefix) else 0
+    return own + sum(_relation_rows(child, prefix) for child in plan.get("Plans", []))
 
 
 def test_the_cli_refuses_journals_and_keys_with_from(fleet: tuple[list[Path], str]) -> None:
