@@ -47,12 +47,11 @@ Signatures count only under a trusted key: --trusted-key / --key, else this mach
 ($XDG_CONFIG_HOME/agentteam-bridge/journal-signing.key, and journal.key for HMAC-era
 checkpoints). A checkpoint no trusted key signed fails the check (checkpoint_unverified) unless
 --accept-unverified. The keys a journal names are trusted only with --trust-journal-key.
-In every mode a history no checkpoint covers fails (unsigned_history; a live session
-before its first checkpoint excepted), so do more than 1000 unsigned events after the last
-one (unsigned_tail), a segments_pruned or journal_gap no checkpoint covers (excuse_unsigned)
-and two histories under one journal id (fork). With no key given, this machine's key file is
-trusted, said on stderr, and a rotation to it from a key it does not hold fails
-(key_file_replaced).
+In every mode a history no checkpoint covers fails (unsigned_history: a writer signs its
+first commit), so do more than 1000 unsigned events after the last one (unsigned_tail), a
+segments_pruned or journal_gap no checkpoint covers (excuse_unsigned) and two histories
+under one journal id (fork). With no key given, this machine's key file is trusted, said on
+stderr, and a rotation to it from a key it does not hold fails (key_file_replaced).
 The checkpoint exported beside a journal (<journal>.checkpoint.json) is used when no
 --checkpoint is given; it lives on the same machine, so only a copy held elsewhere can show
 that the journal was cut back below it.

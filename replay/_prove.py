@@ -199,7 +199,7 @@ def _covering(log: _Journal, seq: int, held: Path | None) -> tuple[Checkpoint, b
     if cp.seq < seq:
         raise ReplayInputError(
             f"the checkpoint is at size {cp.seq}: event {seq} is after it (the writer signs "
-            "every 1000 events, 30 s, and at close)"
+            "its first commit, every 1000 events, 30 s, and at close)"
         )
     if cp.seq > log.head():
         raise ReplayInputError(

@@ -12,8 +12,9 @@ highest seq a counted checkpoint covers. Rules:
                        signs its first commit, so no journal is ever without one, live or
                        not (a lock on the file proves nothing: anyone can take one)
 ``unsigned_tail``      more than ``CHECKPOINT_EVERY`` (1000) events after the last counted
-                       checkpoint. A writer signs at the commit that reaches 1000 unsigned
-                       events, every 30 s while it runs, after a journal gap and on close,
+                       checkpoint. A writer signs its first commit, each commit that reaches
+                       a multiple of 1000 events, every 30 s while it runs, after a journal
+                       gap and on close,
                        so neither a live session nor one a crash cut short leaves more. A
                        shorter tail is no finding: its count is reported
                        (``JournalReport.unsigned_tail``), as those events are signed by none
