@@ -24,6 +24,7 @@ import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 
 from agentteam_task_bridge.journal import (
     AnswerUndelivered,
@@ -157,6 +158,10 @@ def build_server(bridge: Bridge, door: Door) -> Server[Any]:
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # One page holds every tool, so no cursor was ever issued: MCP says an invalid
+            # cursor is an error (-32602), not the first page again.
+            raise MCPError(types.INVALID_PARAMS, "Invalid params: tools/list has no other page")
         return _LIST_RESULT
 
     async def on_call_tool(

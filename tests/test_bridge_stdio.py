@@ -132,6 +132,12 @@ async def test_garbage_frames_are_survived_and_real_requests_still_answered(
     assert (await raw.receive())["error"]["code"] == -32601
     await raw.send({"jsonrpc": "2.0", "id": 10, "method": "tools/list"})
     assert len((await raw.receive())["result"]["tools"]) == 7
+    # No cursor was ever issued (one page holds every tool): any cursor is invalid params.
+    for rid, cursor in ((11, "garbage"), (12, ""), (13, "eyJwYWdlIjoyfQ==")):
+        params = {"cursor": cursor}
+        await raw.send({"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": params})
+        refused = await raw.receive()
+        assert refused["id"] == rid and refused["error"]["code"] == -32602, refused
     await raw.close()
 
 
