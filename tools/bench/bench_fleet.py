@@ -37,10 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from unittest import mock
 
 from agentteam_task_bridge import journal, replay
@@ -291,6 +292,27 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             run(Path(tmp), cluster, journals, per, args.days, args.keep, skip, args.jobs)
+    finally:
+        cluster.stop()
+
+
+@contextmanager
+def cluster_and_journals(
+    url: str | None, keep: Path | None, journals: int, per: int
+) -> Iterator[tuple[Any, list[Path], int]]:
+    """A PostgreSQL server (``url``'s, else a throwaway one started as the tests start it) and
+    the journals to measure (:func:`journals_in`: kept in ``keep``, else in a temporary
+    folder); the server stopped after."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.pg_cluster import Cluster, start_cluster
+
+    cluster = Cluster(url, None, None, None) if url else start_cluster()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = keep or Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            paths, events, _ = journals_in(folder, journals, per, 30, keep is not None)
+            yield cluster, paths, events
     finally:
         cluster.stop()
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ from agentteam_task_bridge.replay._fleet_calls import fold_sql
 from agentteam_task_bridge.replay._fleet_ingest import _ARGUMENTS, _BATCH_HASH, _LEAF
 from agentteam_task_bridge.replay._fleet_store import SESSION_DOC, SESSION_STARTED_OF_CALL
 
-from .bench_fleet import journals_in
+from .bench_fleet import cluster_and_journals
 
 _COLUMNS = (
     "e.session_id, e.call_id, e.ts_mono_ns, e.ts_wall, e.kind, e.kind_version,"
@@ -200,20 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.pg_cluster import Cluster, start_cluster
-
-    cluster = Cluster(args.url, None, None, None) if args.url else start_cluster()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = args.keep or Path(tmp)
-            folder.mkdir(parents=True, exist_ok=True)
-            paths, _, _ = journals_in(folder, args.journals, args.events, 30, args.keep is not None)
-            store = cluster.create_database("ingest")
-            assert replay.ship(paths[:2], store).ok
-            times, cpu = measure(store, args.repeat)
-    finally:
-        cluster.stop()
+    with cluster_and_journals(args.url, args.keep, args.journals, args.events) as found:
+        cluster, paths, _ = found
+        store = cluster.create_database("ingest")
+        assert replay.ship(paths[:2], store).ok
+        times, cpu = measure(store, args.repeat)
     print(f"{'part, per 5,000-event batch':<66} {'ms (min)':>9} {'server CPU ms':>14}  repeats")
     for name, seconds in times.items():
         each = ", ".join(f"{s * 1000:.0f}" for s in seconds)

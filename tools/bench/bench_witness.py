@@ -16,8 +16,6 @@ the files). Printed: seconds and events per second of each, and the witness chec
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from agentteam_task_bridge.replay._cosign import WitnessKey
 from agentteam_task_bridge.replay._fleet_cosign import cosign_once
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
 
-from .bench_fleet import journals_in
+from .bench_fleet import cluster_and_journals
 from .bench_replay import KEY
 
 _KEY = WitnessKey("bench.example/witness", bytes(range(100, 132)))
@@ -84,19 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.pg_cluster import Cluster, start_cluster
-
     journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
-    cluster = Cluster(args.url, None, None, None) if args.url else start_cluster()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = args.keep or Path(tmp)
-            folder.mkdir(parents=True, exist_ok=True)
-            paths, events, _ = journals_in(folder, journals, per, 30, args.keep is not None)
-            run(cluster.create_database("witness"), paths, events)
-    finally:
-        cluster.stop()
+    with cluster_and_journals(args.url, args.keep, journals, per) as (cluster, paths, events):
+        run(cluster.create_database("witness"), paths, events)
 
 
 if __name__ == "__main__":
