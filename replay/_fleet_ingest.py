@@ -204,7 +204,7 @@ _OWNER: Final = """
 -- Called by the functions below as the owner; nobody else may (a lock held by a stranger).
 CREATE OR REPLACE FUNCTION agentteam.owned_head(a_journal text, a_lock boolean)
 RETURNS agentteam.heads
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   head agentteam.heads;
   owner name;
@@ -230,7 +230,7 @@ END $$;
 _REGISTER: Final = """
 CREATE OR REPLACE FUNCTION agentteam.register_journal(
   a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
   INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
   VALUES (a_journal, a_created_at, a_from, session_user) ON CONFLICT (journal_id) DO NOTHING;
@@ -428,7 +428,7 @@ _CHECKPOINT: Final = r"""
 -- The RFC 6962 tree hash of a journal's first a_size leaves, from the stored hashes the ingest
 -- kept (one per set bit of a_size: O(log n) reads); NULL when the store holds no such tree.
 CREATE OR REPLACE FUNCTION agentteam.tree_root(a_journal text, a_size bigint) RETURNS bytea
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   nodes bytea[] := '{}';
   pos bigint := 0;
@@ -459,7 +459,7 @@ END $$;
 CREATE OR REPLACE FUNCTION agentteam.add_checkpoint(
   a_journal text, a_seq bigint, a_head_hash text, a_ts_wall text, a_key_id text,
   a_signature text, a_root_hash text DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, false);
   held text;
@@ -499,7 +499,7 @@ END $$;
 _FINDING: Final = """
 CREATE OR REPLACE FUNCTION agentteam.record_finding(
   a_journal text, a_seq bigint, a_rule text, a_detail text, a_source text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
   INSERT INTO agentteam.findings (journal_id, seq, rule, detail, source, reported_by)
   VALUES (a_journal, a_seq, a_rule, a_detail, a_source, session_user)
 $$;

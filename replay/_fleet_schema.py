@@ -165,7 +165,7 @@ def partition_function(function: str, table: str, *, definer: bool) -> str:
     security = " SECURITY DEFINER" if definer else ""
     return f"""
 CREATE OR REPLACE FUNCTION agentteam.{function}(month date) RETURNS void
-LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   first_day date := date_trunc('month', month)::date;
   name text := format('{table}_%s', to_char(first_day, 'YYYY_MM'));
