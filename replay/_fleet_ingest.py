@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from agentteam_task_bridge import journal
+
 __all__ = [
     "ERASED_ROW",
     "ESCAPED_COLUMNS",
@@ -227,11 +229,17 @@ BEGIN
 END $$;
 """
 
-_REGISTER: Final = """
+# A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space.
+_REGISTER: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.register_journal(
   a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
+  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}' THEN
+    RAISE EXCEPTION 'a journal id cannot be empty or hold a control character or a space: %',
+      quote_literal(a_journal)
+      USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
+  END IF;
   INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
   VALUES (a_journal, a_created_at, a_from, session_user) ON CONFLICT (journal_id) DO NOTHING;
   IF FOUND THEN
