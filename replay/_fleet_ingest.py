@@ -19,7 +19,9 @@ and refuse what breaks a rule, whatever the client sent:
   (``hash_mismatch``, see ``journal/_canonical.py``: the same text byte for byte, so the server
   recomputes what the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time
   (``row_malformed``), and a v2 journal's payload digest is ``sha256(salt || payload)``
-  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the
+  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``), and each
+  payload parses as the store's readers parse it (``payload_invalid``: the chain hashes any text,
+  and one that does not parse failed every report over the fleet that read it). ``ts`` (the
   partition key) is derived from ``ts_wall``, so no row can be placed at another instant than
   the one its hash covers. The journal's head row (``agentteam.heads``, keyed by ``journal_id``
   alone) is locked for the batch and moved to its last event: one row per ``(journal_id, seq)``
@@ -368,6 +370,25 @@ BEGIN
           FROM pg_temp.ship_batch s WINDOW w AS (ORDER BY s.seq)) r
     OFFSET 0  -- each row's rule once, not once per aggregate reading it
   ) c;
+  -- Every payload is a document the store's readers parse (payload_doc): the chain hashes any
+  -- text, and one that does not parse (not JSON, an escaped lone surrogate, nested past the
+  -- parser's stack) would make every report over the fleet that reads it fail. One parse of
+  -- the batch; the first such row is looked for only when it fails.
+  IF bad_rule IS NULL THEN
+    BEGIN
+      PERFORM count(agentteam.payload_doc(s.payload)) FROM pg_temp.ship_batch s;
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+      bad_rule := 'payload_invalid';
+      FOR last IN SELECT s.seq, s.payload FROM pg_temp.ship_batch s ORDER BY s.seq LOOP
+        BEGIN
+          PERFORM agentteam.payload_doc(last.payload);
+        EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+          bad_seq := last.seq;
+          EXIT;
+        END;
+      END LOOP;
+    END;
+  END IF;
   IF bad_rule IS NOT NULL THEN
     RAISE EXCEPTION 'the store refuses event % of journal %: %', bad_seq, a_journal, bad_rule
       USING ERRCODE = 'check_violation', DETAIL = bad_rule || ' ' || coalesce(bad_seq::text, '');
