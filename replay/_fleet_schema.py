@@ -47,7 +47,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
