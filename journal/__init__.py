@@ -72,6 +72,7 @@ from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
 from ._checkpoint import (
+    ORIGIN_FORBIDDEN,
     ORIGIN_PREFIX,
     Checkpoint,
     HmacKey,
@@ -86,6 +87,7 @@ from ._checkpoint import (
     load_key,
     load_legacy_key,
     note_key_text,
+    origin_line,
     sign_checkpoint,
 )
 from ._contract import (
@@ -190,6 +192,7 @@ __all__ = [
     "MERKLE_LOG",
     "META_CALLBACK",
     "META_RUN",
+    "ORIGIN_FORBIDDEN",
     "ORIGIN_PREFIX",
     "OUTCOMES",
     "PAYLOAD_TYPES",
@@ -281,6 +284,7 @@ __all__ = [
     "open_reader",
     "open_sync_writer",
     "open_writer",
+    "origin_line",
     "payload_digest",
     "private_opener",
     "record_from_row",

@@ -76,6 +76,13 @@ __all__ = [
 ]
 
 ORIGIN_PREFIX: Final = "agentteam-journal/"
+# What a journal id may not hold, as it stands in a checkpoint's origin line: a control
+# character or a space of any kind (Python's \s). With a newline, the note's body gains lines
+# (its "origin", size and root would be what the id spells, the rest extension lines, which
+# tlog-checkpoint readers ignore), so a checkpoint of one journal would read as another's.
+# The same class as a PostgreSQL regular expression: the store's register_journal refuses it.
+ORIGIN_FORBIDDEN: Final = r"[\x01-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+_ORIGIN_BAD: Final = re.compile(ORIGIN_FORBIDDEN.replace("\\x01", "\\x00"))
 # The name given to a key passed as a bare 32-byte seed (tests, tools).
 SEED_KEY_NAME: Final = "agentteam-bridge/seed"
 ED25519: Final = b"\x01"
@@ -325,7 +332,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def note_text(self) -> str:
         """The tlog-checkpoint body the Ed25519 signature covers."""
         root = base64.b64encode(bytes.fromhex(self.signed_root)).decode()
-        return f"{ORIGIN_PREFIX}{self.journal_id}\n{self.seq}\n{root}\n"
+        return f"{origin_line(self.journal_id)}\n{self.seq}\n{root}\n"
 
     def note(self) -> str:
         """The whole signed note (text, blank line, signature line)."""
@@ -425,6 +432,17 @@ class Trust:
 
     def describe(self) -> list[str]:
         return [*self.verifiers, *(f"hmac:{k}" for k in self.hmac_keys)]
+
+
+def origin_line(journal_id: str) -> str:
+    """A journal's checkpoint origin, ``agentteam-journal/<journal id>``; ValueError for an id
+    that cannot stand in one line (empty, or holding a control character or a space)."""
+    if not journal_id or _ORIGIN_BAD.search(journal_id):
+        raise ValueError(
+            f"the journal id {journal_id!r} cannot be a checkpoint's origin (one line, no"
+            " control character or space)"
+        )
+    return f"{ORIGIN_PREFIX}{journal_id}"
 
 
 def sign_checkpoint(

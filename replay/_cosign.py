@@ -32,7 +32,7 @@ from typing import ClassVar, Final
 
 import msgspec
 
-from agentteam_task_bridge.journal import ORIGIN_PREFIX, VerifierKey, note_key_text
+from agentteam_task_bridge.journal import VerifierKey, note_key_text, origin_line
 
 __all__ = [
     "COSIGNATURE_HEADER",
@@ -52,7 +52,7 @@ _MAX_TIME: Final = 2**63 - 1
 
 def checkpoint_body(journal_id: str, size: int, root: bytes) -> str:
     """The checkpoint note body a cosignature covers (the journal's own checkpoint's text)."""
-    return f"{ORIGIN_PREFIX}{journal_id}\n{size}\n{base64.b64encode(root).decode()}\n"
+    return f"{origin_line(journal_id)}\n{size}\n{base64.b64encode(root).decode()}\n"
 
 
 def cosigned_message(body: str, timestamp: int) -> bytes:

@@ -369,7 +369,7 @@ CREATE OR REPLACE TRIGGER call_counts_no_truncate BEFORE TRUNCATE ON agentteam.c
 -- Refold the calls with an event in seq a_first..a_last of the journal (the ingest's hook).
 CREATE OR REPLACE FUNCTION agentteam.fold_calls(a_journal text, a_first bigint, a_last bigint)
 RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   touched text[];
   low bigint;

@@ -137,7 +137,7 @@ CREATE OR REPLACE TRIGGER erased_seqs_no_truncate BEFORE TRUNCATE ON agentteam.e
 
 -- events: append-only but for an erasure (the row equal but for payload and salt, listed).
 CREATE OR REPLACE FUNCTION agentteam.events_erase_only() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
   IF TG_OP = 'UPDATE' AND NEW.payload = '{_MARKER}' AND NEW.salt = ''
      AND OLD.salt IS NOT NULL AND OLD.salt <> ''
@@ -157,7 +157,7 @@ CREATE OR REPLACE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON agenttea
 -- whose start or handshake was erased), refolded from the events as they now are.
 CREATE OR REPLACE FUNCTION agentteam.refold_erased(a_journal text, a_seqs bigint[])
 RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   touched text[];
 BEGIN
@@ -184,7 +184,7 @@ END $$;
 CREATE OR REPLACE FUNCTION agentteam.erase_stored(
   a_journal text, a_seqs bigint[], a_event_seq bigint, a_selector text, a_reason text)
 RETURNS bigint[]
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam SET extra_float_digits = 1 AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp SET extra_float_digits = 1 AS $$
 DECLARE
   named bigint[];
   rewrite bigint[];
@@ -255,7 +255,7 @@ END $$;
 -- witness's transaction: no cosignature without its erasures, and the reverse; erase_mismatch
 -- aborts both (the witness reports it).
 CREATE OR REPLACE FUNCTION agentteam.apply_cosigned_erasures() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   rotated boolean;
   p record;

@@ -19,7 +19,9 @@ and refuse what breaks a rule, whatever the client sent:
   (``hash_mismatch``, see ``journal/_canonical.py``: the same text byte for byte, so the server
   recomputes what the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time
   (``row_malformed``), and a v2 journal's payload digest is ``sha256(salt || payload)``
-  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``). ``ts`` (the
+  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``), and each
+  payload parses as the store's readers parse it (``payload_invalid``: the chain hashes any text,
+  and one that does not parse failed every report over the fleet that read it). ``ts`` (the
   partition key) is derived from ``ts_wall``, so no row can be placed at another instant than
   the one its hash covers. The journal's head row (``agentteam.heads``, keyed by ``journal_id``
   alone) is locked for the batch and moved to its last event: one row per ``(journal_id, seq)``
@@ -44,6 +46,8 @@ shipper records it as the same finding the client-side check would have made.
 from __future__ import annotations
 
 from typing import Final
+
+from agentteam_task_bridge import journal
 
 __all__ = [
     "ERASED_ROW",
@@ -204,7 +208,7 @@ _OWNER: Final = """
 -- Called by the functions below as the owner; nobody else may (a lock held by a stranger).
 CREATE OR REPLACE FUNCTION agentteam.owned_head(a_journal text, a_lock boolean)
 RETURNS agentteam.heads
-LANGUAGE plpgsql SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   head agentteam.heads;
   owner name;
@@ -227,11 +231,17 @@ BEGIN
 END $$;
 """
 
-_REGISTER: Final = """
+# A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space.
+_REGISTER: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.register_journal(
   a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
+  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}' THEN
+    RAISE EXCEPTION 'a journal id cannot be empty or hold a control character or a space: %',
+      quote_literal(a_journal)
+      USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
+  END IF;
   INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
   VALUES (a_journal, a_created_at, a_from, session_user) ON CONFLICT (journal_id) DO NOTHING;
   IF FOUND THEN
@@ -360,6 +370,25 @@ BEGIN
           FROM pg_temp.ship_batch s WINDOW w AS (ORDER BY s.seq)) r
     OFFSET 0  -- each row's rule once, not once per aggregate reading it
   ) c;
+  -- Every payload is a document the store's readers parse (payload_doc): the chain hashes any
+  -- text, and one that does not parse (not JSON, an escaped lone surrogate, nested past the
+  -- parser's stack) would make every report over the fleet that reads it fail. One parse of
+  -- the batch; the first such row is looked for only when it fails.
+  IF bad_rule IS NULL THEN
+    BEGIN
+      PERFORM count(agentteam.payload_doc(s.payload)) FROM pg_temp.ship_batch s;
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+      bad_rule := 'payload_invalid';
+      FOR last IN SELECT s.seq, s.payload FROM pg_temp.ship_batch s ORDER BY s.seq LOOP
+        BEGIN
+          PERFORM agentteam.payload_doc(last.payload);
+        EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+          bad_seq := last.seq;
+          EXIT;
+        END;
+      END LOOP;
+    END;
+  END IF;
   IF bad_rule IS NOT NULL THEN
     RAISE EXCEPTION 'the store refuses event % of journal %: %', bad_seq, a_journal, bad_rule
       USING ERRCODE = 'check_violation', DETAIL = bad_rule || ' ' || coalesce(bad_seq::text, '');
@@ -428,7 +457,7 @@ _CHECKPOINT: Final = r"""
 -- The RFC 6962 tree hash of a journal's first a_size leaves, from the stored hashes the ingest
 -- kept (one per set bit of a_size: O(log n) reads); NULL when the store holds no such tree.
 CREATE OR REPLACE FUNCTION agentteam.tree_root(a_journal text, a_size bigint) RETURNS bytea
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   nodes bytea[] := '{}';
   pos bigint := 0;
@@ -459,7 +488,7 @@ END $$;
 CREATE OR REPLACE FUNCTION agentteam.add_checkpoint(
   a_journal text, a_seq bigint, a_head_hash text, a_ts_wall text, a_key_id text,
   a_signature text, a_root_hash text DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   head agentteam.heads := agentteam.owned_head(a_journal, false);
   held text;
@@ -499,7 +528,7 @@ END $$;
 _FINDING: Final = """
 CREATE OR REPLACE FUNCTION agentteam.record_finding(
   a_journal text, a_seq bigint, a_rule text, a_detail text, a_source text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
   INSERT INTO agentteam.findings (journal_id, seq, rule, detail, source, reported_by)
   VALUES (a_journal, a_seq, a_rule, a_detail, a_source, session_user)
 $$;

@@ -38,7 +38,7 @@ class _StoreLog(_prove._Journal):
     def __init__(self, conn: psycopg.Connection[Any], journal_id: str, size: int) -> None:
         self.readers = []
         self.journal_id = journal_id
-        self.origin = f"{journal.ORIGIN_PREFIX}{journal_id}"
+        self.origin = _prove.origin_of(journal_id)
         self.read = self._stored
         self._conn = conn
         self._size = size

@@ -47,7 +47,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -165,7 +165,7 @@ def partition_function(function: str, table: str, *, definer: bool) -> str:
     security = " SECURITY DEFINER" if definer else ""
     return f"""
 CREATE OR REPLACE FUNCTION agentteam.{function}(month date) RETURNS void
-LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam AS $$
+LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   first_day date := date_trunc('month', month)::date;
   name text := format('{table}_%s', to_char(first_day, 'YYYY_MM'));

@@ -108,13 +108,22 @@ class ProofCheck(msgspec.Struct, frozen=True, kw_only=True):
         return not self.problems
 
 
+def origin_of(journal_id: str | None) -> str:
+    """The journal's checkpoint origin; ReplayInputError for an id no note can hold (a
+    newline, a space: journal.origin_line), which no writer makes."""
+    try:
+        return journal.origin_line(journal_id or "")
+    except ValueError as exc:
+        raise ReplayInputError(str(exc)) from None
+
+
 class _Journal:
     """A v2 journal's segment files, opened read-only, in seq order."""
 
     def __init__(self, readers: list[Reader]) -> None:
         self.readers = readers
         self.journal_id = readers[0].journal_id
-        self.origin = f"{journal.ORIGIN_PREFIX}{self.journal_id}"
+        self.origin = origin_of(self.journal_id)
         self.read = journal.files_reader([(r.segment.first_seq, r.stored_hash) for r in readers])
 
     def head(self) -> int:
