@@ -364,7 +364,7 @@ CREATE OR REPLACE TRIGGER call_counts_append_only BEFORE DELETE ON agentteam.cal
 CREATE OR REPLACE TRIGGER call_counts_no_truncate BEFORE TRUNCATE ON agentteam.call_counts
   FOR EACH STATEMENT EXECUTE FUNCTION agentteam.refuse_change();
 
-{partition_function("ensure_call_partition", "call_lines", definer=False)}
+{partition_function("ensure_call_partition", "call_lines", "started_ts", definer=False)}
 
 -- Refold the calls with an event in seq a_first..a_last of the journal (the ingest's hook).
 CREATE OR REPLACE FUNCTION agentteam.fold_calls(a_journal text, a_first bigint, a_last bigint)

@@ -13,25 +13,26 @@ and refuse what breaks a rule, whatever the client sent:
   the owner. A relation of that name the login made itself is refused, never read.
 * ``ingest(journal_id)``: the staged batch, checked as a whole in one query (which also computes
   each v2 leaf hash: the chain's and the leaf's images share the envelope's text, built once per
-  row) and moved with one INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th
-  row is the journal's head + i (``sequence_gap``), each ``prev_hash`` is the hash before it
+  row) and moved with one INSERT ... SELECT. Refused as a whole unless, in seq order, the i-th row
+  is the journal's head + i (``sequence_gap``), each ``prev_hash`` is the hash before it
   (``chain_broken``), each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL
   (``hash_mismatch``, see ``journal/_canonical.py``: the same text byte for byte, so the server
   recomputes what the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time
-  (``row_malformed``), and a v2 journal's payload digest is ``sha256(salt || payload)``
-  (``leaf_mismatch``) with a leaf for every event from seq 1 (``leaf_missing``), and each
-  payload parses as the store's readers parse it (``payload_invalid``: the chain hashes any text,
-  and one that does not parse failed every report over the fleet that read it). ``ts`` (the
-  partition key) is derived from ``ts_wall``, so no row can be placed at another instant than
-  the one its hash covers. The journal's head row (``agentteam.heads``, keyed by ``journal_id``
-  alone) is locked for the batch and moved to its last event: one row per ``(journal_id, seq)``
-  holds because the only way in appends at the head. Each v2 leaf (``journal/_tlog.py``'s,
-  rebuilt in SQL) is appended to the journal's tree: the stored hashes its append makes (Go
-  tlog's layout) are kept with the event, the tree's border with the head. A ``key_rotated``
-  event registers the key it names at its seq: keys enter only through the journal's own chain.
-  A row the journal erased before shipping (``ERASED_ROW``) is taken with its hash as stored, as
-  verify takes it; a ``payload_erased`` event is recorded as pending (``_fleet_erase``, one
-  marked hook), applied once a witness cosignature covers it.
+  (``row_malformed``) no more than a day past the server's clock (``ts_ahead``: the month of a row's
+  time makes its partition, see ``_fleet_schema.FIRST_PARTITION_MONTH``), and a v2 journal's payload
+  digest is ``sha256(salt || payload)`` (``leaf_mismatch``) with a leaf for every event from seq 1
+  (``leaf_missing``), and each payload parses as the store's readers parse it (``payload_invalid``:
+  the chain hashes any text, and one that does not parse failed every report over the fleet that
+  read it). ``ts`` (the partition key) is derived from ``ts_wall``, so no row can be placed at
+  another instant than the one its hash covers. The journal's head row (``agentteam.heads``, keyed
+  by ``journal_id`` alone) is locked for the batch and moved to its last event: one row per
+  ``(journal_id, seq)`` holds because the only way in appends at the head. Each v2 leaf
+  (``journal/_tlog.py``'s, rebuilt in SQL) is appended to the journal's tree: the stored hashes its
+  append makes (Go tlog's layout) are kept with the event, the tree's border with the head. A
+  ``key_rotated`` event registers the key it names at its seq: keys enter only through the journal's
+  own chain. A row the journal erased before shipping (``ERASED_ROW``) is taken with its hash as
+  stored, as verify takes it; a ``payload_erased`` event is recorded as pending (``_fleet_erase``,
+  one marked hook), applied once a witness cosignature covers it.
 * ``add_checkpoint(...)``: kept only if the store holds the event at its seq with the head
   hash it names (``checkpoint_hash_mismatch``), its key id is the registered key in force at
   that seq (``checkpoint_unverified``), and a v2 journal's root is the tree hash the store
@@ -423,6 +424,13 @@ BEGIN
     trees := trees || stored;
   END LOOP;
   BEGIN
+    -- No row more than a day past the server's clock: its month would make a partition.
+    SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s
+    WHERE s.ts_wall::timestamptz > now() + interval '1 day' ORDER BY s.seq LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'the store refuses event % of journal %: ts_ahead', bad_seq, a_journal
+        USING ERRCODE = 'check_violation', DETAIL = 'ts_ahead ' || bad_seq;
+    END IF;
     PERFORM agentteam.ensure_partition(x.month)
     FROM (SELECT DISTINCT (left(s.ts_wall, 7) || '-01')::date AS month
           FROM pg_temp.ship_batch s) x;

@@ -158,17 +158,31 @@ END $$;
 """
 
 
-def partition_function(function: str, table: str, *, definer: bool) -> str:
+# The first month a partition of its own is made for. Earlier rows (a device whose clock
+# started at 1970 before its first time sync, a journal written before the product existed)
+# share one DEFAULT partition, ``<table>_early``, whose CHECK tells PostgreSQL it holds nothing
+# of a later month (no scan when a month is added). With rows refused more than a day ahead of
+# the server's clock (``ts_ahead`` at ingest), a shipping login can make at most one partition
+# per month between this one and next month, as an honest fleet does: 1,000 chain-valid rows a
+# month apart from 1900 made 1,000 partitions, and every report over the fleet took minutes.
+FIRST_PARTITION_MONTH: Final = "2025-01-01"
+
+
+def partition_function(function: str, table: str, column: str, *, definer: bool) -> str:
     """``agentteam.<function>(month)``: makes ``table``'s partition for that month once (under
-    an advisory lock), with the TRUNCATE trigger the parent's cannot give it. One definition
-    for ``events`` (SECURITY DEFINER: the ingest's role calls it) and ``call_lines``."""
+    an advisory lock), with the TRUNCATE trigger the parent's cannot give it; a month before
+    FIRST_PARTITION_MONTH goes to the DEFAULT partition ``<table>_early`` (made once the same
+    way). One definition for ``events`` (SECURITY DEFINER: the ingest's role calls it) and
+    ``call_lines``, each partitioned by its ``column``."""
     security = " SECURITY DEFINER" if definer else ""
     return f"""
 CREATE OR REPLACE FUNCTION agentteam.{function}(month date) RETURNS void
 LANGUAGE plpgsql{security} SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
   first_day date := date_trunc('month', month)::date;
-  name text := format('{table}_%s', to_char(first_day, 'YYYY_MM'));
+  early boolean := first_day < DATE '{FIRST_PARTITION_MONTH}';
+  name text := CASE WHEN early THEN '{table}_early'
+                    ELSE format('{table}_%s', to_char(first_day, 'YYYY_MM')) END;
 BEGIN
   IF to_regclass(format('agentteam.%I', name)) IS NOT NULL THEN
     RETURN;
@@ -178,12 +192,19 @@ BEGIN
   -- above, from before another session made the partition and let the lock go.
   IF NOT EXISTS (SELECT 1 FROM pg_class c
                  WHERE c.relname = name AND c.relnamespace = 'agentteam'::regnamespace) THEN
-    -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
-    EXECUTE format(
-      'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'
-      ' FOR VALUES FROM (%L) TO (%L)',
-      name, first_day::timestamp AT TIME ZONE 'UTC',
-      (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+    IF early THEN
+      EXECUTE format(
+        'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'
+        ' (CONSTRAINT %I CHECK ({column} < %L)) DEFAULT',
+        name, name || '_before', DATE '{FIRST_PARTITION_MONTH}'::timestamp AT TIME ZONE 'UTC');
+    ELSE
+      -- Bounds are UTC instants, whatever the session's TimeZone (ts_wall is UTC).
+      EXECUTE format(
+        'CREATE TABLE agentteam.%I PARTITION OF agentteam.{table}'
+        ' FOR VALUES FROM (%L) TO (%L)',
+        name, first_day::timestamp AT TIME ZONE 'UTC',
+        (first_day + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+    END IF;
     -- A statement trigger of the parent does not fire for its partitions: each has its own.
     EXECUTE format(
       'CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON agentteam.%I'
@@ -319,7 +340,7 @@ def ddl() -> list[str]:
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
         _TABLES,
         _APPEND_ONLY,
-        partition_function("ensure_partition", "events", definer=True),
+        partition_function("ensure_partition", "events", "ts", definer=True),
         INGEST,
         CALLS_DDL,
         _triggers(),
