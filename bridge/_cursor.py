@@ -416,8 +416,8 @@ def _onward(
         return cursors.issue(onward, fresh, upstream=upstream_next)
     # This page's numbers (against an upstream repeating them), then the ones given from it
     # before but not on it now, last, so they are kept first: inserts pushed them onward.
-    numbers = list(dict.fromkeys(_number(i) for i in items))
-    pushed = [n for n in state.seen if n not in set(numbers)]
+    numbers = dict.fromkeys(_number(i) for i in items)
+    pushed = [n for n in state.seen if n not in numbers]
     return cursors.issue(onward._replace(seen=(*numbers, *pushed)), [], upstream=upstream_next)
 
 
