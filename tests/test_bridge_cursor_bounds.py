@@ -6,8 +6,10 @@ cursors of 1-1024 characters, task numbers up to 2**53, upstream pages shorter t
 `limit` per page, pages cut by the byte budget after any item, and deletes, inserts and key
 changes (rank, priority, `updated_at`) between pages. Every cursor handed out must be at most
 2048 characters and accepted by the `task_list` input validation; every task that stays in the
-view with its key unchanged is given exactly once. Unit level by design: the runtime's own
-cursors are short and its numbers small, so only a simulated upstream reaches the widths.
+view with its key unchanged is given exactly once. Two fixed walks pin what failed before: a
+search page given one item at a time at the widest cursor and numbers, and search results that
+inserts push onto the next upstream page. Unit level by design: the runtime's own cursors are
+short and its numbers small, so only a simulated upstream reaches the widths.
 """
 
 from __future__ import annotations
@@ -205,3 +207,29 @@ def test_a_relevance_page_given_one_item_at_a_time_keeps_its_cursor_in_bounds(
         widest = max(widest, len(cursor))
     assert sorted(given_numbers) == sorted(tasks)  # each once, none skipped
     assert widest > 1900 or length < MAX_UPSTREAM_CURSOR  # the bound was reached, and held
+
+
+def test_search_results_pushed_onto_the_next_upstream_page_are_not_given_again() -> None:
+    # Tasks 1-3 given (a page cut after them), then five inserts ranked before them: the
+    # pages that follow reach the end of their upstream page before 1-3, which the upstream's
+    # next page then holds again.
+    tasks = {n: Task(n, "normal", n, float(n)) for n in range(1, 11)}
+    upstream = Upstream("relevance", tasks, cursor_lengths=lambda: 40, shortfall=lambda: 0)
+    arguments = {"channel": "c", "query": "q"}
+    cursors = Cursors.ephemeral()
+
+    def page(limit: int, cursor: str | None, keep: int | None = None) -> tuple[list[int], Any]:
+        args = {**arguments, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        upstream_args, state = page_request(args, "ws", cursors)
+        answer, state = page_answer(args, upstream.list(upstream_args), state, cursors)
+        items = answer["items"][:keep]
+        onward = cursors.issue(state, items) if keep else answer.get("nextCursor")
+        return [i["number"] for i in items], onward
+
+    given, cursor = page(10, None, keep=3)  # the budget keeps 3 of 10
+    for n in range(11, 16):
+        tasks[n] = Task(n, "normal", n, -float(n))  # ranked before every other
+    while cursor is not None:
+        numbers, cursor = page(2, cursor)
+        given += numbers
+    assert sorted(given) == list(range(1, 16)), given
