@@ -1,21 +1,49 @@
-"""Bridge cursors (contract 6.3): where a page the bridge cut continues, by identity, signed.
+"""Bridge cursors (contract 6.3): where a list continues, by identity, signed.
 
-A bridge cursor names the upstream page it continues (the upstream cursor that fetched it; none
-for a first page) and the last item delivered from it by its sort key: ``number``;
-``updated_at, number``; ``priority rank, number``. For ``relevance``, whose rank the items do not
-show, it names the numbers delivered from that page instead. Resuming fetches that upstream page
-again, with room for the items already delivered, and drops every item at or before the key (or
-delivered already): updates, deletes and inserts between pages, and another ``limit``, never skip
-or repeat a task that stays in the view.
+Every ``next_cursor`` of a list page is a bridge cursor. It names the upstream page it continues
+(the upstream cursor that fetches it; none for a first page) and the last item delivered by its
+sort key: ``number``; ``updated_at, number``; ``priority rank, number``. For ``relevance``, whose
+rank the items do not show, it names the numbers delivered from that page instead (``s``: 7 bytes
+each, big-endian, base64url). Resuming fetches that upstream page again, with room for the items
+already delivered, and drops every item at or before the key (or delivered already). When the
+page is given to its end, the cursor names the upstream's ``nextCursor`` and keeps the key (or,
+under ``relevance``, the numbers of the page just given), so an item the upstream repeats on its
+next page, or pushes onto it, is not given twice.
 
-    bt1.<base64url JSON {"d", "u", "k" | "seen", "n", "e"}>.<32 hex of HMAC-SHA256>
+The guarantee: a task that stays in the view with its sort key unchanged is given exactly once,
+whatever is deleted, inserted or updated between pages (other tasks' ranks, priorities and
+``updated_at`` included), whatever ``limit`` each page asks, whether a page is cut by ``limit``
+or by the byte budget, however many items the upstream gives per page. A task whose own key
+changes between pages takes its new place: given again if it moved to where the pages have not
+reached, not given if it moved to where they have passed (``number`` never changes; a task
+updated under ``updated`` moves to the front). Under ``relevance`` the key is the upstream's
+search rank, which it may change on any write, and the items do not show it: the bridge keeps
+the numbers it gave from an upstream page (and carries them to the next page), so its cuts never
+skip, and it never repeats while those numbers not yet passed fit the cursor
+(``relevance_window``: 38 with the longest upstream cursor, MAX_LIMIT with one under 450
+characters, as the runtime's are); past that, inserts ranked before the tasks given may bring
+some of them back.
+
+Size: every cursor handed out is at most MAX_CURSOR (2048, the inputs' ``maxLength``) characters,
+for any upstream cursor of 1-MAX_UPSTREAM_CURSOR characters and any task number 1..2^53: under
+``relevance`` the upstream page is fetched at most ``relevance_window(u)`` items long, the most
+numbers a cursor naming ``u`` can hold, so the numbers delivered from the page always fit (older
+ones are dropped first) and each page still gives at least one item (progress); resuming one
+upstream page again and again never grows its cursor past that bound.
+
+Loops: an upstream whose ``nextCursor`` leads back to a cursor of the same walk (Brent's cycle
+detection over a digest of the upstream cursors, ``t``/``p``/``c``) makes the page ``NotAPage``
+(``upstream_malformed``) instead of pages that never end.
+
+    bt1.<base64url JSON {"d", "u", "k" | "s", "n", "e", "t", "p", "c"}>.<32 hex of HMAC-SHA256>
 
 The MAC is keyed by the installation's secret (``cursor.key``, 32 random bytes in hex, owner-only
 beside the journal signing key), so a cursor outlives the session that issued it; ``d`` binds it
 to the workspace and the list arguments but the cursor and the limit (``cursor_mismatch``
 elsewhere), ``e`` is its expiry (CURSOR_TTL_SECONDS after issue). A forged, edited or expired
-cursor is ``cursor_invalid``. A cursor without the prefix is the upstream's own: it passes
-through untouched and the upstream judges it.
+cursor is ``cursor_invalid``. A cursor without the prefix is the upstream's own (handed out
+by earlier versions): one the bridge could have handed out passes through untouched and the
+upstream judges it, any other is ``cursor_invalid``.
 
 Every cursor the bridge hands out is one the model can send back (the inputs' ``cursor``, 1-2048
 characters) and wrap again: an upstream ``nextCursor`` that is present must be 1 to
@@ -46,12 +74,17 @@ from ._exceptions import BridgeError
 from ._paths import loose_mode, make_private_dir
 
 CURSOR_PREFIX = "bt1."
-MAX_UPSTREAM_CURSOR = 1024  # wrapped in a bridge cursor, still within the inputs' 2048
+MAX_CURSOR = 2048  # the inputs' `cursor` maxLength: no cursor the bridge hands out is longer
+MAX_UPSTREAM_CURSOR = 1024  # wrapped in a bridge cursor, still within MAX_CURSOR
 _UPSTREAM_CURSOR = re.compile(rf"[!#-\[\]-~]{{1,{MAX_UPSTREAM_CURSOR}}}")
 CURSOR_TTL_SECONDS = 24 * 3600
 KEY_FILE = "cursor.key"
 _KEY_BYTES = 32
 _MAC_HEX = 32
+_SEEN_BYTES = 7  # a number delivered under relevance: 1..2**53 < 2**56
+_MAX_NUMBER = 2**53
+_LOOP_HEX = 12  # the digest of an upstream cursor in the loop check
+_MAX_POWER = 2**52  # Brent's power stops doubling (never reached: a bound on the cursor's size)
 _encode = msgspec.json.Encoder(order="sorted").encode
 # The runtime's order of priorities (docs/runtime.md): none ranks lowest.
 _PRIORITY_RANK: dict[Any, int] = {None: 0, "low": 1, "normal": 2, "high": 3, "urgent": 4}
@@ -64,7 +97,9 @@ class PageState(NamedTuple):
     `upstream_cursor` fetched the upstream page; `after` is the sort key of the last item
     already delivered from it (None: nothing yet), `seen` the numbers delivered from it under
     `relevance`; `dropped` how many items of this fetch were delivered before (set once the
-    page is read); `digest` what its cursors are bound to; `sort` the effective sort.
+    page is read); `digest` what its cursors are bound to; `sort` the effective sort; `loop`
+    the cycle check's state over the upstream cursors of this walk (digest of the saved one,
+    power, steps; None: none yet).
     """
 
     upstream_cursor: str | None
@@ -73,6 +108,7 @@ class PageState(NamedTuple):
     after: Key | None = None
     seen: tuple[int, ...] = ()
     dropped: int = 0
+    loop: tuple[str, int, int] | None = None
 
 
 def list_digest(arguments: dict[str, Any], workspace: str = "") -> str:
@@ -115,12 +151,20 @@ def comes_after(key: Key, last: Key, sort: str) -> bool:
     return bool(key > last)  # number (a relevance page is never compared: see `seen`)
 
 
+def _number(item: Any) -> int:
+    """A relevance item's number, which its cursor names; raises NotAPage if it has none."""
+    number = item.get("number") if isinstance(item, dict) else None
+    if type(number) is not int or not 1 <= number <= _MAX_NUMBER:
+        raise NotAPage
+    return number
+
+
 def undelivered(state: PageState, items: list[Any]) -> list[Any]:
     """The items of a re-fetched upstream page not delivered before (a malformed item is kept,
-    for the conversion to refuse)."""
+    for the conversion to refuse; under `relevance` it is NotAPage)."""
     if state.sort == "relevance":
         seen = set(state.seen)
-        return [i for i in items if not (isinstance(i, dict) and i.get("number") in seen)]
+        return [i for i in items if _number(i) not in seen]
     if state.after is None:
         return items
     last = state.after
@@ -152,13 +196,17 @@ class Cursors:
             "u": state.upstream_cursor if upstream is None else upstream,
             "e": int(self._clock()) + CURSOR_TTL_SECONDS,
         }
-        if state.sort == "relevance":
+        if state.sort == "relevance":  # the latest that fit: this page's are the last
             numbers = [i["number"] for i in delivered if isinstance(i, dict)]
-            body["seen"] = sorted({*state.seen, *numbers})
+            seen = list(dict.fromkeys([*state.seen, *numbers]))
+            body["s"] = _pack(seen[-relevance_window(body["u"]) :])
         else:
             after = sort_key(delivered[-1], state.sort) if delivered else state.after
             body["k"] = list(after) if after else None
-        body["n"] = state.dropped + len(delivered) if upstream is None else 0
+        # The count only widens the next fetch, which MAX_LIMIT bounds: so does the count.
+        body["n"] = min(inp.MAX_LIMIT, state.dropped + len(delivered)) if upstream is None else 0
+        if state.loop is not None:
+            body["t"], body["p"], body["c"] = state.loop
         raw = base64.urlsafe_b64encode(_encode(body)).rstrip(b"=")
         return CURSOR_PREFIX + raw.decode() + "." + self._mac(raw)
 
@@ -183,13 +231,18 @@ class Cursors:
                 field_errors={"$.cursor": "issued for another query or filter set"},
             )
         key = state.get("k")
-        seen = state.get("seen") or ()
+        try:
+            seen = _unpack(state["s"]) if "s" in state else tuple(state.get("seen") or ())
+        except (ValueError, TypeError):
+            raise invalid from None
+        loop = (state["t"], state["p"], state["c"]) if "t" in state else None
         page = PageState(
             upstream,
             digest,
             sort,
             after=tuple(key) if key else None,
-            seen=tuple(seen),
+            seen=seen,
+            loop=loop,
         )
         return page, count
 
@@ -242,12 +295,56 @@ class NotAPage(BridgeError, ValueError):
     """An upstream list answer without a list of items: nothing a cursor can continue."""
 
 
+def relevance_window(upstream: str | None) -> int:
+    """How many items of the upstream page `upstream` fetches a relevance cursor can name as
+    delivered: the most whose cursor, at the widest numbers and counters, is within MAX_CURSOR
+    (at least one; 38 for the longest upstream cursor, MAX_LIMIT for the runtime's)."""
+    widest = {
+        "c": _MAX_NUMBER,
+        "d": "0" * 16,
+        "e": 10**12,
+        "n": inp.MAX_LIMIT,
+        "p": _MAX_NUMBER,
+        "s": "",
+        "t": "0" * _LOOP_HEX,
+        "u": upstream,
+    }
+    base = len(_encode(widest))
+    room = MAX_CURSOR - len(CURSOR_PREFIX) - 1 - _MAC_HEX
+    for count in range(inp.MAX_LIMIT, 1, -1):
+        if _b64_len(base + _b64_len(count * _SEEN_BYTES)) <= room:
+            return count
+    return 1
+
+
+def _b64_len(size: int) -> int:
+    """Characters of `size` bytes in unpadded base64."""
+    return (4 * size + 2) // 3
+
+
+def _pack(numbers: Sequence[int]) -> str:
+    """Task numbers as one base64url string, 7 bytes each."""
+    raw = b"".join(n.to_bytes(_SEEN_BYTES, "big") for n in numbers)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unpack(text: Any) -> tuple[int, ...]:
+    """The numbers of a `_pack` string; raises ValueError or TypeError if it is not one."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) % _SEEN_BYTES:
+        raise ValueError("not whole numbers")
+    return tuple(
+        int.from_bytes(raw[i : i + _SEEN_BYTES], "big") for i in range(0, len(raw), _SEEN_BYTES)
+    )
+
+
 def page_request(
     args: dict[str, Any], workspace: str, cursors: Cursors
 ) -> tuple[dict[str, Any], PageState]:
     """The upstream arguments of a list call and where its page continues: a bridge cursor
     opened (its upstream page fetched again, with room for the items given from it already),
-    an upstream cursor passed through."""
+    an upstream cursor passed through (one the bridge could have handed out, else
+    `cursor_invalid`). Under `relevance` the page asked is at most `relevance_window` long."""
     state = PageState(None, list_digest(args, workspace), effective_sort(args))
     upstream_args = dict(args)
     cursor = upstream_args.pop("cursor", None)
@@ -255,11 +352,16 @@ def page_request(
     if isinstance(cursor, str) and cursor.startswith(CURSOR_PREFIX):
         state, delivered = cursors.open(cursor, state.digest, state.sort)
     elif isinstance(cursor, str):
+        if _UPSTREAM_CURSOR.fullmatch(cursor) is None:  # not one any page could have named
+            raise cursors.invalid()
         state = state._replace(upstream_cursor=cursor)
     if state.upstream_cursor is not None:
         upstream_args["cursor"] = state.upstream_cursor
     limit = args.get("limit", inp.DEFAULT_LIMIT)
-    upstream_args["limit"] = min(inp.MAX_LIMIT, limit + delivered)
+    asked = min(inp.MAX_LIMIT, limit + delivered)
+    if state.sort == "relevance":
+        asked = min(asked, relevance_window(state.upstream_cursor))
+    upstream_args["limit"] = asked
     return upstream_args, state
 
 
@@ -277,22 +379,65 @@ def page_answer(
     args: dict[str, Any], body: Any, state: PageState, cursors: Cursors
 ) -> tuple[dict[str, Any], PageState]:
     """The upstream page without the items given before, at most `limit` of them, and its
-    `nextCursor`: the upstream's own when the rest of its page is given whole, else a bridge
-    cursor; raises NotAPage for a body without a list of items."""
+    `nextCursor`: a bridge cursor, on the same upstream page after a cut, else on the
+    upstream's next; raises NotAPage for a body without a list of items, a relevance page
+    longer than its cursor could follow, or an upstream `nextCursor` that loops."""
     if not isinstance(body, dict) or not isinstance(body.get("items"), list):
         raise NotAPage
     items: list[Any] = body["items"]
+    upstream_next = upstream_cursor(body.get("nextCursor"))
+    if state.sort == "relevance":
+        if len(items) > relevance_window(state.upstream_cursor):  # more than was asked
+            raise NotAPage
+        # The numbers given that are on the page go last, so a cursor that must drop some
+        # drops the others first (deleted, or pushed on by inserts, the upstream's to pass).
+        on_page = {_number(i) for i in items}
+        gone = [n for n in state.seen if n not in on_page]
+        state = state._replace(seen=(*gone, *(n for n in state.seen if n in on_page)))
     fresh = undelivered(state, items)
     state = state._replace(dropped=len(items) - len(fresh))
     limit = args.get("limit", inp.DEFAULT_LIMIT)
-    page = {**body, "items": fresh[:limit]}
-    upstream_next = upstream_cursor(body.get("nextCursor"))
+    page = {k: v for k, v in body.items() if k != "nextCursor"}
+    page["items"] = fresh[:limit]
     if len(fresh) > limit:
         page["nextCursor"] = cursors.issue(state, fresh[:limit])
-    elif not fresh and upstream_next is not None and (state.after or state.seen):
-        # Every item of this fetch was given before: go on from the upstream's next page.
-        page["nextCursor"] = cursors.issue(state, [], upstream=upstream_next)
+    elif upstream_next is not None:
+        page["nextCursor"] = _onward(state, items, fresh, upstream_next, cursors)
     return page, state
+
+
+def _onward(
+    state: PageState, items: list[Any], fresh: list[Any], upstream_next: str, cursors: Cursors
+) -> str:
+    """The cursor of the upstream's next page once this one is given to its end: past the
+    last item given (under `relevance`: without this page's numbers, the last that fit)."""
+    onward = state._replace(loop=_step(state.loop, state.upstream_cursor, upstream_next))
+    if state.sort != "relevance":
+        return cursors.issue(onward, fresh, upstream=upstream_next)
+    # This page's numbers (against an upstream repeating them), then the ones given from it
+    # before but not on it now, last, so they are kept first: inserts pushed them onward.
+    numbers = dict.fromkeys(_number(i) for i in items)
+    pushed = [n for n in state.seen if n not in numbers]
+    return cursors.issue(onward._replace(seen=(*numbers, *pushed)), [], upstream=upstream_next)
+
+
+def _step(
+    loop: tuple[str, int, int] | None, current: str | None, onward: str
+) -> tuple[str, int, int]:
+    """One step of Brent's cycle detection over the upstream cursors of a walk: the state after
+    moving from `current` to `onward`; raises NotAPage when `onward` was seen (a loop)."""
+    saved, power, steps = loop if loop is not None else (_loop_digest(current), 1, 0)
+    hare = _loop_digest(onward)
+    if hmac.compare_digest(hare, saved):
+        raise NotAPage
+    steps += 1
+    if steps >= power:  # move the saved cursor here, look twice as far
+        saved, power, steps = hare, min(2 * power, _MAX_POWER), 0
+    return saved, power, steps
+
+
+def _loop_digest(upstream: str | None) -> str:
+    return hashlib.sha256((upstream or "").encode()).hexdigest()[:_LOOP_HEX]
 
 
 def load_cursor_key(directory: Path) -> bytes:

@@ -23,7 +23,8 @@ from agentteam_task_bridge.bridge._lifecycle import Unanswered
 from agentteam_task_bridge.bridge._server import build_server
 from agentteam_task_bridge.bridge.testing import MemoryJournal, bridge_over, upstream_task
 
-CURSORS = Cursors.ephemeral()
+# One key and one clock: a list page's cursor (its expiry too) is the same bytes on both paths.
+CURSORS = Cursors(b"k" * 32, clock=lambda: 2_000_000_000.0)
 HELD = 99  # task_get of this number waits upstream until the client cancels it
 
 

@@ -7,6 +7,8 @@ result over its budget or the silent end of a list. In-process over the producti
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +121,10 @@ async def test_the_edges_of_every_range_are_answered(tmp_path: Path) -> None:
     assert not result.is_error, result.structured_content
     structured: Any = result.structured_content
     assert structured["data"]["items"][0]["number"] == SAFE
-    assert structured["meta"]["next_cursor"] == cursor  # the upstream's own, untouched
+    wrapped = structured["meta"]["next_cursor"]  # the bridge's, naming the upstream's own
+    assert wrapped.startswith("bt1.") and len(wrapped) <= 2048
+    body = wrapped[4:].rpartition(".")[0]
+    assert json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["u"] == cursor
     verified(path)
 
 
