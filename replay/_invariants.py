@@ -60,6 +60,35 @@ def _may_hold_secret(text: str) -> bool:
     return "earer" in lowered or "atk_" in lowered
 
 
+# Where each shape of :data:`_SECRET` can start, found with plain ``find`` in the lower-cased
+# text: the ``b`` one character before an ``earer``, an ``atk_``, an ``eyJ`` (cased as it is).
+_STARTS: Final = (("earer", 1, True), ("atk_", 0, True), ("eyJ", 0, False))
+
+
+def first_secret(text: str) -> re.Match[str] | None:
+    """``_SECRET.search(text)``, tried only where a shape's start is (most texts that hold a
+    trigger, a ``bearer_token`` field's name, hold no secret: the regex's scan of the whole
+    text, every alternative at every offset, was most of verify's secret check). The leftmost
+    match is the search's: every match starts at one of those places, tried in order. Where
+    lower-casing changed the text's length (``İ`` becomes two characters) the offsets of the
+    lower-cased copy are not the text's: the whole text is searched."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        return _SECRET.search(text)
+    starts: set[int] = set()
+    for needle, back, folded in _STARTS:
+        where = lowered if folded else text
+        at = where.find(needle, back)
+        while at >= 0:
+            starts.add(at - back)
+            at = where.find(needle, at + 1)
+    for start in sorted(starts):
+        found = _SECRET.match(text, start)
+        if found is not None:
+            return found
+    return None
+
+
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
 
@@ -191,11 +220,11 @@ class EventChecks:
         if not _may_hold_secret("\0".join([v for _, v in columns if isinstance(v, str)])):
             return
         for column, value in columns:
-            if isinstance(value, str) and _may_hold_secret(value):
+            if isinstance(value, str):
                 self._search_secret(seq, column, value, call_id)
 
     def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:
-        found = _SECRET.search(value)
+        found = first_secret(value)
         if found is not None:
             shape = found.group(0)
             what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"
