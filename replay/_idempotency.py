@@ -33,10 +33,11 @@ from typing import Any, Final
 import msgspec
 
 from agentteam_task_bridge import bridge
+from agentteam_task_bridge.journal import CallReceived
 
 from ._findings import Finding
 from ._source import Progress, open_journals
-from ._story import CallStory, iter_stories
+from ._story import CallStory, is_mutation, iter_stories
 
 __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
@@ -162,34 +163,36 @@ class _Checker:
     def feed(self, story: CallStory) -> None:
         self.calls += 1
         tool = story.tool
-        if tool is None or story.received is None:
+        received = story.received
+        if tool is None or received is None:
             return
-        data = _data(story)
-        workspace = story.injected.get("workspace_id") or (
+        call = _Call(story, received)
+        data = call.data
+        injected = call.injected
+        workspace = injected.get("workspace_id") or (
             story.session.workspace_id if story.session else None
         )
-        agent = story.injected.get("agent_id") or (
-            story.session.agent_id if story.session else None
-        )
+        agent = injected.get("agent_id") or (story.session.agent_id if story.session else None)
         workspace, agent = _intern(workspace), _intern(agent)
-        if tool == "task_create" and _key_of(story) is not None:
-            self._keyed_create(story, workspace, agent, data)
+        key = _key_of(call) if tool == "task_create" else None
+        if key is not None:
+            self._keyed_create(call, key, workspace, agent, data)
         if tool == "task_set_claim" and data is not None:
             self._claim(story, workspace, agent, data)
-        self._repeat(story, tool, workspace, agent, data)
-        self._advance_epochs(story, tool, workspace, agent, data)
+        tasks = _tasks_touched(call, tool, workspace, data)  # the same before and after
+        self._repeat(call, tool, workspace, agent, data, tasks)
+        self._advance_epochs(call, tool, workspace, agent, data, tasks)
 
     # --- keyed creates ----------------------------------------------------------------
 
     def _keyed_create(
-        self, story: CallStory, workspace: str | None, agent: str | None, data: Any
+        self, call: _Call, key: str, workspace: str | None, agent: str | None, data: Any
     ) -> None:
         self.keyed += 1
-        key = _key_of(story)
-        assert key is not None
-        injected = story.injected
+        story = call.story
+        injected = call.injected
         run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
-        body = _create_body(story)
+        body = call.body
         if body is not None and not (body.get("workflowRunId") and body.get("callbackEffectId")):
             run, callback = body.get("workflowRunId"), body.get("callbackEffectId")
         scope = (workspace, agent, run, callback, "task_create", key)
@@ -296,14 +299,19 @@ class _Checker:
     # --- repeats and hints ------------------------------------------------------------
 
     def _repeat(
-        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+        self,
+        call: _Call,
+        tool: str,
+        workspace: str | None,
+        agent: str | None,
+        data: Any,
+        tasks: list[Task],
     ) -> None:
-        requests = story.requests
-        if not requests or story.outcome is None:
+        requests, story = call.requests, call.story
+        if not requests or call.outcome is None:
             return
         req = requests[-1]
         signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
-        tasks = _tasks_touched(story, workspace, data)
         recent = self.recent
         while recent and next(iter(recent.values()))[1] < self.calls - REPEAT_WINDOW:
             recent.popitem(last=False)  # more than REPEAT_WINDOW calls ago
@@ -317,7 +325,7 @@ class _Checker:
                     tool, HintCheck(tool=tool, declared=self.hints.get(tool))
                 )
                 check.repeats += 1
-                if _repeat_was_safe(tool, story, data):
+                if _repeat_was_safe(tool, call, data):
                     check.safe += 1
                 else:
                     check.unsafe += 1
@@ -332,11 +340,18 @@ class _Checker:
             recent[signature] = (after, self.calls)
 
     def _advance_epochs(
-        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+        self,
+        call: _Call,
+        tool: str,
+        workspace: str | None,
+        agent: str | None,
+        data: Any,
+        tasks: list[Task],
     ) -> None:
-        if data is None or not story.mutation:
+        if data is None or not call.mutation:
             return
-        for task in _tasks_touched(story, workspace, data):
+        story = call.story
+        for task in tasks:
             if _changes(story, tool, data, task):
                 self.epochs[task] = self.epochs.get(task, 0) + 1
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
@@ -384,25 +399,36 @@ def _data(story: CallStory) -> Any:
     return data if isinstance(data, dict) else None
 
 
-def _key_of(story: CallStory) -> str | None:
-    body = _create_body(story)
+class _Call:
+    """What the checks read of one call, each read once (a :class:`CallStory` property scans
+    the call's events at each use, and the checks look at some many times)."""
+
+    __slots__ = ("body", "data", "injected", "mutation", "outcome", "received", "requests", "story")
+
+    def __init__(self, story: CallStory, received: CallReceived) -> None:
+        self.story = story
+        self.received = received
+        self.requests = story.requests
+        last = self.requests[-1].body if self.requests else None
+        # The upstream body as sent (the last request's), when it is an object.
+        self.body: dict[str, Any] | None = last if isinstance(last, dict) else None
+        self.injected = story.injected
+        self.outcome = story.outcome
+        self.data = _data(story)
+        self.mutation = any(is_mutation(req) for req in self.requests)
+
+
+def _key_of(call: _Call) -> str | None:
+    body = call.body
     if body is not None and isinstance(body.get("idempotencyKey"), str):
         return str(body["idempotencyKey"])
-    received = story.received
-    key = received.arguments.get("idempotency_key") if received is not None else None
+    key = call.received.arguments.get("idempotency_key")
     return key.strip() if isinstance(key, str) else None
 
 
-def _create_body(story: CallStory) -> dict[str, Any] | None:
-    requests = story.requests
-    if not requests or not isinstance(requests[-1].body, dict):
-        return None
-    return requests[-1].body
-
-
-def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[Task]:
+def _tasks_touched(call: _Call, tool: str, workspace: str | None, data: Any) -> list[Task]:
     """The tasks a call addresses, from its upstream body (the request as sent)."""
-    body = _create_body(story)
+    body = call.body
     if body is None:
         return []
     channel = _intern(body.get("channel"))
@@ -411,7 +437,7 @@ def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[T
         numbers = [body["number"]]
     elif isinstance(body.get("numbers"), list):
         numbers = body["numbers"]
-    elif story.tool == "task_create" and isinstance(data, dict):
+    elif tool == "task_create" and isinstance(data, dict):
         return [
             (workspace, _intern(t.get("channel")), t["number"])
             for t in data.get("tasks", [])
@@ -435,12 +461,12 @@ def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
     return 0
 
 
-def _repeat_was_safe(tool: str, story: CallStory, data: Any) -> bool:
+def _repeat_was_safe(tool: str, call: _Call, data: Any) -> bool:
     """Whether an identical repeat (nothing observed in between) changed nothing."""
-    if not story.mutation:
+    if not call.mutation:
         return True
     if data is None:  # a failed repeat changed nothing (a deleted task stays deleted)
-        return story.in_doubt is None
+        return call.story.in_doubt is None
     if tool == "task_update":
         return not data.get("changed")
     if tool == "task_set_claim":

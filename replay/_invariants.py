@@ -183,6 +183,9 @@ class EventChecks:
         self._open: dict[str, _Call] = {}
         # A session's (workspace, agent) from its start; None when that start was erased.
         self._sessions: dict[str, tuple[Any, Any] | None] = {}
+        # The last envelope (session, call, method, tool, request id) seen without a trigger:
+        # the events of one call share theirs, so it is looked at once per call.
+        self._clean_envelope: tuple[Any, ...] | None = None
 
     def check_event(self, row: tuple[Any, ...]) -> None:
         seq, kind, version, text = row[0], row[6], row[7], row[14]
@@ -202,26 +205,35 @@ class EventChecks:
             self._call_event(seq, row, kind, payload)
 
     def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
-        payload, session_id, call_id = row[14], row[2], row[3]
         # Substring tests first: the regex runs only where a secret's shape may start (a mixed
         # case `aTk_` only after a look at the lower-cased text, where `atk_` fails).
         # The envelope's text columns too: a tool or method name, a request id come from the
-        # client.
+        # client. An envelope equal to the last one without a trigger has none (equal values:
+        # the same texts); then only the payload (a text: check_event returned otherwise).
+        envelope = (row[2], row[3], row[8], row[9], row[10])
+        if envelope != self._clean_envelope:
+            # One look at all of them (most hold no trigger): a trigger has no NUL, so none
+            # spans two columns joined by one.
+            if _may_hold_secret("\0".join([v for v in envelope if isinstance(v, str)])):
+                self._search_columns(seq, row)
+                return
+            self._clean_envelope = envelope
+        if _may_hold_secret(row[14]):
+            self._search_secret(seq, "payload", row[14], row[3])
+
+    def _search_columns(self, seq: int, row: tuple[Any, ...]) -> None:
+        """Each text column holding a trigger, the payload first."""
         columns = (
-            ("payload", payload),
-            ("session_id", session_id),
-            ("call_id", call_id),
+            ("payload", row[14]),
+            ("session_id", row[2]),
+            ("call_id", row[3]),
             ("mcp_method_name", row[8]),
             ("gen_ai_tool_name", row[9]),
             ("jsonrpc_request_id", row[10]),
         )
-        # One look at all of them first (most rows hold no trigger): a trigger has no NUL, so
-        # none spans two columns joined by one.
-        if not _may_hold_secret("\0".join([v for _, v in columns if isinstance(v, str)])):
-            return
         for column, value in columns:
-            if isinstance(value, str):
-                self._search_secret(seq, column, value, call_id)
+            if isinstance(value, str) and _may_hold_secret(value):
+                self._search_secret(seq, column, value, row[3])
 
     def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:
         found = first_secret(value)
