@@ -33,7 +33,14 @@ from typing import Any, Final
 import msgspec
 
 from agentteam_task_bridge import bridge
-from agentteam_task_bridge.journal import CallReceived
+from agentteam_task_bridge.journal import (
+    OUTCOMES,
+    CallReceived,
+    CallResult,
+    ContextInjected,
+    Record,
+    UpstreamRequest,
+)
 
 from ._findings import Finding
 from ._source import Progress, open_journals
@@ -162,11 +169,10 @@ class _Checker:
 
     def feed(self, story: CallStory) -> None:
         self.calls += 1
-        tool = story.tool
-        received = story.received
+        call = _Call(story)
+        tool, received = call.tool, call.received
         if tool is None or received is None:
             return
-        call = _Call(story, received)
         data = call.data
         injected = call.injected
         workspace = injected.get("workspace_id") or (
@@ -390,39 +396,73 @@ def _held(holder: str | None) -> str:
     return f"claimed by {holder}" if holder else "unclaimed"
 
 
-def _data(story: CallStory) -> Any:
-    """The ``data`` of a successful result, or None."""
-    res = story.result
-    if res is None or not isinstance(res.result, dict):
-        return None
-    data = res.result.get("data")
-    return data if isinstance(data, dict) else None
-
-
 class _Call:
-    """What the checks read of one call, each read once (a :class:`CallStory` property scans
-    the call's events at each use, and the checks look at some many times)."""
+    """What the checks read of one call, found in one pass over its events (a
+    :class:`CallStory` property scans them at each use): as those properties read it, the
+    tool the last named, the first ``call_received`` and ``context_injected``, every upstream
+    request, the last outcome and its result's ``data``."""
 
-    __slots__ = ("body", "data", "injected", "mutation", "outcome", "received", "requests", "story")
+    __slots__ = (
+        "body",
+        "data",
+        "injected",
+        "mutation",
+        "outcome",
+        "received",
+        "requests",
+        "story",
+        "tool",
+    )
 
-    def __init__(self, story: CallStory, received: CallReceived) -> None:
+    def __init__(self, story: CallStory) -> None:
         self.story = story
-        self.received = received
-        self.requests = story.requests
-        last = self.requests[-1].body if self.requests else None
+        tool: str | None = None
+        received: Record | None = None
+        injected: Record | None = None
+        outcome: Record | None = None
+        requests: list[UpstreamRequest] = []
+        for record in story.records:
+            kind, payload = record.kind, record.payload
+            if record.gen_ai_tool_name:
+                tool = record.gen_ai_tool_name
+            if isinstance(payload, UpstreamRequest):
+                requests.append(payload)
+            elif kind in OUTCOMES:
+                outcome = record
+            elif kind == "call_received" and received is None:
+                received = record
+            elif kind == "context_injected" and injected is None:
+                injected = record
+        self.tool = tool
+        self.received = (
+            received.payload
+            if received is not None and isinstance(received.payload, CallReceived)
+            else None
+        )
+        self.injected: dict[str, Any] = (
+            {f.name: f.value for f in injected.payload.fields}
+            if injected is not None and isinstance(injected.payload, ContextInjected)
+            else {}
+        )
+        self.requests = requests
+        self.outcome = outcome
+        last = requests[-1].body if requests else None
         # The upstream body as sent (the last request's), when it is an object.
         self.body: dict[str, Any] | None = last if isinstance(last, dict) else None
-        self.injected = story.injected
-        self.outcome = story.outcome
-        self.data = _data(story)
-        self.mutation = any(is_mutation(req) for req in self.requests)
+        result = outcome.payload if outcome is not None else None
+        data = None
+        if isinstance(result, CallResult) and isinstance(result.result, dict):
+            data = result.result.get("data")
+        self.data: dict[str, Any] | None = data if isinstance(data, dict) else None
+        self.mutation = any(is_mutation(req) for req in requests)
 
 
 def _key_of(call: _Call) -> str | None:
     body = call.body
     if body is not None and isinstance(body.get("idempotencyKey"), str):
         return str(body["idempotencyKey"])
-    key = call.received.arguments.get("idempotency_key")
+    received = call.received
+    key = received.arguments.get("idempotency_key") if received is not None else None
     return key.strip() if isinstance(key, str) else None
 
 
