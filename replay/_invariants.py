@@ -115,6 +115,20 @@ class InDoubtCall(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+# Whether a key names hidden context, by key: the same few keys come in every call. Bounded:
+# at most 4,096 keys of at most 64 characters kept; any other is looked at each time.
+_HIDDEN: Final[dict[str, bool]] = {}
+
+
+def _is_hidden(key: str) -> bool:
+    hidden = _HIDDEN.get(key)
+    if hidden is None:
+        hidden = is_hidden_name(key)
+        if len(_HIDDEN) < 4096 and len(key) <= 64:
+            _HIDDEN[key] = hidden
+    return hidden
+
+
 def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
     """JSON paths of every mapping key that names hidden context, at any depth."""
     found: list[str] = []
@@ -122,11 +136,10 @@ def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
         return found
     if isinstance(node, dict):
         for key, value in node.items():
-            child = f"{path}.{key}"
-            if isinstance(key, str) and is_hidden_name(key):
-                found.append(child)
+            if isinstance(key, str) and _is_hidden(key):
+                found.append(f"{path}.{key}")
             if isinstance(value, dict | list):
-                found += find_hidden_names(value, child, depth + 1)
+                found += find_hidden_names(value, f"{path}.{key}", depth + 1)
     elif isinstance(node, list):
         for i, item in enumerate(node):
             if isinstance(item, dict | list):
