@@ -33,10 +33,18 @@ from typing import Any, Final
 import msgspec
 
 from agentteam_task_bridge import bridge
+from agentteam_task_bridge.journal import (
+    OUTCOMES,
+    CallReceived,
+    CallResult,
+    ContextInjected,
+    Record,
+    UpstreamRequest,
+)
 
 from ._findings import Finding
 from ._source import Progress, open_journals
-from ._story import CallStory, iter_stories
+from ._story import CallStory, is_mutation, iter_stories
 
 __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
@@ -161,35 +169,36 @@ class _Checker:
 
     def feed(self, story: CallStory) -> None:
         self.calls += 1
-        tool = story.tool
-        if tool is None or story.received is None:
+        call = _Call(story)
+        tool, received = call.tool, call.received
+        if tool is None or received is None:
             return
-        data = _data(story)
-        workspace = story.injected.get("workspace_id") or (
+        data = call.data
+        injected = call.injected
+        workspace = injected.get("workspace_id") or (
             story.session.workspace_id if story.session else None
         )
-        agent = story.injected.get("agent_id") or (
-            story.session.agent_id if story.session else None
-        )
+        agent = injected.get("agent_id") or (story.session.agent_id if story.session else None)
         workspace, agent = _intern(workspace), _intern(agent)
-        if tool == "task_create" and _key_of(story) is not None:
-            self._keyed_create(story, workspace, agent, data)
+        key = _key_of(call) if tool == "task_create" else None
+        if key is not None:
+            self._keyed_create(call, key, workspace, agent, data)
         if tool == "task_set_claim" and data is not None:
             self._claim(story, workspace, agent, data)
-        self._repeat(story, tool, workspace, agent, data)
-        self._advance_epochs(story, tool, workspace, agent, data)
+        tasks = _tasks_touched(call, tool, workspace, data)  # the same before and after
+        self._repeat(call, tool, workspace, agent, data, tasks)
+        self._advance_epochs(call, tool, workspace, agent, data, tasks)
 
     # --- keyed creates ----------------------------------------------------------------
 
     def _keyed_create(
-        self, story: CallStory, workspace: str | None, agent: str | None, data: Any
+        self, call: _Call, key: str, workspace: str | None, agent: str | None, data: Any
     ) -> None:
         self.keyed += 1
-        key = _key_of(story)
-        assert key is not None
-        injected = story.injected
+        story = call.story
+        injected = call.injected
         run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
-        body = _create_body(story)
+        body = call.body
         if body is not None and not (body.get("workflowRunId") and body.get("callbackEffectId")):
             run, callback = body.get("workflowRunId"), body.get("callbackEffectId")
         scope = (workspace, agent, run, callback, "task_create", key)
@@ -296,14 +305,19 @@ class _Checker:
     # --- repeats and hints ------------------------------------------------------------
 
     def _repeat(
-        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+        self,
+        call: _Call,
+        tool: str,
+        workspace: str | None,
+        agent: str | None,
+        data: Any,
+        tasks: list[Task],
     ) -> None:
-        requests = story.requests
-        if not requests or story.outcome is None:
+        requests, story = call.requests, call.story
+        if not requests or call.outcome is None:
             return
         req = requests[-1]
         signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
-        tasks = _tasks_touched(story, workspace, data)
         recent = self.recent
         while recent and next(iter(recent.values()))[1] < self.calls - REPEAT_WINDOW:
             recent.popitem(last=False)  # more than REPEAT_WINDOW calls ago
@@ -317,7 +331,7 @@ class _Checker:
                     tool, HintCheck(tool=tool, declared=self.hints.get(tool))
                 )
                 check.repeats += 1
-                if _repeat_was_safe(tool, story, data):
+                if _repeat_was_safe(tool, call, data):
                     check.safe += 1
                 else:
                     check.unsafe += 1
@@ -332,11 +346,18 @@ class _Checker:
             recent[signature] = (after, self.calls)
 
     def _advance_epochs(
-        self, story: CallStory, tool: str, workspace: str | None, agent: str | None, data: Any
+        self,
+        call: _Call,
+        tool: str,
+        workspace: str | None,
+        agent: str | None,
+        data: Any,
+        tasks: list[Task],
     ) -> None:
-        if data is None or not story.mutation:
+        if data is None or not call.mutation:
             return
-        for task in _tasks_touched(story, workspace, data):
+        story = call.story
+        for task in tasks:
             if _changes(story, tool, data, task):
                 self.epochs[task] = self.epochs.get(task, 0) + 1
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
@@ -375,34 +396,79 @@ def _held(holder: str | None) -> str:
     return f"claimed by {holder}" if holder else "unclaimed"
 
 
-def _data(story: CallStory) -> Any:
-    """The ``data`` of a successful result, or None."""
-    res = story.result
-    if res is None or not isinstance(res.result, dict):
-        return None
-    data = res.result.get("data")
-    return data if isinstance(data, dict) else None
+class _Call:
+    """What the checks read of one call, found in one pass over its events (a
+    :class:`CallStory` property scans them at each use): as those properties read it, the
+    tool the last named, the first ``call_received`` and ``context_injected``, every upstream
+    request, the last outcome and its result's ``data``."""
+
+    __slots__ = (
+        "body",
+        "data",
+        "injected",
+        "mutation",
+        "outcome",
+        "received",
+        "requests",
+        "story",
+        "tool",
+    )
+
+    def __init__(self, story: CallStory) -> None:
+        self.story = story
+        tool: str | None = None
+        received: Record | None = None
+        injected: Record | None = None
+        outcome: Record | None = None
+        requests: list[UpstreamRequest] = []
+        for record in story.records:
+            kind, payload = record.kind, record.payload
+            if record.gen_ai_tool_name:
+                tool = record.gen_ai_tool_name
+            if isinstance(payload, UpstreamRequest):
+                requests.append(payload)
+            elif kind in OUTCOMES:
+                outcome = record
+            elif kind == "call_received" and received is None:
+                received = record
+            elif kind == "context_injected" and injected is None:
+                injected = record
+        self.tool = tool
+        self.received = (
+            received.payload
+            if received is not None and isinstance(received.payload, CallReceived)
+            else None
+        )
+        self.injected: dict[str, Any] = (
+            {f.name: f.value for f in injected.payload.fields}
+            if injected is not None and isinstance(injected.payload, ContextInjected)
+            else {}
+        )
+        self.requests = requests
+        self.outcome = outcome
+        last = requests[-1].body if requests else None
+        # The upstream body as sent (the last request's), when it is an object.
+        self.body: dict[str, Any] | None = last if isinstance(last, dict) else None
+        result = outcome.payload if outcome is not None else None
+        data = None
+        if isinstance(result, CallResult) and isinstance(result.result, dict):
+            data = result.result.get("data")
+        self.data: dict[str, Any] | None = data if isinstance(data, dict) else None
+        self.mutation = any(is_mutation(req) for req in requests)
 
 
-def _key_of(story: CallStory) -> str | None:
-    body = _create_body(story)
+def _key_of(call: _Call) -> str | None:
+    body = call.body
     if body is not None and isinstance(body.get("idempotencyKey"), str):
         return str(body["idempotencyKey"])
-    received = story.received
+    received = call.received
     key = received.arguments.get("idempotency_key") if received is not None else None
     return key.strip() if isinstance(key, str) else None
 
 
-def _create_body(story: CallStory) -> dict[str, Any] | None:
-    requests = story.requests
-    if not requests or not isinstance(requests[-1].body, dict):
-        return None
-    return requests[-1].body
-
-
-def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[Task]:
+def _tasks_touched(call: _Call, tool: str, workspace: str | None, data: Any) -> list[Task]:
     """The tasks a call addresses, from its upstream body (the request as sent)."""
-    body = _create_body(story)
+    body = call.body
     if body is None:
         return []
     channel = _intern(body.get("channel"))
@@ -411,7 +477,7 @@ def _tasks_touched(story: CallStory, workspace: str | None, data: Any) -> list[T
         numbers = [body["number"]]
     elif isinstance(body.get("numbers"), list):
         numbers = body["numbers"]
-    elif story.tool == "task_create" and isinstance(data, dict):
+    elif tool == "task_create" and isinstance(data, dict):
         return [
             (workspace, _intern(t.get("channel")), t["number"])
             for t in data.get("tasks", [])
@@ -435,12 +501,12 @@ def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
     return 0
 
 
-def _repeat_was_safe(tool: str, story: CallStory, data: Any) -> bool:
+def _repeat_was_safe(tool: str, call: _Call, data: Any) -> bool:
     """Whether an identical repeat (nothing observed in between) changed nothing."""
-    if not story.mutation:
+    if not call.mutation:
         return True
     if data is None:  # a failed repeat changed nothing (a deleted task stays deleted)
-        return story.in_doubt is None
+        return call.story.in_doubt is None
     if tool == "task_update":
         return not data.get("changed")
     if tool == "task_set_claim":

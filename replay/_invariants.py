@@ -60,6 +60,35 @@ def _may_hold_secret(text: str) -> bool:
     return "earer" in lowered or "atk_" in lowered
 
 
+# Where each shape of :data:`_SECRET` can start, found with plain ``find`` in the lower-cased
+# text: the ``b`` one character before an ``earer``, an ``atk_``, an ``eyJ`` (cased as it is).
+_STARTS: Final = (("earer", 1, True), ("atk_", 0, True), ("eyJ", 0, False))
+
+
+def first_secret(text: str) -> re.Match[str] | None:
+    """``_SECRET.search(text)``, tried only where a shape's start is (most texts that hold a
+    trigger, a ``bearer_token`` field's name, hold no secret: the regex's scan of the whole
+    text, every alternative at every offset, was most of verify's secret check). The leftmost
+    match is the search's: every match starts at one of those places, tried in order. Where
+    lower-casing changed the text's length (``İ`` becomes two characters) the offsets of the
+    lower-cased copy are not the text's: the whole text is searched."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        return _SECRET.search(text)
+    starts: set[int] = set()
+    for needle, back, folded in _STARTS:
+        where = lowered if folded else text
+        at = where.find(needle, back)
+        while at >= 0:
+            starts.add(at - back)
+            at = where.find(needle, at + 1)
+    for start in sorted(starts):
+        found = _SECRET.match(text, start)
+        if found is not None:
+            return found
+    return None
+
+
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
 
@@ -86,6 +115,20 @@ class InDoubtCall(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+# Whether a key names hidden context, by key: the same few keys come in every call. Bounded:
+# at most 4,096 keys of at most 64 characters kept; any other is looked at each time.
+_HIDDEN: Final[dict[str, bool]] = {}
+
+
+def _is_hidden(key: str) -> bool:
+    hidden = _HIDDEN.get(key)
+    if hidden is None:
+        hidden = is_hidden_name(key)
+        if len(_HIDDEN) < 4096 and len(key) <= 64:
+            _HIDDEN[key] = hidden
+    return hidden
+
+
 def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
     """JSON paths of every mapping key that names hidden context, at any depth."""
     found: list[str] = []
@@ -93,11 +136,10 @@ def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
         return found
     if isinstance(node, dict):
         for key, value in node.items():
-            child = f"{path}.{key}"
-            if isinstance(key, str) and is_hidden_name(key):
-                found.append(child)
+            if isinstance(key, str) and _is_hidden(key):
+                found.append(f"{path}.{key}")
             if isinstance(value, dict | list):
-                found += find_hidden_names(value, child, depth + 1)
+                found += find_hidden_names(value, f"{path}.{key}", depth + 1)
     elif isinstance(node, list):
         for i, item in enumerate(node):
             if isinstance(item, dict | list):
@@ -154,6 +196,9 @@ class EventChecks:
         self._open: dict[str, _Call] = {}
         # A session's (workspace, agent) from its start; None when that start was erased.
         self._sessions: dict[str, tuple[Any, Any] | None] = {}
+        # The last envelope (session, call, method, tool, request id) seen without a trigger:
+        # the events of one call share theirs, so it is looked at once per call.
+        self._clean_envelope: tuple[Any, ...] | None = None
 
     def check_event(self, row: tuple[Any, ...]) -> None:
         seq, kind, version, text = row[0], row[6], row[7], row[14]
@@ -173,29 +218,38 @@ class EventChecks:
             self._call_event(seq, row, kind, payload)
 
     def _check_secrets(self, seq: int, row: tuple[Any, ...]) -> None:
-        payload, session_id, call_id = row[14], row[2], row[3]
         # Substring tests first: the regex runs only where a secret's shape may start (a mixed
         # case `aTk_` only after a look at the lower-cased text, where `atk_` fails).
         # The envelope's text columns too: a tool or method name, a request id come from the
-        # client.
+        # client. An envelope equal to the last one without a trigger has none (equal values:
+        # the same texts); then only the payload (a text: check_event returned otherwise).
+        envelope = (row[2], row[3], row[8], row[9], row[10])
+        if envelope != self._clean_envelope:
+            # One look at all of them (most hold no trigger): a trigger has no NUL, so none
+            # spans two columns joined by one.
+            if _may_hold_secret("\0".join([v for v in envelope if isinstance(v, str)])):
+                self._search_columns(seq, row)
+                return
+            self._clean_envelope = envelope
+        if _may_hold_secret(row[14]):
+            self._search_secret(seq, "payload", row[14], row[3])
+
+    def _search_columns(self, seq: int, row: tuple[Any, ...]) -> None:
+        """Each text column holding a trigger, the payload first."""
         columns = (
-            ("payload", payload),
-            ("session_id", session_id),
-            ("call_id", call_id),
+            ("payload", row[14]),
+            ("session_id", row[2]),
+            ("call_id", row[3]),
             ("mcp_method_name", row[8]),
             ("gen_ai_tool_name", row[9]),
             ("jsonrpc_request_id", row[10]),
         )
-        # One look at all of them first (most rows hold no trigger): a trigger has no NUL, so
-        # none spans two columns joined by one.
-        if not _may_hold_secret("\0".join([v for _, v in columns if isinstance(v, str)])):
-            return
         for column, value in columns:
             if isinstance(value, str) and _may_hold_secret(value):
-                self._search_secret(seq, column, value, call_id)
+                self._search_secret(seq, column, value, row[3])
 
     def _search_secret(self, seq: int, column: str, value: str, call_id: str | None) -> None:
-        found = _SECRET.search(value)
+        found = first_secret(value)
         if found is not None:
             shape = found.group(0)
             what = "a bearer credential" if shape[:1] in "bB" else "a token or JWT"

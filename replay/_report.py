@@ -170,8 +170,9 @@ def _gather(
         ended: list[SessionInfo] = []
         records = _kept(journals.records(progress), where, tally)
         for story in iter_stories(records, sessions_out=ended, in_order=True):
-            acc.sessions_ended([s for s in ended if where.keeps_session(s)])
-            ended.clear()
+            if ended:
+                acc.sessions_ended([s for s in ended if where.keeps_session(s)])
+                ended.clear()
             s = story.summary()
             if not calls.matches(s):
                 continue
@@ -263,6 +264,11 @@ def _kept(records: Iterator[Record], where: ReportFilter, tally: Tally) -> Itera
     """The records of the journals and sessions asked for; deprecated usage counted as read."""
     since = wall(where.since) if where.since else None
     until = wall(where.until) if where.until else None
+    if since is None and until is None and where.journal is None and where.session is None:
+        for record in records:  # no filter: every record
+            tally.add(record)
+            yield record
+        return
     for record in records:
         if not where.keeps(record):
             continue
@@ -308,9 +314,19 @@ class _Timeline:
         self.tools: dict[int, Counter[str]] = {}
         self.statuses: dict[int, Counter[str]] = {}
         self.latency: dict[int, Histogram] = {}
+        # The last second parsed, by its text (``2026-12-04T21:30:49``): calls come in
+        # bursts, many in one second. Only for UTC times (``Z``) after 1970, where the
+        # fraction does not change the whole second.
+        self._second: tuple[str, int] = ("", 0)
 
     def add(self, started_at: str, tool: str, status: str, ms: float | None) -> None:
-        second = int(parse_wall(started_at).timestamp())
+        text = started_at[:19]
+        if text == self._second[0] and started_at[-1:] == "Z":
+            second = self._second[1]
+        else:
+            second = int(parse_wall(started_at).timestamp())
+            if started_at[-1:] == "Z" and second > 0:
+                self._second = (text, second)
         index = second // self.width
         if index not in self.tools:
             self.tools[index], self.statuses[index] = Counter(), Counter()
