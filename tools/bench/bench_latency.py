@@ -9,11 +9,20 @@ installed. PRODUCT's target: bridge p50 <= floor p50 + direct HTTP p50 + 0.5 ms;
 by the targets section from the figures these rows carry: p50 within 1.25x (task_get) and 1.35x
 (task_create) of the two floors added, server CPU per call within 2x and 2.5x of the trio-native
 floor server answering a bridge-sized result.
+
+With other checkouts (``--bridge-from LABEL=DIR``) each is then compared with this checkout's
+durable bridge alone, A/B: the two bridges take turns in blocks, the order swapped every round
+(ABBA), and each round gives the ratio of this checkout's p50 to the other's over that round's
+blocks; the per-round ratios are printed (stderr) as they come and summarised as their median
+and middle half, beside the pooled p50s and the bridges' CPU per call. The median of many short
+rounds is what a drifting, loaded machine leaves alone; one pooled p50 over a few long blocks is
+not.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +41,7 @@ TARGET_ADDED_MS = 0.5
 SECTION = "latency: one call at a time"
 SIZED = "stdio floor, trio-native stdio, bridge-sized result"
 PEER = "FastMCP peer (httpx, no journal)"
+AB_SECTION = "latency A/B: this checkout's durable bridge against another, interleaved rounds"
 
 Call = Callable[[int], Awaitable[Any]]
 
@@ -226,7 +236,102 @@ async def run(
                 targets, pids, rounds=rounds, block=block, warmup=warmup
             )
             rows += _rows(tool, samples, cpu)
+        ab_rounds, ab_block = (12, 25) if quick else (40, 40)
+        for label in checkouts or {}:
+            for tool in ("task_get", "task_create"):
+                pair = {
+                    "this": bridges["durable journal"],
+                    label: bridges[f"{label}, durable journal"],
+                }
+                rows.append(await ab_compare(tool, number, pair, rounds=ab_rounds, block=ab_block))
     return rows
+
+
+def round_ratios(this: list[list[float]], other: list[list[float]]) -> list[float]:
+    """Each round's ratio of this checkout's median latency to the other's (one round's
+    samples of each, in order)."""
+    return [statistics.median(a) / statistics.median(b) for a, b in zip(this, other, strict=True)]
+
+
+def spread(ratios: list[float]) -> tuple[float, float, float]:
+    """(median, lower quartile, upper quartile) of the per-round ratios."""
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, middle, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return middle, low, high
+
+
+async def ab_compare(
+    tool: str,
+    number: int,
+    pair: dict[str, procs.McpProcess],
+    *,
+    rounds: int,
+    block: int,
+) -> Row:
+    """This checkout's durable bridge against another's (``pair``: "this", then the other's
+    label): a warm-up, then :func:`ab_rounds`; one row of the summary."""
+    calls = {name: mcp_call(server, tool, number) for name, server in pair.items()}
+    await interleaved(calls, {}, rounds=0, block=0, warmup=block)  # the warm-up only
+    pids = {name: server.pid for name, server in pair.items()}
+    per_round, cpu = await ab_rounds(calls, pids, rounds=rounds, block=block, tool=tool)
+    return ab_row(tool, per_round, cpu)
+
+
+async def ab_rounds(
+    calls: dict[str, Call],
+    pids: dict[str, int],
+    *,
+    rounds: int,
+    block: int,
+    tool: str,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+    """Two targets (this checkout's first) in ``rounds`` rounds of one block of ``block`` calls
+    each, the order swapped every round (ABBA): each round's latencies per target, each
+    round's ratio printed on stderr as it ends, and each target's server CPU seconds per call."""
+    (first, _), (other, _) = calls.items()
+    per_round: dict[str, list[list[float]]] = {first: [], other: []}
+    cpu = dict.fromkeys(calls, 0.0)
+    counter = 0
+    for r in range(rounds):
+        for name in (first, other) if r % 2 == 0 else (other, first):
+            call, out = calls[name], []
+            before = procs.cpu_seconds(pids[name])
+            for _ in range(block):
+                counter += 1
+                start = clock()
+                await call(counter)
+                out.append(clock() - start)
+            cpu[name] += procs.cpu_seconds(pids[name]) - before
+            per_round[name].append(out)
+        this50, other50 = (statistics.median(per_round[n][-1]) * 1000 for n in (first, other))
+        print(
+            f"  A/B {tool} round {r + 1}/{rounds}: {first} {this50:.3f} ms, {other}"
+            f" {other50:.3f} ms, ratio {this50 / other50:.3f}x",
+            file=sys.stderr,
+            flush=True,
+        )
+    return per_round, {name: seconds / (rounds * block) for name, seconds in cpu.items()}
+
+
+def ab_row(tool: str, per_round: dict[str, list[list[float]]], cpu: dict[str, float]) -> Row:
+    """The summary of :func:`ab_rounds`: the median and middle half of the per-round ratios,
+    the pooled p50s and the CPU per call of each."""
+    (first, this_rounds), (other, other_rounds) = per_round.items()
+    middle, low, high = spread(round_ratios(this_rounds, other_rounds))
+    pooled = [[x for chunk in chunks for x in chunk] for chunks in (this_rounds, other_rounds)]
+    this50, other50 = ms(pooled[0], 0.5), ms(pooled[1], 0.5)
+    return Row(
+        AB_SECTION,
+        f"{tool}: {first} / {other}, durable journal",
+        this50,
+        ms(pooled[0], 0.99),
+        compare=f"median of {len(this_rounds)} round ratios {middle:.3f}x (middle half"
+        f" {low:.3f}-{high:.3f}x); pooled p50 {this50:.3f} / {other50:.3f} ms ="
+        f" {this50 / other50:.3f}x; server CPU {cpu[first] * 1000:.3f} /"
+        f" {cpu[other] * 1000:.3f} ms/call",
+    )
 
 
 def _rows(tool: str, samples: dict[str, list[float]], cpu: dict[str, float]) -> list[Row]:
