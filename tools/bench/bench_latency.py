@@ -11,17 +11,19 @@ by the targets section from the figures these rows carry: p50 within 1.25x (task
 floor server answering a bridge-sized result.
 
 With other checkouts (``--bridge-from LABEL=DIR``) each is then compared with this checkout's
-durable bridge alone, A/B: the two bridges take turns in blocks, the order swapped every round
-(ABBA), and each round gives the ratio of this checkout's p50 to the other's over that round's
-blocks; the per-round ratios are printed (stderr) as they come and summarised as their median
-and middle half, beside the pooled p50s and the bridges' CPU per call. The median of many short
-rounds is what a drifting, loaded machine leaves alone; one pooled p50 over a few long blocks is
-not.
+durable bridge alone, A/B: rounds of calls sent to the two in turn, call by call, the order of
+each pair swapped every pair and every round (ABBA), so that the machine's drift falls on both
+alike. Each round gives the ratio of this checkout's p50 to the other's and of their server CPU
+per call (every thread's ``schedstat``, to the nanosecond); the ratios are printed (stderr) as
+each round ends and summarised as their median and middle half, beside the pooled p50s. The
+median of many short rounds is what a drifting, loaded machine leaves alone; one pooled p50
+over a few long blocks is not.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -236,7 +238,7 @@ async def run(
                 targets, pids, rounds=rounds, block=block, warmup=warmup
             )
             rows += _rows(tool, samples, cpu)
-        ab_rounds, ab_block = (12, 25) if quick else (40, 40)
+        ab_rounds, ab_block = (20, 30) if quick else (40, 40)
         for label in checkouts or {}:
             for tool in ("task_get", "task_create"):
                 pair = {
@@ -274,8 +276,21 @@ async def ab_compare(
     calls = {name: mcp_call(server, tool, number) for name, server in pair.items()}
     await interleaved(calls, {}, rounds=0, block=0, warmup=block)  # the warm-up only
     pids = {name: server.pid for name, server in pair.items()}
-    per_round, cpu = await ab_rounds(calls, pids, rounds=rounds, block=block, tool=tool)
-    return ab_row(tool, per_round, cpu)
+    latencies, cpu = await ab_rounds(calls, pids, rounds=rounds, block=block, tool=tool)
+    return ab_row(tool, latencies, cpu)
+
+
+def task_cpu_seconds(pid: int) -> float:
+    """CPU seconds of every live thread of a process, to the nanosecond (each thread's
+    ``schedstat``), so that one round of calls measures its own CPU (``/proc/PID/stat`` counts
+    in 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
 
 
 async def ab_rounds(
@@ -286,51 +301,58 @@ async def ab_rounds(
     block: int,
     tool: str,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
-    """Two targets (this checkout's first) in ``rounds`` rounds of one block of ``block`` calls
-    each, the order swapped every round (ABBA): each round's latencies per target, each
-    round's ratio printed on stderr as it ends, and each target's server CPU seconds per call."""
+) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """Two targets (this checkout's first) in ``rounds`` rounds of ``block`` calls each,
+    interleaved call by call in pairs whose order swaps every pair and every round (ABBA), so
+    that drift in the machine's load falls on both alike: each round's latencies per target
+    and its server CPU seconds per call, each round's ratios printed on stderr as it ends."""
     (first, _), (other, _) = calls.items()
-    per_round: dict[str, list[list[float]]] = {first: [], other: []}
-    cpu = dict.fromkeys(calls, 0.0)
+    latencies: dict[str, list[list[float]]] = {first: [], other: []}
+    cpu: dict[str, list[float]] = {first: [], other: []}
     counter = 0
     for r in range(rounds):
-        for name in (first, other) if r % 2 == 0 else (other, first):
-            call, out = calls[name], []
-            before = procs.cpu_seconds(pids[name])
-            for _ in range(block):
+        out: dict[str, list[float]] = {first: [], other: []}
+        before = {name: task_cpu_seconds(pid) for name, pid in pids.items()}
+        for j in range(block):
+            for name in (first, other) if (j + r) % 2 == 0 else (other, first):
                 counter += 1
                 start = clock()
-                await call(counter)
-                out.append(clock() - start)
-            cpu[name] += procs.cpu_seconds(pids[name]) - before
-            per_round[name].append(out)
-        this50, other50 = (statistics.median(per_round[n][-1]) * 1000 for n in (first, other))
+                await calls[name](counter)
+                out[name].append(clock() - start)
+        for name in (first, other):
+            latencies[name].append(out[name])
+            cpu[name].append((task_cpu_seconds(pids[name]) - before[name]) / block)
+        this50, other50 = (statistics.median(out[name]) * 1000 for name in (first, other))
+        this_cpu, other_cpu = (cpu[name][-1] * 1000 for name in (first, other))
         print(
-            f"  A/B {tool} round {r + 1}/{rounds}: {first} {this50:.3f} ms, {other}"
-            f" {other50:.3f} ms, ratio {this50 / other50:.3f}x",
+            f"  A/B {tool} round {r + 1}/{rounds}: p50 {first} {this50:.3f} ms, {other}"
+            f" {other50:.3f} ms, ratio {this50 / other50:.3f}x; server CPU {this_cpu:.3f} /"
+            f" {other_cpu:.3f} ms/call",
             file=sys.stderr,
             flush=True,
         )
-    return per_round, {name: seconds / (rounds * block) for name, seconds in cpu.items()}
+    return latencies, cpu
 
 
-def ab_row(tool: str, per_round: dict[str, list[list[float]]], cpu: dict[str, float]) -> Row:
-    """The summary of :func:`ab_rounds`: the median and middle half of the per-round ratios,
-    the pooled p50s and the CPU per call of each."""
-    (first, this_rounds), (other, other_rounds) = per_round.items()
+def ab_row(tool: str, latencies: dict[str, list[list[float]]], cpu: dict[str, list[float]]) -> Row:
+    """The summary of :func:`ab_rounds`: the median and middle half of the per-round p50
+    ratios and CPU ratios, and the pooled p50s."""
+    (first, this_rounds), (other, other_rounds) = latencies.items()
     middle, low, high = spread(round_ratios(this_rounds, other_rounds))
+    cpu_ratios = [a / b for a, b in zip(cpu[first], cpu[other], strict=True) if a > 0 and b > 0]
+    cpu_middle, cpu_low, cpu_high = spread(cpu_ratios) if cpu_ratios else (math.nan,) * 3
     pooled = [[x for chunk in chunks for x in chunk] for chunks in (this_rounds, other_rounds)]
     this50, other50 = ms(pooled[0], 0.5), ms(pooled[1], 0.5)
+    this_cpu, other_cpu = (statistics.fmean(cpu[name]) * 1000 for name in (first, other))
     return Row(
         AB_SECTION,
         f"{tool}: {first} / {other}, durable journal",
         this50,
         ms(pooled[0], 0.99),
-        compare=f"median of {len(this_rounds)} round ratios {middle:.3f}x (middle half"
-        f" {low:.3f}-{high:.3f}x); pooled p50 {this50:.3f} / {other50:.3f} ms ="
-        f" {this50 / other50:.3f}x; server CPU {cpu[first] * 1000:.3f} /"
-        f" {cpu[other] * 1000:.3f} ms/call",
+        compare=f"p50: median of {len(this_rounds)} round ratios {middle:.3f}x (middle half"
+        f" {low:.3f}-{high:.3f}x), pooled {this50:.3f} / {other50:.3f} ms ="
+        f" {this50 / other50:.3f}x; server CPU: median round ratio {cpu_middle:.3f}x (middle"
+        f" half {cpu_low:.3f}-{cpu_high:.3f}x), {this_cpu:.3f} / {other_cpu:.3f} ms/call",
     )
 
 
