@@ -5,6 +5,8 @@ median round ratio and its middle half beside the pooled p50s."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,7 @@ from tools.bench.bench_latency import (
     Call,
     ab_rounds,
     ab_row,
+    median_interval,
     round_ratios,
     spread,
     task_cpu_seconds,
@@ -65,7 +68,10 @@ async def test_calls_alternate_in_swapped_pairs_and_the_summary_is_the_median_ro
     row = ab_row("task_get", latencies, cpu)
     assert row.label == "task_get: this / base, durable journal"
     # One slow round moves the median round ratio not at all.
-    assert "p50: median of 4 round ratios 1.500x (middle half 1.312-1.500x)" in row.compare
+    assert (
+        "p50: median of 4 round ratios 1.500x (95% interval 0.750-1.500x; middle half"
+        " 1.312-1.500x)" in row.compare
+    )
     assert "pooled 3000.000 / 2000.000 ms = 1.500x" in row.compare
 
 
@@ -75,7 +81,35 @@ def test_the_summary_of_the_ratios_is_their_median_and_middle_half() -> None:
     assert round_ratios([[1.0, 3.0, 2.0]], [[2.0, 1.0, 4.0]]) == [1.0]
 
 
-def test_a_process_cpu_counts_every_thread_to_the_nanosecond() -> None:
-    before = task_cpu_seconds(os.getpid())
-    sum(range(200_000))
-    assert task_cpu_seconds(os.getpid()) > before
+def test_the_median_interval_is_the_binomial_order_statistics() -> None:
+    # The ranks of the tables of distribution-free 95% intervals for a median (n: lower, upper).
+    for n, ranks in {6: (1, 6), 10: (2, 9), 20: (6, 15), 40: (14, 27), 100: (40, 61)}.items():
+        shuffled = [float((i * 7) % n + 1) for i in range(n)]  # 1..n, out of order
+        assert median_interval(shuffled) == (float(ranks[0]), float(ranks[1]))
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few rounds: the whole range
+
+
+def test_a_process_cpu_counts_every_live_thread() -> None:
+    # A child burns CPU in its main thread and in a second one that stays alive, reports each
+    # thread's own CPU time, then waits (off the CPU: its counters are settled).
+    burn = (
+        "import sys, threading, time\n"
+        "spent, go = [], threading.Event()\n"
+        "def work():\n"
+        "    sum(range(300_000)); spent.append(time.thread_time()); go.wait()\n"
+        "t = threading.Thread(target=work); t.start()\n"
+        "sum(range(300_000))\n"
+        "while not spent: time.sleep(0.01)\n"
+        "print(time.thread_time() + spent[0], flush=True); sys.stdin.read(); go.set()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        reported = float(child.stdout.readline())
+        assert task_cpu_seconds(child.pid) >= reported > 0
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)

@@ -255,6 +255,24 @@ def round_ratios(this: list[list[float]], other: list[list[float]]) -> list[floa
     return [statistics.median(a) / statistics.median(b) for a, b in zip(this, other, strict=True)]
 
 
+def median_interval(ratios: list[float]) -> tuple[float, float]:
+    """A distribution-free confidence interval of at least 95% for the median of ``ratios``:
+    the order statistics ``k`` and ``n + 1 - k``, ``k`` the largest rank whose binomial tail
+    ``P(B(n, 1/2) < k)`` is at most 2.5% (no assumption on how the rounds' ratios are spread);
+    the whole range when the rounds are too few for that (below 6)."""
+    ordered = sorted(ratios)
+    n = len(ordered)
+    k, tail = 0, 0.0  # tail: P(B < k + 1)
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n
+        if tail > 0.025:
+            break
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
 def spread(ratios: list[float]) -> tuple[float, float, float]:
     """(median, lower quartile, upper quartile) of the per-round ratios."""
     if len(ratios) < 2:
@@ -338,7 +356,9 @@ def ab_row(tool: str, latencies: dict[str, list[list[float]]], cpu: dict[str, li
     """The summary of :func:`ab_rounds`: the median and middle half of the per-round p50
     ratios and CPU ratios, and the pooled p50s."""
     (first, this_rounds), (other, other_rounds) = latencies.items()
-    middle, low, high = spread(round_ratios(this_rounds, other_rounds))
+    ratios = round_ratios(this_rounds, other_rounds)
+    middle, low, high = spread(ratios)
+    sure_low, sure_high = median_interval(ratios)
     cpu_ratios = [a / b for a, b in zip(cpu[first], cpu[other], strict=True) if a > 0 and b > 0]
     cpu_middle, cpu_low, cpu_high = spread(cpu_ratios) if cpu_ratios else (math.nan,) * 3
     pooled = [[x for chunk in chunks for x in chunk] for chunks in (this_rounds, other_rounds)]
@@ -349,8 +369,9 @@ def ab_row(tool: str, latencies: dict[str, list[list[float]]], cpu: dict[str, li
         f"{tool}: {first} / {other}, durable journal",
         this50,
         ms(pooled[0], 0.99),
-        compare=f"p50: median of {len(this_rounds)} round ratios {middle:.3f}x (middle half"
-        f" {low:.3f}-{high:.3f}x), pooled {this50:.3f} / {other50:.3f} ms ="
+        compare=f"p50: median of {len(this_rounds)} round ratios {middle:.3f}x (95% interval"
+        f" {sure_low:.3f}-{sure_high:.3f}x; middle half {low:.3f}-{high:.3f}x), pooled"
+        f" {this50:.3f} / {other50:.3f} ms ="
         f" {this50 / other50:.3f}x; server CPU: median round ratio {cpu_middle:.3f}x (middle"
         f" half {cpu_low:.3f}-{cpu_high:.3f}x), {this_cpu:.3f} / {other_cpu:.3f} ms/call",
     )
