@@ -230,7 +230,8 @@ def leaf_extras(row: Row, tree: Frontier, image: bytes | None = None) -> Leaf:
     digest = _sha256(salt + image[start + len(_PAYLOAD_KEY) : prev]).hexdigest()
     end = image.index(b'"', prev + len(_PREV_KEY)) + 1
     node = b"".join((b"\x00", image[:start], _DIGEST_KEY, digest.encode(), b'"', image[end:]))
-    return Leaf(salt.hex(), digest, b"".join(tree.append(_sha256(node).digest())))
+    # In C, like ROW_OF: no Python frame for the NamedTuple's __new__.
+    return _LEAF_OF((salt.hex(), digest, b"".join(tree.append(_sha256(node).digest()))))
 
 
 def stored_index_of(seq: int) -> int:
