@@ -205,7 +205,8 @@ def _salt() -> bytes:
 
 
 _PAYLOAD_KEY: Final = b',"payload":'
-_PREV_KEY: Final = b',"prev_hash":"'
+_PREV_KEY: Final = b',"prev_hash":'
+_SEQ_KEY: Final = b',"seq":'
 _DIGEST_KEY: Final = b',"payload_sha256":"'
 
 
@@ -218,9 +219,10 @@ def leaf_extras(row: Row, tree: Frontier, image: bytes | None = None) -> Leaf:
     encoded again: the two objects hold the same values in the same sorted order, but for the
     leaf's ``payload_sha256`` in place of ``payload`` and ``prev_hash`` (adjacent keys in both).
     Before ``,"payload":`` come only keys, numbers, ``null`` and JSON strings (in which a ``"``
-    is always escaped), so its first occurrence is the key; after ``prev_hash`` come only such
-    columns, so the last ``,"prev_hash":"`` is the key; its value is hex (no ``"``). The bytes
-    between are the stored payload text, hashed here for the digest.
+    is always escaped), so its first occurrence is the key; after the payload come only such
+    values too, so the last ``,"prev_hash":`` is that key and the first ``,"seq":`` after it
+    the next one, whatever the values hold. The bytes between the payload's key and
+    ``prev_hash``'s are the stored payload text, hashed here for the digest.
     """
     if image is None:
         image = canonical_bytes(row)
@@ -228,7 +230,7 @@ def leaf_extras(row: Row, tree: Frontier, image: bytes | None = None) -> Leaf:
     prev = image.rindex(_PREV_KEY)
     salt = _salt()
     digest = _sha256(salt + image[start + len(_PAYLOAD_KEY) : prev]).hexdigest()
-    end = image.index(b'"', prev + len(_PREV_KEY)) + 1
+    end = image.index(_SEQ_KEY, prev)
     node = b"".join((b"\x00", image[:start], _DIGEST_KEY, digest.encode(), b'"', image[end:]))
     # In C, like ROW_OF: no Python frame for the NamedTuple's __new__.
     return _LEAF_OF((salt.hex(), digest, b"".join(tree.append(_sha256(node).digest()))))

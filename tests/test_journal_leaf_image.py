@@ -49,7 +49,7 @@ ROWS = st.builds(
     OPTIONAL,  # error_type
     st.none() | st.floats(0, 1e9, allow_nan=False).map(lambda f: round(f, 3)),  # duration_ms
     st.dictionaries(KEYS, JSON, max_size=4).map(canonical_text),  # payload
-    st.sampled_from([journal.GENESIS_HASH, "ab" * 32]),  # prev_hash
+    st.one_of(st.sampled_from([journal.GENESIS_HASH, "ab" * 32]), TEXT),  # prev_hash
     st.just(""),  # hash (not part of either encoding)
 )
 
