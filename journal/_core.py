@@ -15,6 +15,7 @@ fstat and a stat): a journal unlinked or replaced under it fails closed (``repla
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sqlite3
@@ -26,7 +27,14 @@ from typing import Final, TypedDict, Unpack
 
 import msgspec
 
-from ._canonical import GENESIS_HASH, ROW_OF, encode_payload, format_wall, row_hash, wall_now
+from ._canonical import (
+    GENESIS_HASH,
+    ROW_OF,
+    canonical_bytes,
+    encode_payload,
+    format_wall,
+    wall_now,
+)
 from ._checkpoint import (
     SEED_KEY_NAME,
     Checkpoint,
@@ -277,7 +285,8 @@ class _Core:
             text,
             self.next_prev_hash,
         )
-        digest = row_hash(ROW_OF((*columns, "")))
+        image = canonical_bytes(ROW_OF((*columns, "")))
+        digest = hashlib.sha256(image).hexdigest()
         row = ROW_OF((*columns, digest))
         self.next_seq += 1
         self.next_prev_hash = digest
@@ -285,7 +294,7 @@ class _Core:
             return Stored(row, None)
         # A v2 journal: the leaf (salted payload digest) and its stored hashes, on the built
         # border, so a checkpoint signed before these rows commit knows the tree hash.
-        return Stored(row, leaf_extras(row, self.next_tree))
+        return Stored(row, leaf_extras(row, self.next_tree, image))
 
     @property
     def checkpoint_interval(self) -> float:

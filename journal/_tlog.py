@@ -42,7 +42,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from ._canonical import COLUMNS, ROW_OF, Row, as_row
+from ._canonical import COLUMNS, ROW_OF, Row, as_row, canonical_bytes
 from ._checkpoint import Checkpoint
 from ._events import ERASED_PAYLOAD
 from ._merkle import (
@@ -204,14 +204,36 @@ def _salt() -> bytes:
     return salt
 
 
-def leaf_extras(row: Row, tree: Frontier) -> Leaf:
+_PAYLOAD_KEY: Final = b',"payload":'
+_PREV_KEY: Final = b',"prev_hash":'
+_SEQ_KEY: Final = b',"seq":'
+_DIGEST_KEY: Final = b',"payload_sha256":"'
+
+
+def leaf_extras(row: Row, tree: Frontier, image: bytes | None = None) -> Leaf:
     """A v2 row's leaf columns, appended to ``tree`` (the built border): its salt (hex), salted
-    payload digest (hex) and the hashes its append stores (from :func:`stored_index_of`)."""
+    payload digest (hex) and the hashes its append stores (from :func:`stored_index_of`).
+
+    ``image`` is the row's canonical encoding (``journal.canonical_bytes``, which the writer
+    has just hashed for the chain), else it is made here. The leaf is cut from it rather than
+    encoded again: the two objects hold the same values in the same sorted order, but for the
+    leaf's ``payload_sha256`` in place of ``payload`` and ``prev_hash`` (adjacent keys in both).
+    Before ``,"payload":`` come only keys, numbers, ``null`` and JSON strings (in which a ``"``
+    is always escaped), so its first occurrence is the key; after the payload come only such
+    values too, so the last ``,"prev_hash":`` is that key and the first ``,"seq":`` after it
+    the next one, whatever the values hold. The bytes between the payload's key and
+    ``prev_hash``'s are the stored payload text, hashed here for the digest.
+    """
+    if image is None:
+        image = canonical_bytes(row)
+    start = image.index(_PAYLOAD_KEY)
+    prev = image.rindex(_PREV_KEY)
     salt = _salt()
-    text = row.payload
-    digest = hashlib.sha256(salt + (text.encode() if isinstance(text, str) else text)).hexdigest()
-    stored = tree.append(_sha256(b"\x00" + leaf_bytes(row, digest)).digest())
-    return Leaf(salt.hex(), digest, b"".join(stored))
+    digest = _sha256(salt + image[start + len(_PAYLOAD_KEY) : prev]).hexdigest()
+    end = image.index(_SEQ_KEY, prev)
+    node = b"".join((b"\x00", image[:start], _DIGEST_KEY, digest.encode(), b'"', image[end:]))
+    # In C, like ROW_OF: no Python frame for the NamedTuple's __new__.
+    return _LEAF_OF((salt.hex(), digest, b"".join(tree.append(_sha256(node).digest()))))
 
 
 def stored_index_of(seq: int) -> int:

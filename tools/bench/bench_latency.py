@@ -9,11 +9,22 @@ installed. PRODUCT's target: bridge p50 <= floor p50 + direct HTTP p50 + 0.5 ms;
 by the targets section from the figures these rows carry: p50 within 1.25x (task_get) and 1.35x
 (task_create) of the two floors added, server CPU per call within 2x and 2.5x of the trio-native
 floor server answering a bridge-sized result.
+
+With other checkouts (``--bridge-from LABEL=DIR``) each is then compared with this checkout's
+durable bridge alone, A/B: rounds of calls sent to the two in turn, call by call, the order of
+each pair swapped every pair and every round (ABBA), so that the machine's drift falls on both
+alike. Each round gives the ratio of this checkout's p50 to the other's and of their server CPU
+per call (every thread's ``schedstat``, to the nanosecond); the ratios are printed (stderr) as
+each round ends and summarised as their median and middle half, beside the pooled p50s. The
+median of many short rounds is what a drifting, loaded machine leaves alone; one pooled p50
+over a few long blocks is not.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +43,7 @@ TARGET_ADDED_MS = 0.5
 SECTION = "latency: one call at a time"
 SIZED = "stdio floor, trio-native stdio, bridge-sized result"
 PEER = "FastMCP peer (httpx, no journal)"
+AB_SECTION = "latency A/B: this checkout's durable bridge against another, interleaved rounds"
 
 Call = Callable[[int], Awaitable[Any]]
 
@@ -226,7 +238,143 @@ async def run(
                 targets, pids, rounds=rounds, block=block, warmup=warmup
             )
             rows += _rows(tool, samples, cpu)
+        ab_rounds, ab_block = 40, 40  # quick or not: the comparison is what was asked for
+        for label in checkouts or {}:
+            for tool in ("task_get", "task_create"):
+                pair = {
+                    "this": bridges["durable journal"],
+                    label: bridges[f"{label}, durable journal"],
+                }
+                rows.append(await ab_compare(tool, number, pair, rounds=ab_rounds, block=ab_block))
     return rows
+
+
+def round_ratios(this: list[list[float]], other: list[list[float]]) -> list[float]:
+    """Each round's ratio of this checkout's median latency to the other's (one round's
+    samples of each, in order)."""
+    return [statistics.median(a) / statistics.median(b) for a, b in zip(this, other, strict=True)]
+
+
+def median_interval(ratios: list[float]) -> tuple[float, float]:
+    """A distribution-free confidence interval of at least 95% for the median of ``ratios``:
+    the order statistics ``k`` and ``n + 1 - k``, ``k`` the largest rank whose binomial tail
+    ``P(B(n, 1/2) < k)`` is at most 2.5% (no assumption on how the rounds' ratios are spread);
+    the whole range when the rounds are too few for that (below 6)."""
+    ordered = sorted(ratios)
+    n = len(ordered)
+    k, tail = 0, 0.0  # tail: P(B < k + 1)
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n
+        if tail > 0.025:
+            break
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
+def spread(ratios: list[float]) -> tuple[float, float, float]:
+    """(median, lower quartile, upper quartile) of the per-round ratios."""
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, middle, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return middle, low, high
+
+
+async def ab_compare(
+    tool: str,
+    number: int,
+    pair: dict[str, procs.McpProcess],
+    *,
+    rounds: int,
+    block: int,
+) -> Row:
+    """This checkout's durable bridge against another's (``pair``: "this", then the other's
+    label): a warm-up, then :func:`ab_rounds`; one row of the summary."""
+    calls = {name: mcp_call(server, tool, number) for name, server in pair.items()}
+    await interleaved(calls, {}, rounds=0, block=0, warmup=block)  # the warm-up only
+    pids = {name: server.pid for name, server in pair.items()}
+    latencies, cpu = await ab_rounds(calls, pids, rounds=rounds, block=block, tool=tool)
+    return ab_row(tool, latencies, cpu)
+
+
+def task_cpu_seconds(pid: int) -> float:
+    """CPU seconds of every live thread of a process, to the nanosecond (each thread's
+    ``schedstat``), so that one round of calls measures its own CPU (``/proc/PID/stat`` counts
+    in 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
+async def ab_rounds(
+    calls: dict[str, Call],
+    pids: dict[str, int],
+    *,
+    rounds: int,
+    block: int,
+    tool: str,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """Two targets (this checkout's first) in ``rounds`` rounds of ``block`` calls each,
+    interleaved call by call in pairs whose order swaps every pair and every round (ABBA), so
+    that drift in the machine's load falls on both alike: each round's latencies per target
+    and its server CPU seconds per call, each round's ratios printed on stderr as it ends."""
+    (first, _), (other, _) = calls.items()
+    latencies: dict[str, list[list[float]]] = {first: [], other: []}
+    cpu: dict[str, list[float]] = {first: [], other: []}
+    counter = 0
+    for r in range(rounds):
+        out: dict[str, list[float]] = {first: [], other: []}
+        before = {name: task_cpu_seconds(pid) for name, pid in pids.items()}
+        for j in range(block):
+            for name in (first, other) if (j + r) % 2 == 0 else (other, first):
+                counter += 1
+                start = clock()
+                await calls[name](counter)
+                out[name].append(clock() - start)
+        for name in (first, other):
+            latencies[name].append(out[name])
+            cpu[name].append((task_cpu_seconds(pids[name]) - before[name]) / block)
+        this50, other50 = (statistics.median(out[name]) * 1000 for name in (first, other))
+        this_cpu, other_cpu = (cpu[name][-1] * 1000 for name in (first, other))
+        print(
+            f"  A/B {tool} round {r + 1}/{rounds}: p50 {first} {this50:.3f} ms, {other}"
+            f" {other50:.3f} ms, ratio {this50 / other50:.3f}x; server CPU {this_cpu:.3f} /"
+            f" {other_cpu:.3f} ms/call",
+            file=sys.stderr,
+            flush=True,
+        )
+    return latencies, cpu
+
+
+def ab_row(tool: str, latencies: dict[str, list[list[float]]], cpu: dict[str, list[float]]) -> Row:
+    """The summary of :func:`ab_rounds`: the median and middle half of the per-round p50
+    ratios and CPU ratios, and the pooled p50s."""
+    (first, this_rounds), (other, other_rounds) = latencies.items()
+    ratios = round_ratios(this_rounds, other_rounds)
+    middle, low, high = spread(ratios)
+    sure_low, sure_high = median_interval(ratios)
+    cpu_ratios = [a / b for a, b in zip(cpu[first], cpu[other], strict=True) if a > 0 and b > 0]
+    cpu_middle, cpu_low, cpu_high = spread(cpu_ratios) if cpu_ratios else (math.nan,) * 3
+    pooled = [[x for chunk in chunks for x in chunk] for chunks in (this_rounds, other_rounds)]
+    this50, other50 = ms(pooled[0], 0.5), ms(pooled[1], 0.5)
+    this_cpu, other_cpu = (statistics.fmean(cpu[name]) * 1000 for name in (first, other))
+    return Row(
+        AB_SECTION,
+        f"{tool}: {first} / {other}, durable journal",
+        this50,
+        ms(pooled[0], 0.99),
+        compare=f"p50: median of {len(this_rounds)} round ratios {middle:.3f}x (95% interval"
+        f" {sure_low:.3f}-{sure_high:.3f}x; middle half {low:.3f}-{high:.3f}x), pooled"
+        f" {this50:.3f} / {other50:.3f} ms ="
+        f" {this50 / other50:.3f}x; server CPU: median round ratio {cpu_middle:.3f}x (middle"
+        f" half {cpu_low:.3f}-{cpu_high:.3f}x), {this_cpu:.3f} / {other_cpu:.3f} ms/call",
+    )
 
 
 def _rows(tool: str, samples: dict[str, list[float]], cpu: dict[str, float]) -> list[Row]:

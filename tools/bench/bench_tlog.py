@@ -8,8 +8,9 @@ Run: ``python -m tools.bench.bench_tlog [--events N] [--quick] [--dir PATH] [--b
   process, median and max) and the stored hashes read per proof beside ``2 * ceil(log2 N)``
   (O(log n) reads); and one ``agentteam-replay prove`` process's whole CPU (start-up included).
 * With ``--before DIR`` (a checkout without the Merkle log, e.g. a git worktree of main): the
-  p50 of a durable append through the sync writer, this checkout against that one, in
-  alternating blocks of child processes, as a ratio (target: within 1.05x).
+  p50 of a durable append through the sync writer, this checkout against that one, one child
+  process each, their appends interleaved one by one (ABBA), as a ratio and the median of the
+  blocks' ratios with its 95% interval (target: within 1.05x).
 """
 
 from __future__ import annotations
@@ -29,29 +30,35 @@ from pathlib import Path
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.replay import _prove
 
+from .bench_latency import median_interval, round_ratios, spread
+
 KEY = bytes(range(32))
 ROOT = Path(__file__).resolve().parents[2]
 
-# A child measuring durable appends with whatever agentteam_task_bridge its sys.path finds.
+# A child making durable appends with whatever agentteam_task_bridge its sys.path finds: after a
+# warm-up (statements prepared, the WAL grown) it prints "ready", then makes one timed append per
+# line read and prints its seconds, until its stdin closes.
 _APPEND_CHILD = """
 import sys, time, tempfile
 from pathlib import Path
 from agentteam_task_bridge import journal
-rounds = int(sys.argv[1])
 with tempfile.TemporaryDirectory() as tmp:
-    samples = []
     with journal.open_sync_writer(Path(tmp) / "j.db", key=bytes(range(32))) as writer:
-        for i in range(rounds + 200):
-            event = journal.Event(
+        def event(i):
+            return journal.Event(
                 session_id="bench", call_id=f"c{i}", mcp_method_name="tools/call",
                 gen_ai_tool_name="task_get", jsonrpc_request_id=i,
                 payload=journal.CallReceived(arguments={"channel": "general", "number": i}),
             )
+        for i in range(200):
+            writer.append(event(i), durable=True)
+        print("ready", flush=True)
+        i = 200
+        for _ in sys.stdin:
             start = time.perf_counter()
-            writer.append(event, durable=True)
-            if i >= 200:  # warm: statements prepared, the WAL grown
-                samples.append(time.perf_counter() - start)
-    print(" ".join(f"{s:.9f}" for s in samples))
+            writer.append(event(i), durable=True)
+            print(f"{time.perf_counter() - start:.9f}", flush=True)
+            i += 1
 """
 
 
@@ -142,26 +149,53 @@ def prove_rows(path: Path, events: int, samples: int, rng: random.Random) -> lis
 
 
 def append_rows(before: Path, rounds: int, blocks: int) -> list[str]:
-    checkouts = {"before": before.resolve(), "after": ROOT}
-    samples: dict[str, list[float]] = {name: [] for name in checkouts}
-    for block in range(blocks):
-        order = list(checkouts) if block % 2 == 0 else list(reversed(checkouts))
-        for name in order:
-            env = {**os.environ, "PYTHONPATH": str(checkouts[name])}
-            done = subprocess.run(
-                [sys.executable, "-c", _APPEND_CHILD, str(rounds)],
-                env=env,
-                cwd=checkouts[name],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            samples[name] += [float(x) for x in done.stdout.split()]
-    p50 = {name: statistics.median(values) for name, values in samples.items()}
+    """The durable append p50 of this checkout against ``before``: one child process each,
+    their appends interleaved one by one, the order of each pair swapped every pair and every
+    block (ABBA, so drift in the machine's load falls on both alike); ``blocks`` blocks of
+    ``rounds`` appends each, a p50 ratio per block, summarised as their median with a
+    distribution-free 95% interval (as the latency A/B does)."""
+    checkouts = {"after": ROOT, "before": before.resolve()}
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", _APPEND_CHILD],
+            env={**os.environ, "PYTHONPATH": str(path)},
+            cwd=path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, path in checkouts.items()
+    }
+    samples: dict[str, list[list[float]]] = {name: [] for name in checkouts}
+    try:
+        for child in children.values():
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        for block in range(blocks):
+            out: dict[str, list[float]] = {name: [] for name in checkouts}
+            for j in range(rounds):
+                for name in ("after", "before") if (j + block) % 2 == 0 else ("before", "after"):
+                    stdin, stdout = children[name].stdin, children[name].stdout
+                    assert stdin is not None and stdout is not None
+                    stdin.write("\n")
+                    stdin.flush()
+                    out[name].append(float(stdout.readline()))
+            for name in checkouts:
+                samples[name].append(out[name])
+    finally:
+        for child in children.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(timeout=60)
+    ratios = round_ratios(samples["after"], samples["before"])
+    middle, _, _ = spread(ratios)
+    low, high = median_interval(ratios)
+    p50 = {name: statistics.median(x for chunk in v for x in chunk) for name, v in samples.items()}
     return [
-        f"durable append p50 (sync writer, {len(samples['after'])} appends each, alternating "
-        f"blocks): before {p50['before'] * 1e3:.3f} ms, after {p50['after'] * 1e3:.3f} ms, "
-        f"ratio {p50['after'] / p50['before']:.3f}x (target <= 1.05x)"
+        f"durable append p50 (sync writer, {rounds * blocks} appends each, interleaved one by"
+        f" one, order swapped every pair): before {p50['before'] * 1e3:.3f} ms, after"
+        f" {p50['after'] * 1e3:.3f} ms, ratio {p50['after'] / p50['before']:.3f}x; median of"
+        f" {blocks} block ratios {middle:.3f}x (95% interval {low:.3f}-{high:.3f}x; target"
+        " <= 1.05x)"
     ]
 
 
@@ -172,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=50, help="proofs of each kind")
     parser.add_argument("--dir", type=Path, default=None, help="directory for the temp files")
     parser.add_argument("--before", type=Path, default=None, help="a checkout to compare appends")
-    parser.add_argument("--rounds", type=int, default=400, help="durable appends per block")
-    parser.add_argument("--blocks", type=int, default=6, help="alternating blocks per checkout")
+    parser.add_argument("--rounds", type=int, default=100, help="durable appends per block")
+    parser.add_argument("--blocks", type=int, default=24, help="blocks (one ratio each)")
     return parser
 
 
