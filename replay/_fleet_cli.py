@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Final
 
@@ -258,21 +259,32 @@ def _run_ship(
             else:
                 render_ship(out, report)
 
+    stopping = threading.Event()
+
     def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        if stopping.is_set():
+            raise KeyboardInterrupt  # a second signal: at once, whatever is in flight
+        stopping.set()  # the first: after the batch in flight (see _fleet_follow)
 
     def on_outage(line: str) -> None:
         print(f"agentteam-replay ship: {line}", file=sys.stderr, flush=True)
 
-    signal.signal(signal.SIGTERM, stop)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
     try:
-        report = ship_follow(
-            paths, args.to, interval=args.interval, on_round=on_round, on_outage=on_outage
+        ship_follow(
+            paths,
+            args.to,
+            interval=args.interval,
+            batch_size=args.batch_size,
+            on_round=on_round,
+            on_outage=on_outage,
+            stop=stopping,
         )
     except KeyboardInterrupt:
-        sys.stderr.flush()
-        raise _Stopped(1 if refused else 0) from None
-    return report, 0
+        pass
+    sys.stderr.flush()
+    raise _Stopped(1 if refused else 0)
 
 
 class _Stopped(Exception):

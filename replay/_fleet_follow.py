@@ -6,11 +6,19 @@ the connection mid-batch (whose transaction then rolls back: the next round resu
 store's head), is retried with a backoff doubling from the interval up to ``MAX_BACKOFF``, said
 once when the outage starts and once when it ends. Anything else (a refused schema, a file
 that is not a journal) raises, as a one-shot ship does.
+
+It stops when ``stop`` is set (the CLI sets it on SIGTERM or SIGINT): between rounds at once,
+in a round after the batch in flight commits, never by an exception raised inside the
+driver. An interrupt raised mid-query could leave the connection busy, so that its rollback
+failed as "another command is already in progress", an ``OperationalError`` taken for an
+outage: the service went on shipping and ignored the signal. Whatever a round raises once
+``stop`` is set ends the service instead of a retry.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +43,7 @@ def ship_follow(
     on_round: Callable[[ShipReport], None] | None = None,
     on_outage: Callable[[str], None] | None = None,
     max_backoff: float = MAX_BACKOFF,
+    stop: threading.Event | None = None,
 ) -> ShipReport:
     """Ship, then again every ``interval`` seconds (new files in a directory included), until
     interrupted or ``rounds`` are done: a live journal lags the store by about one interval and
@@ -44,16 +53,34 @@ def ship_follow(
     that cannot be reached, or drops the connection, is retried with a backoff doubling from
     ``interval`` up to ``max_backoff`` seconds, and ``on_outage`` hears one line when an outage
     starts and one when it ends. Other failures (a refused schema, a broken journal) raise.
+    Once ``stop`` is set it returns: at once between rounds, after the batch in flight within
+    one (whatever that round then raises).
     """
+    stop = stop or threading.Event()
+
+    def stop_point(shipped: int, total: int | None = None) -> None:
+        if stop.is_set():
+            raise _StopRequested  # after a batch committed: the connection is idle
+
     done = 0
     report = ShipReport(store=redact_store_url(store_url), journals=[], shipped=0, refused=0)
     down_since: float | None = None
     wait = interval
-    while True:
+    while not stop.is_set():
         started = time.monotonic()
         try:
-            report = ship(_present(paths), store_url, batch_size=batch_size, wait_unreadable=True)
+            report = ship(
+                _present(paths),
+                store_url,
+                batch_size=batch_size,
+                wait_unreadable=True,
+                progress=stop_point,
+            )
+        except _StopRequested:
+            return report
         except _outages() as exc:
+            if stop.is_set():
+                return report  # what an interrupt mid-query became, not an outage
             if down_since is None:
                 down_since = started
                 _say(on_outage, f"the store is unreachable, retrying: {_reason(exc)}")
@@ -69,7 +96,12 @@ def ship_follow(
         done += 1
         if rounds is not None and done >= rounds:
             return report
-        time.sleep(max(0.0, wait - (time.monotonic() - started)))
+        stop.wait(max(0.0, wait - (time.monotonic() - started)))
+    return report
+
+
+class _StopRequested(Exception):
+    """Raised at a stop point of a round (after a batch) once the service is asked to stop."""
 
 
 def _present(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:

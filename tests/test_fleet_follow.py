@@ -162,3 +162,65 @@ def test_a_one_shot_ship_shows_its_progress_on_a_terminal(pg_url: str, tmp_path:
         assert proc.wait(timeout=120) == 0
     os.close(primary)
     assert b"shipping events" in seen
+
+
+def test_a_stop_ends_the_service_whatever_the_round_then_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An interrupt raised inside the driver could leave the connection busy, so that its
+    rollback failed as "another command is already in progress": an ``OperationalError``, taken
+    for an outage, and the service went on shipping past SIGTERM. Once stopping, nothing a round
+    raises is retried (a scripted ``ship``: the fault path alone)."""
+    from agentteam_task_bridge.replay import _fleet_follow
+
+    stop = threading.Event()
+    rounds: list[int] = []
+
+    def ship(*args: object, **kwargs: object) -> replay.ShipReport:
+        rounds.append(1)
+        stop.set()  # the signal came in the middle of the round
+        raise psycopg.OperationalError("another command is already in progress")
+
+    monkeypatch.setattr(_fleet_follow, "ship", ship)
+    said: list[str] = []
+    report = _fleet_follow.ship_follow(
+        [],
+        "postgresql://nobody@127.0.0.1:1/x",
+        interval=0.01,
+        rounds=5,
+        on_outage=said.append,
+        stop=stop,
+    )
+    assert rounds == [1] and said == [] and report.shipped == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_ship_stops_after_the_batch_in_flight(
+    pg_url: str, tmp_path: Path, sig: signal.Signals
+) -> None:
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    path = pool / "journal-1.db"
+    jid = write_fleet_journal(path, 4, 400)
+    total = head(path)
+    proc = subprocess.Popen(
+        [*SHIP, str(pool), "--to", pg_url, "--follow", "--interval", "0.2", "--batch-size", "7"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90  # bounds a hang only
+        while replay.contiguous_seq(pg_url, jid) < 7 * 3:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "unreachable" not in err, err
+    held = replay.contiguous_seq(pg_url, jid)
+    assert held % 7 == 0 and held < total, (held, total)  # stopped at a batch's end, early
+    assert replay.ship([path], pg_url).ok and replay.contiguous_seq(pg_url, jid) == total
