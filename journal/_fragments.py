@@ -8,8 +8,10 @@ secret in **folded** form: lower-cased, with every ``_`` and ``-`` removed. A **
 of at least ``FRAGMENT_RUN`` (10) folded characters of a secret, found in the folded text: every
 run of 12 characters of the secret holding at most two ``_``/``-``, in any letter case, with
 ``_``/``-`` added or removed (snake_case, kebab-case, camelCase of it), at any offset of the
-secret (a prefix, a suffix, the middle). A secret folding to fewer than ``FRAGMENT_RUN``
-characters has no fragments: it is only replaced whole.
+secret (a prefix, a suffix, the middle). A secret folding to ``SHORTEST`` (8) or 9 characters
+(a short proxy password) has no fragments but is found **whole** in those same forms (any letter
+case, ``_``/``-`` added or removed: its whole folded form is its run); one folding to fewer than
+``SHORTEST`` is only replaced where it occurs exactly (`journal._redact`).
 
 A secret re-encoded is found too, as a run of its **encoded forms** (``encoded_forms``): base64
 (standard and URL-safe alphabets, padded or not, at each of the three alignments a prefix can give
@@ -36,12 +38,13 @@ from __future__ import annotations
 import base64
 from typing import Final
 
-__all__ = ["FRAGMENT_RUN", "Fragments", "encoded_forms", "fold"]
+__all__ = ["FRAGMENT_RUN", "SHORTEST", "Fragments", "encoded_forms", "fold"]
 
 FRAGMENT_RUN: Final = 10
+SHORTEST: Final = 8  # a secret folding to fewer characters is not looked for re-cased or re-spelled
 _PROBE: Final = 7
 _STRIDE: Final = 4
-assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1
+assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1 and SHORTEST > _PROBE
 _B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
 _PCT_RUN: Final = 30  # `%XX` characters: ten bytes
 _SEPARATORS: Final = "_-"
@@ -93,6 +96,8 @@ class Fragments:
         """Know `secret`: its folded form and, if that is long enough, its encoded forms."""
         folded = fold(secret)
         if len(folded) < FRAGMENT_RUN:
+            if len(folded) >= SHORTEST:  # found whole, in any case and `_`/`-` spelling
+                self._add_form(folded, len(folded))
             return
         self._add_form(folded, FRAGMENT_RUN)
         for form, run in encoded_forms(secret):
