@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -235,6 +236,58 @@ async def test_a_signal_at_idle_ends_the_session_cleanly(
         assert "result" in await bridge.answer(1)
         await bridge.signal(*signals)
         status = await bridge.end()
+    assert_ended_cleanly(bridge, status, signals[0].name)
+
+
+# The console script, with an import hook that sends `signals` to the process when the bridge's
+# package is first imported (a client ending the session while the bridge still starts: the
+# imports are a few tenths of a second of the start), then carries on.
+_SIGNALLED_START = """
+import importlib.abc, os, signal, sys
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "agentteam_task_bridge.bridge":
+            sys.meta_path.remove(self)
+            for signum in {signals}:
+                os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, Hook())
+sys.argv = ["agentteam-bridge", "serve", "--journal", {journal!r}]
+from agentteam_task_bridge.cli import main
+raise SystemExit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [CLAUDE_CODE, (signal.SIGHUP,), (signal.SIGTERM,)],
+    ids=["sigint-then-sigterm", "sighup", "sigterm"],
+)
+async def test_a_signal_while_the_bridge_imports_ends_the_session_cleanly(
+    file_runtime: Runtime, tmp_path: Path, signals: tuple[signal.Signals, ...]
+) -> None:
+    path = tmp_path / "j.db"
+    code = _SIGNALLED_START.format(signals=[int(s) for s in signals], journal=str(path))
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("wb") as stderr:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                **file_runtime.bridge_env(),
+            },
+        )
+    bridge = Served(process, path, stderr_path)
+    try:
+        status = await bridge.end()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     assert_ended_cleanly(bridge, status, signals[0].name)
 
 
