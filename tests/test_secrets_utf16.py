@@ -1,8 +1,9 @@
 """An upstream whose error pages are UTF-16 (a Windows server's default) echoes the bearer token:
-read as UTF-8, the body's head spells it with a NUL after each character. No run of 12 of its
-characters, NULs taken out, reaches the model's answer, the journal's files, stderr, or what
-`agentteam-replay show` and `report --html` print. The bridge is a subprocess; the upstream a
-hostile HTTP/1.1 server on loopback (tests/secret_echo.py)."""
+read as UTF-8, the body's head spells it with a NUL after each character (and a 2xx JSON body
+holding it so, as `\\u0000` escapes). No run of 12 of its characters, NULs taken out, reaches the
+model's answer, the journal's files, stderr, or what `agentteam-replay show` and `report --html`
+print. The bridge is a subprocess; the upstream a hostile HTTP/1.1 server on loopback
+(tests/secret_echo.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from agentteam_task_bridge.journal import REDACTED, Redactor
 
 from .bridge_harness import open_bridge
 from .replay_helpers import replay_main
-from .secret_echo import EchoServer, bridge_env, journal_text, leaks
+from .secret_echo import EchoServer, bridge_env, journal_text, leaks, listing
 
 TOKEN = "qv3_Lm9PzR2sXw8TnY4bKd7HjF6gA1cE5oU0iMpQrStV"
 _json = msgspec.json.encode
@@ -31,6 +32,7 @@ ECHOES = {
     "a 2xx page": lambda t: (200, [("content-type", "text/html; charset=utf-16")], _page(t)),
     "a 400 page, the token cut": lambda t: (400, [], _page("x" * 5000 + t[:20])),
     "a 401 page with a BOM": lambda t: (401, [], b"\xff\xfe" + _page(f"bad {t.upper()}")),
+    "a 2xx JSON title": lambda t: (200, [], listing("echo " + "\x00".join(t))),
 }
 
 
@@ -64,12 +66,14 @@ async def test_a_utf16_error_page_echoing_the_token_leaks_nowhere(tmp_path: Path
             stderr = bridge.stderr()
         nursery.cancel_scope.cancel()
     assert len(server.requests) >= len(ECHOES)
-    assert [r.structured_content["error"]["code"] for r in answers] == [
+    assert [r.structured_content["error"]["code"] for r in answers[:4]] == [
         "upstream_unavailable",
         "upstream_malformed",
         "upstream_rejected",
         "unauthorized",
     ]
+    [task] = answers[4].structured_content["data"]["items"]
+    assert task["title"] == f"echo {REDACTED}"  # its JSON spells each NUL `\u0000`
     html = tmp_path / "report.html"
     shown = replay_main("show", path)
     report = replay_main("report", path, "--html", html)
