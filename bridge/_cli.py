@@ -193,10 +193,23 @@ def _serve(args: argparse.Namespace) -> int:
         return 1 if isinstance(exc, JournalFailed) and exc.stage != "open" else 2
     finally:
         ignore_stop_signals()
+        settle_stderr()
         # Nothing the process made is garbage the exit must find: frozen, the exit's collection
         # skips the SDK's models (~1 s on a busy machine when the handshake never froze them).
         gc.freeze()
     return 0
+
+
+def settle_stderr() -> None:
+    """Write out what waits for stderr; when nobody reads it any more (the client closed its
+    end), point it at the null device, so that the exit status stays the session's own (the
+    interpreter's last flush would fail, and exit 120)."""
+    try:
+        sys.stderr.flush()
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stderr.fileno())
+        os.close(null)
 
 
 def add_serve_command(sub: Any) -> argparse.ArgumentParser:

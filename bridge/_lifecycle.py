@@ -7,9 +7,11 @@ it (``session_ended.reason``: ``SIGINT``, ``SIGTERM``, ``SIGHUP`` or ``stdin clo
 
 Invariants:
 
-* from the start of ``serve`` (:func:`note_early_signals`, before the SDK is imported) until the
-  process exits, SIGINT, SIGTERM and SIGHUP neither kill the process nor raise
-  ``KeyboardInterrupt``: the first asks the session to end, later ones are logged and ignored;
+* from the entry of ``agentteam-bridge serve`` (``agentteam_task_bridge.cli.main``, before the
+  bridge is imported; :func:`note_early_signals` continues what it held) until the process
+  exits, SIGINT, SIGTERM and SIGHUP neither kill the process nor raise ``KeyboardInterrupt``:
+  the first asks the session to end, later ones are logged and ignored (only the interpreter's
+  own start, before any of our code runs, is left);
 * every call whose outcome the journal holds is answered on the wire exactly as journaled while
   stdout is open, or else named by an ``answer_undelivered`` event (:class:`Unanswered`);
 * the end is bounded from that first request, under the SDK client's 2 s: calls in flight may
@@ -80,8 +82,11 @@ def ignore_stop_signals() -> None:
 
 def note_early_signals() -> list[str]:
     """Hold the stop signals from now on: each one's name is appended to the list returned,
-    until `serve`'s own receiver takes over (and again after it, until the process exits)."""
-    received: list[str] = []
+    until `serve`'s own receiver takes over (and again after it, until the process exits). A
+    handler the command's entry point set before its imports (`agentteam_task_bridge.cli`)
+    noted its signals in its own `received` list: that list is continued."""
+    earlier = getattr(signal.getsignal(signal.SIGTERM), "received", None)
+    received: list[str] = earlier if isinstance(earlier, list) else []
 
     def note(signum: int, frame: object) -> None:
         received.append(signal.Signals(signum).name)

@@ -123,9 +123,10 @@ class Screen:
         if not self.redactor.holds_known_bytes(raw):
             # Only a JSON escape hides a character of a secret from a scan of the bytes: `\\u`
             # any, `\\/` a slash (`\\"`, `\\\\` and control characters are scanned as msgspec
-            # spells them too: Redactor.add_secret).
+            # spells them too: Redactor.add_secret; a NUL, which fragments skip, is taken out).
             hidden = b"\\u" in raw or (self._slash and b"\\/" in raw)
-            if not hidden or not self.redactor.holds_known(_encode(body).decode()):
+            text = _encode(body).decode().replace("\\u0000", "") if hidden else ""
+            if not hidden or not self.redactor.holds_known(text):
                 return body
         return self.redactor.redact_known(body)
 

@@ -191,7 +191,9 @@ class _LineReader:
 
 
 MAX_DEPTH = 64
-_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,256}")')
+# A request's id in a frame that is not JSON: a string, or an integer of up to 18 digits that ends
+# there (`1.5`, `1e3`, 20 digits or a frame cut inside the number name no id: null).
+_ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}(?=\s*[,}\]])|"(?:[^"\\]|\\.){0,256}")')
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 

@@ -523,13 +523,18 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
 
 
 def announce_key(path: Path, key: SigningKey) -> None:
-    """Say in one line on stderr that ``key`` was created at ``path``, with its public key."""
+    """Say in one line on stderr that ``key`` was created at ``path``, with its public key; a
+    stderr nobody reads any more (a client that closed its end) drops the line, never the start."""
     verifier = key.verifier
-    print(  # one line: stderr is where a failing start says why, in one line too
-        f"agentteam: created the journal signing key {path}; public key {verifier.to_text()}"
-        f" (fingerprint {verifier.fingerprint})",
-        file=sys.stderr,
-    )
+    try:
+        print(  # one line: stderr is where a failing start says why, in one line too
+            f"agentteam: created the journal signing key {path}; public key {verifier.to_text()}"
+            f" (fingerprint {verifier.fingerprint})",
+            file=sys.stderr,
+            flush=True,
+        )
+    except OSError:
+        pass
 
 
 def load_legacy_key(path: Path) -> HmacKey:

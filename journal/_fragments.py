@@ -1,15 +1,18 @@
 """Fragments of known secrets: the runs of a secret a text may hold once it was cut, re-cased or
 re-spelled, found and removed whole.
 
-A secret the writer or the bridge was told about (the bearer token, the token command's output,
-a proxy or URL password) leaks not only whole: a cut keeps a prefix, a conversion to snake_case
+A secret the writer or the bridge was told about (the bearer token, the token command's output, a
+proxy or URL password) leaks not only whole: a cut keeps a prefix, a conversion to snake_case
 inserts ``_`` and lower-cases, a header may upper-case it. So a text is compared with each known
-secret in **folded** form: lower-cased, with every ``_`` and ``-`` removed. A **fragment** is a run
-of at least ``FRAGMENT_RUN`` (10) folded characters of a secret, found in the folded text: every
-run of 12 characters of the secret holding at most two ``_``/``-``, in any letter case, with
-``_``/``-`` added or removed (snake_case, kebab-case, camelCase of it), at any offset of the
-secret (a prefix, a suffix, the middle). A secret folding to fewer than ``FRAGMENT_RUN``
-characters has no fragments: it is only replaced whole.
+secret in **folded** form: lower-cased, with every ``_``, ``-`` and NUL removed (an error page in
+UTF-16, read as UTF-8, spells an ASCII secret with a NUL after each character). A **fragment** is a
+run of at least ``FRAGMENT_RUN`` (10) folded characters of a secret, found in the folded text:
+every run of 12 characters of the secret holding at most two ``_``/``-``, in any letter case, with
+``_``/``-`` added or removed (snake_case, kebab-case, camelCase of it), at any offset of the secret
+(a prefix, a suffix, the middle). A secret folding to ``SHORTEST`` (8) or 9 characters (a short
+proxy password) has no fragments but is found **whole** in those same forms (any letter case,
+``_``/``-`` added or removed: its whole folded form is its run); one folding to fewer than
+``SHORTEST`` is only replaced where it occurs exactly (`journal._redact`).
 
 A secret re-encoded is found too, as a run of its **encoded forms** (``encoded_forms``): base64
 (standard and URL-safe alphabets, padded or not, at each of the three alignments a prefix can give
@@ -36,24 +39,25 @@ from __future__ import annotations
 import base64
 from typing import Final
 
-__all__ = ["FRAGMENT_RUN", "Fragments", "encoded_forms", "fold"]
+__all__ = ["FRAGMENT_RUN", "SHORTEST", "Fragments", "encoded_forms", "fold"]
 
 FRAGMENT_RUN: Final = 10
+SHORTEST: Final = 8  # a secret folding to fewer characters is not looked for re-cased or re-spelled
 _PROBE: Final = 7
 _STRIDE: Final = 4
-assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1
+assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1 and SHORTEST > _PROBE
 _B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
 _PCT_RUN: Final = 30  # `%XX` characters: ten bytes
-_SEPARATORS: Final = "_-"
+_SEPARATORS: Final = "_-\x00"
 
 
 def fold(text: str) -> str:
-    """Lower-cased, `_` and `-` removed: the form in which fragments are compared."""
-    return text.lower().replace("_", "").replace("-", "")
+    """Lower-cased, `_`, `-` and NUL removed: the form in which fragments are compared."""
+    return text.lower().replace("_", "").replace("-", "").replace("\x00", "")
 
 
 def _fold_bytes(raw: bytes) -> bytes:
-    return raw.lower().translate(None, b"_-")
+    return raw.lower().translate(None, b"_-\x00")
 
 
 def encoded_forms(secret: str) -> list[tuple[str, int]]:
@@ -93,6 +97,8 @@ class Fragments:
         """Know `secret`: its folded form and, if that is long enough, its encoded forms."""
         folded = fold(secret)
         if len(folded) < FRAGMENT_RUN:
+            if len(folded) >= SHORTEST:  # found whole, in any case and `_`/`-` spelling
+                self._add_form(folded, len(folded))
             return
         self._add_form(folded, FRAGMENT_RUN)
         for form, run in encoded_forms(secret):

@@ -15,7 +15,8 @@ Four rules, applied to every payload (any depth) and to the envelope's text colu
   a refreshed one, a proxy password) is replaced wherever it occurs inside any string or key, and
   so is every **fragment** of it: a run of ten or more of its letters and digits in any letter
   case, with ``_``/``-`` added or removed (a prefix left by a cut, an upper-cased or snake_cased
-  echo; see :mod:`journal._fragments` for exactly which forms).
+  echo; see :mod:`journal._fragments` for exactly which forms); a secret of 8 or 9 letters and
+  digits is found whole in those forms.
 * **by format** — well-known credential formats a model may write into a task (AWS access keys,
   GitHub, GitLab, Slack, Stripe, SendGrid, PyPI, npm tokens, OpenAI ``sk-...`` keys, JWTs, private
   key blocks, ...), found by the maintained rule set of `detect-secrets`_ (its format plugins'

@@ -8,9 +8,11 @@ bounded by `fail_after` only)."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -237,6 +239,58 @@ async def test_a_signal_at_idle_ends_the_session_cleanly(
     assert_ended_cleanly(bridge, status, signals[0].name)
 
 
+# The console script, with an import hook that sends `signals` to the process when the bridge's
+# package is first imported (a client ending the session while the bridge still starts: the
+# imports are a few tenths of a second of the start), then carries on.
+_SIGNALLED_START = """
+import importlib.abc, os, signal, sys
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "agentteam_task_bridge.bridge":
+            sys.meta_path.remove(self)
+            for signum in {signals}:
+                os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, Hook())
+sys.argv = ["agentteam-bridge", "serve", "--journal", {journal!r}]
+from agentteam_task_bridge.cli import main
+raise SystemExit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [CLAUDE_CODE, (signal.SIGHUP,), (signal.SIGTERM,)],
+    ids=["sigint-then-sigterm", "sighup", "sigterm"],
+)
+async def test_a_signal_while_the_bridge_imports_ends_the_session_cleanly(
+    file_runtime: Runtime, tmp_path: Path, signals: tuple[signal.Signals, ...]
+) -> None:
+    path = tmp_path / "j.db"
+    code = _SIGNALLED_START.format(signals=[int(s) for s in signals], journal=str(path))
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("wb") as stderr:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                **file_runtime.bridge_env(),
+            },
+        )
+    bridge = Served(process, path, stderr_path)
+    try:
+        status = await bridge.end()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert_ended_cleanly(bridge, status, signals[0].name)
+
+
 async def test_claude_code_s_signals_mid_handshake_end_the_session_cleanly(
     file_runtime: Runtime, tmp_path: Path
 ) -> None:
@@ -271,6 +325,49 @@ async def test_claude_code_s_signals_with_32_calls_in_flight_answer_each_once(
         # Cut short by the end of the session: journaled as cancelled, answered as closed.
         assert outcomes[str(rid)] == "call_cancelled"
         assert answer["error"]["code"] == -32000, answer
+
+
+async def test_a_client_that_closed_the_bridge_s_stderr_still_gets_every_answer(
+    file_runtime: Runtime, tmp_path: Path
+) -> None:
+    """A client gone from stderr (its end of the pipe closed before the bridge starts: the
+    first start, whose line announces the new signing key): the session is served and ends as
+    any other; the lines nobody reads are dropped."""
+    path = tmp_path / "j.db"
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        process = await trio.lowlevel.open_process(
+            bridge_command("--journal", str(path)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=writer,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                **file_runtime.bridge_env(),
+            },
+        )
+    finally:
+        os.close(writer)
+    assert not (tmp_path / "config").exists()  # the key is created by this start
+    bridge = Served(process, path, tmp_path / "unused")
+    try:
+        await handshake(bridge)
+        await bridge.send(create(1, "stderr gone"), call(2, "task_list", {"channel": "general"}))
+        await bridge.answers_from(3)
+        await bridge.close_stdin()
+        status = await bridge.end()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert status == 0
+    assert "result" in bridge.answers[1][0] and "result" in bridge.answers[2][0]
+    assert_journal_sound(path)
+    with journal.open_reader(path) as reader:
+        kinds = [r.kind for r in reader.events()]
+    assert kinds.count("call_result") == 2 and kinds[-1] == "session_ended", kinds
 
 
 # --- shutdown with calls in flight -----------------------------------------------------------

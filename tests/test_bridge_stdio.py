@@ -12,9 +12,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from agentteam_task_bridge import journal
+from agentteam_task_bridge.bridge._stdio import FrameScreen
 
 from .bridge_harness import bridge_command, open_bridge
 
@@ -139,6 +141,27 @@ async def test_garbage_frames_are_survived_and_real_requests_still_answered(
         refused = await raw.receive()
         assert refused["id"] == rid and refused["error"]["code"] == -32602, refused
     await raw.close()
+
+
+@pytest.mark.parametrize(
+    ("frame", "rid"),
+    [
+        ('{"jsonrpc": "2.0", "id": 5, "method": ', 5),
+        ('{"jsonrpc": "2.0", "id" : -42 } trailing', -42),
+        ('{"jsonrpc": "2.0", "id": "a\\"b", "method": ', 'a"b'),
+        ('{"jsonrpc": "2.0", "id": 1.5, "method": ', None),
+        ('{"jsonrpc": "2.0", "id": 1e400, "method": "ping"}', None),
+        ('{"jsonrpc": "2.0", "id": 12345678901234567890, "method": ', None),
+        ('{"jsonrpc": "2.0", "id": 7', None),  # cut inside the id: 7, or 70?
+    ],
+    ids=["integer", "before trailing bytes", "string", "float", "1e400", "20 digits", "cut"],
+)
+def test_a_parse_error_names_the_request_s_id_only_when_it_is_whole(frame: str, rid: Any) -> None:
+    """The id a client would match the error with is its own or null, never a piece of it."""
+    refusal = FrameScreen().screen(frame)
+    assert refusal is not None
+    error = {"code": -32700, "message": "Parse error"}
+    assert json.loads(refusal) == {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
 async def test_requests_with_ids_of_other_types_are_invalid_requests_with_a_null_id(

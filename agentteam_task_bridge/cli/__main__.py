@@ -1,5 +1,5 @@
 """`python -m agentteam_task_bridge.cli`: the `agentteam-bridge` command."""
 
-from ._cli import main
+from . import main
 
 raise SystemExit(main())
