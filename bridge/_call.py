@@ -49,7 +49,7 @@ from agentteam_task_bridge.journal import (
 
 from ._answer import Answer
 from ._call_body import encoded_arguments
-from ._call_record import CallRecord, JournalPort, Recorder, Unjournaled
+from ._call_record import CallRecord, JournalPort, Recorder, Unjournaled, journal_unavailable
 from ._call_upstream import CAPPED_PREFIX, UpstreamStage
 from ._compat import TOOL_MIGRATIONS, Policy, Use, strict_refusal, tool_refusal, translate_arguments
 from ._context import Credentials, LaunchContext
@@ -293,7 +293,7 @@ class Bridge:
                     suggested_action={"tool": spec.name, "arguments": args},
                 )
             if spec.mutation and not self.journal.healthy:
-                raise ToolError("journal_unavailable")
+                raise journal_unavailable(self.journal.failure_reason)
             call.mutation = spec.mutation
             list_state = None
             detail_state = None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from agentteam_task_bridge.journal import (
+    LASTING_UNAVAILABLE,
     OUTCOMES,
     CallCancelled,
     CallReceived,
@@ -38,6 +39,7 @@ from agentteam_task_bridge.journal import (
     Payload,
 )
 
+from ._errors import ToolError
 from ._exceptions import BridgeError, JournalFailed
 
 if TYPE_CHECKING:
@@ -53,6 +55,11 @@ class JournalPort(Protocol):
     @property
     def healthy(self) -> bool: ...
 
+    @property
+    def failure_reason(self) -> str | None:
+        """Why the journal refuses appends (a JournalUnavailableReason), None while healthy."""
+        ...
+
     async def append(self, event: Event, *, durable: bool = False) -> None: ...
 
 
@@ -64,6 +71,13 @@ class Recorder(Protocol):
     async def record(self, payload: Payload, *, durable: bool = False) -> bool: ...
 
     def rename(self, tool: str) -> None: ...
+
+
+def journal_unavailable(reason: str | None) -> ToolError:
+    """A mutation refused as the journal cannot take it: retryable unless the journal's
+    failure is one it never recovers from by itself (``journal.LASTING_UNAVAILABLE``: its file
+    replaced under the writer), which a retry in this session would only meet again."""
+    return ToolError("journal_unavailable", retryable=reason not in LASTING_UNAVAILABLE)
 
 
 class Unjournaled:

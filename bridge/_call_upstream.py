@@ -21,7 +21,7 @@ from agentteam_task_bridge.journal import (
 )
 
 from ._call_body import decode_body
-from ._call_record import CallRecord
+from ._call_record import CallRecord, journal_unavailable
 from ._context import CredentialError, Credentials
 from ._errors import CODES, OperationKind, ToolError
 from ._registry import ToolSpec
@@ -76,7 +76,7 @@ class UpstreamStage:
             )
             # Write-ahead: a mutation is on disk before it can have any effect upstream.
             if not await call.record(request, durable=spec.mutation) and spec.mutation:
-                raise ToolError("journal_unavailable")
+                raise journal_unavailable(call.lost)
             try:
                 reply = await self._send(call, spec, prepared, token)
             except TransportFailure as failure:

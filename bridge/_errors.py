@@ -14,7 +14,8 @@ retry_after_seconds?}}``.
         credential_unavailable     the token command or file gave no token        (retryable)
         idempotency_key_requires_callback   a key outside a workflow callback
         idempotency_in_progress    the same key is in flight in this bridge       (retryable)
-        journal_unavailable        the journal cannot be written; mutations refused (retryable)
+        journal_unavailable        the journal cannot be written; mutations refused (retryable;
+                                   not when its file was replaced under the bridge)
     upstream answered, or did not: see RETRY_TABLE
         <product codes>            the runtime's own stable codes, passed through (PRODUCT_CODES)
         unauthorized               the credential was refused (after one refresh, when it can be)

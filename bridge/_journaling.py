@@ -61,6 +61,11 @@ class JournalAdapter:
     def healthy(self) -> bool:
         return not self._writer.failed
 
+    @property
+    def failure_reason(self) -> str | None:
+        failed = self._writer.failed
+        return None if failed is None else failed.reason
+
     def add_secret(self, value: str) -> None:
         self._writer.add_secret(value)
 

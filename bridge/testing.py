@@ -109,6 +109,10 @@ class MemoryJournal:
     def healthy(self) -> bool:
         return not self.broken
 
+    @property
+    def failure_reason(self) -> str | None:
+        return "disk_full" if self.broken else None
+
     async def append(self, event: Event, *, durable: bool = False) -> None:
         if self.broken:
             raise JournalFailed("disk full", "disk_full")

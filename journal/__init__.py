@@ -107,6 +107,7 @@ from ._erase import EraseResult, is_erased
 from ._erase import Selector as EraseSelector
 from ._erase import erase as erase_payloads
 from ._errors import (
+    LASTING_UNAVAILABLE,
     EventEncodeError,
     JournalError,
     JournalFormatError,
@@ -189,6 +190,7 @@ __all__ = [
     "HIDDEN_NAMES",
     "KINDS",
     "KIND_SET_VERSION",
+    "LASTING_UNAVAILABLE",
     "MERKLE_LOG",
     "META_CALLBACK",
     "META_RUN",

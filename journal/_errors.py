@@ -14,6 +14,7 @@ import sqlite3
 from typing import Final, Literal
 
 __all__ = [
+    "LASTING_UNAVAILABLE",
     "EventEncodeError",
     "JournalError",
     "JournalFormatError",
@@ -32,6 +33,9 @@ JournalUnavailableReason = Literal[
     "closed",  # the writer was closed
     "replaced",  # the path no longer names the file the writer holds: unlinked, renamed, replaced
 ]
+# The reasons a writer never recovers from by itself (its re-probe finds the same): a call
+# refused for one of them is not worth retrying in this session.
+LASTING_UNAVAILABLE: frozenset[str] = frozenset({"replaced", "closed"})
 
 
 class JournalError(Exception):

@@ -127,6 +127,7 @@ async def test_an_unrecorded_outcome_is_answered_with_meta_journal_and_recovers(
         # While the journal is down, mutations fail closed (nothing sent unrecorded).
         refused_error = refused.structured_content["error"]  # type: ignore[index]
         assert refused_error["code"] == "journal_unavailable"
+        assert refused_error["retryable"] is True  # the writer re-probes and recovers
         await _wait_until_healthy(writer)
         again = await bridge.call("task_create", CREATE, {}, 3)
         assert not again.is_error and "journal" not in again.structured_content["meta"]  # type: ignore[index]

@@ -55,17 +55,20 @@ async def test_a_journal_unlinked_or_renamed_over_under_a_running_bridge_fails_c
         attack(path)
         after_attack = path.read_bytes() if path.exists() else None
         export_after_attack = exported.read_bytes() if exported.exists() else None
-        # The mutation is refused before anything goes upstream: the journal cannot take it.
-        await bridge.fails(
+        # The mutation is refused before anything goes upstream: the journal cannot take it,
+        # and never will in this session (not retryable: a re-probe finds the same).
+        refused = await bridge.fails(
             "task_create",
             {"channel": "general", "tasks": [{"title": "after"}]},
             code="journal_unavailable",
         )
+        assert refused["retryable"] is False, refused
         titles, meta = await _titles(bridge)
         assert titles == ["before"]
         assert meta["journal"] == {"recorded": False, "reason": "replaced"}
         # It stays so: a re-probe never reopens the path onto another file.
-        await bridge.fails("task_create", CREATE, code="journal_unavailable")
+        again = await bridge.fails("task_create", CREATE, code="journal_unavailable")
+        assert again["retryable"] is False, again
         assert "journal write failed (upstream_request): replaced" in bridge.stderr()
     # Nothing was written under the name of the file that now holds the path (its WAL beside
     # it is ours, from before the attack: the file is read here without it).
