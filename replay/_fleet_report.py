@@ -108,6 +108,9 @@ def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
         event_params=tuple(v for _, _, v in events),
         sessions=clause(sessions) or "true",
         session_params=tuple(v for _, _, v in sessions),
+        # A journal filter alone keeps whole journals: their heads' spans are the window.
+        heads=None if len(events) > (where.journal is not None) else clause(events) or "true",
+        head_params=tuple(v for _, _, v in events),
     )
     named = " AND ".join(f"c.{c} {op} %(line{i})s" for i, (c, op, _) in enumerate(lines))
     return scope, named or "true", {f"line{i}": v for i, (_, _, v) in enumerate(lines)}
