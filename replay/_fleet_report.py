@@ -101,6 +101,7 @@ def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
     def clause(items: list[tuple[str, str, Any]], mark: str = "%s") -> str:
         return " AND ".join(f"{c} {op} {mark.format(i)}" for i, (c, op, _) in enumerate(items))
 
+    whole = where.session is None and where.since is None and where.until is None
     scope = Scope(
         lines=clause(lines) or "true",
         line_params=tuple(v for _, _, v in lines),
@@ -108,8 +109,9 @@ def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
         event_params=tuple(v for _, _, v in events),
         sessions=clause(sessions) or "true",
         session_params=tuple(v for _, _, v in sessions),
-        # A journal filter alone keeps whole journals: their heads' spans are the window.
-        heads=None if len(events) > (where.journal is not None) else clause(events) or "true",
+        # No filter, or a journal filter alone, keeps whole journals: their heads' spans are
+        # the events' window.
+        heads=(clause(events) or "true") if whole else None,
         head_params=tuple(v for _, _, v in events),
     )
     named = " AND ".join(f"c.{c} {op} %(line{i})s" for i, (c, op, _) in enumerate(lines))

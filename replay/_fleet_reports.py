@@ -215,8 +215,8 @@ class Scope(NamedTuple):
     """What a report over the store covers (all by default): a condition on the call lines
     (``agentteam.call_lines``), one on the events (unqualified columns of
     ``agentteam.events``), one on a session row (``s`` its start, ``x`` its end), and, when the
-    events' selects whole journals, one on their heads (else None), each with its parameters
-    (``%s``)."""
+    events' condition selects whole journals, one on their heads (else None), each with its
+    parameters (``%s``)."""
 
     lines: str = "true"
     line_params: tuple[Any, ...] = ()
