@@ -81,12 +81,13 @@ WITH placed AS (
     CASE WHEN c.closed_seq IS NOT NULL OR se.seq IS NOT NULL THEN 0 ELSE 1 END AS phase,
     coalesce(c.closed_seq, se.seq, c.first_seq) AS close_seq
   FROM agentteam.call_lines c
-  LEFT JOIN LATERAL (
+  -- The session's end only for a call never closed: a subquery the CASE runs for those
+  -- alone (a lateral join probed the events' partitions for every call).
+  CROSS JOIN LATERAL (SELECT CASE WHEN c.closed_seq IS NULL THEN (
     SELECT x.seq FROM agentteam.events x
-    WHERE c.closed_seq IS NULL AND x.journal_id = c.journal_id AND x.session_id = c.session_id
+    WHERE x.journal_id = c.journal_id AND x.session_id = c.session_id
       AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > c.first_seq
-    ORDER BY x.seq LIMIT 1
-  ) se ON true
+    ORDER BY x.seq LIMIT 1) END AS seq) se
   WHERE {_LINES}
 ), calls AS MATERIALIZED (
   SELECT

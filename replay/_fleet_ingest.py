@@ -26,9 +26,10 @@ and refuse what breaks a rule, whatever the client sent:
   read it). ``ts`` (the partition key) is derived from ``ts_wall``, so no row can be placed at
   another instant than the one its hash covers. The journal's head row (``agentteam.heads``, keyed
   by ``journal_id`` alone) is locked for the batch and moved to its last event: one row per
-  ``(journal_id, seq)`` holds because the only way in appends at the head. Each v2 leaf
-  (``journal/_tlog.py``'s, rebuilt in SQL) is appended to the journal's tree: the stored hashes its
-  append makes (Go tlog's layout) are kept with the event, the tree's border with the head. A
+  ``(journal_id, seq)`` holds because the only way in appends at the head; it keeps the earliest and
+  latest ``ts_wall`` of the journal's events (a report's window, read without the events). Each v2
+  leaf (``journal/_tlog.py``'s, rebuilt in SQL) is appended to the journal's tree: the stored hashes
+  its append makes (Go tlog's layout) are kept with the event, the tree's border with the head. A
   ``key_rotated`` event registers the key it names at its seq: keys enter only through the journal's
   own chain. A row the journal erased before shipping (``ERASED_ROW``) is taken with its hash as
   stored, as verify takes it; a ``payload_erased`` event is recorded as pending (``_fleet_erase``,
@@ -344,6 +345,8 @@ DECLARE
   level integer;
   m bigint;
   trees bytea[] := ARRAY[]::bytea[];
+  batch_first text COLLATE "C";
+  batch_last text COLLATE "C";
 BEGIN
   PERFORM agentteam.staged_by_owner();
   -- The whole batch in one pass: in seq order, the i-th row must be seq head + i, chained to
@@ -398,6 +401,8 @@ BEGIN
   IF NOT FOUND THEN
     RETURN head.seq;
   END IF;
+  SELECT min(s.ts_wall COLLATE "C"), max(s.ts_wall COLLATE "C") INTO batch_first, batch_last
+  FROM pg_temp.ship_batch s;
   -- The Merkle state: each leaf appended to the journal's tree (Go tlog's stored hashes, kept
   -- with the event; the border, one hash per set bit of the size, kept with the head). A v2
   -- journal has a leaf for every event from seq 1; a v1 journal none. The k-th row is seq
@@ -454,7 +459,9 @@ BEGIN
   -- HOOK (replay/_fleet_calls.py): the call lines of the calls this batch touched.
   PERFORM agentteam.fold_calls(a_journal, head.seq + 1, last.seq);
   UPDATE agentteam.heads
-  SET seq = last.seq, hash = last.hash, tree_size = size, border = tree, updated_at = now()
+  SET seq = last.seq, hash = last.hash, tree_size = size, border = tree, updated_at = now(),
+    first_wall = least(head.first_wall, batch_first),
+    last_wall = greatest(head.last_wall, batch_last)
   WHERE journal_id = a_journal;
   TRUNCATE pg_temp.ship_batch;
   RETURN last.seq;

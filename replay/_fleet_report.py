@@ -101,6 +101,7 @@ def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
     def clause(items: list[tuple[str, str, Any]], mark: str = "%s") -> str:
         return " AND ".join(f"{c} {op} {mark.format(i)}" for i, (c, op, _) in enumerate(items))
 
+    whole = where.session is None and where.since is None and where.until is None
     scope = Scope(
         lines=clause(lines) or "true",
         line_params=tuple(v for _, _, v in lines),
@@ -108,6 +109,10 @@ def scope_of(where: ReportFilter) -> tuple[Scope, str, dict[str, Any]]:
         event_params=tuple(v for _, _, v in events),
         sessions=clause(sessions) or "true",
         session_params=tuple(v for _, _, v in sessions),
+        # No filter, or a journal filter alone, keeps whole journals: their heads' spans are
+        # the events' window.
+        heads=(clause(events) or "true") if whole else None,
+        head_params=tuple(v for _, _, v in events),
     )
     named = " AND ".join(f"c.{c} {op} %(line{i})s" for i, (c, op, _) in enumerate(lines))
     return scope, named or "true", {f"line{i}": v for i, (_, _, v) in enumerate(lines)}

@@ -53,6 +53,7 @@ __all__ = [
     "calls_query",
     "deprecations_from",
     "idempotency_from",
+    "window_query",
 ]
 
 
@@ -213,8 +214,9 @@ WHERE s.kind = 'session_started' AND s.call_id IS NULL
 class Scope(NamedTuple):
     """What a report over the store covers (all by default): a condition on the call lines
     (``agentteam.call_lines``), one on the events (unqualified columns of
-    ``agentteam.events``), and one on a session row (``s`` its start, ``x`` its end), each with
-    its parameters (``%s``)."""
+    ``agentteam.events``), one on a session row (``s`` its start, ``x`` its end), and, when the
+    events' condition selects whole journals, one on their heads (else None), each with its
+    parameters (``%s``)."""
 
     lines: str = "true"
     line_params: tuple[Any, ...] = ()
@@ -222,6 +224,10 @@ class Scope(NamedTuple):
     event_params: tuple[Any, ...] = ()
     sessions: str = "true"
     session_params: tuple[Any, ...] = ()
+    # When the events' condition selects whole journals (none, or by journal alone): the same
+    # condition on ``agentteam.heads``, whose kept time spans are then the events' window.
+    heads: str | None = None
+    head_params: tuple[Any, ...] = ()
 
 
 def _audit_query(lines: str, extra: Mapping[str, str] | None = None) -> str:
@@ -385,6 +391,22 @@ FROM d GROUP BY use_kind, name, client_name, client_version, agent_id
 )
 
 
+def window_query(scope: Scope) -> tuple[str, tuple[Any, ...]]:
+    """The statement of the earliest and latest ``ts_wall`` of the events ``scope`` keeps, and
+    its parameters: over whole journals the spans their heads keep (no event read), else a
+    scan of the events the scope selects."""
+    if scope.heads is not None:
+        return (
+            f"SELECT min(first_wall), max(last_wall) FROM agentteam.heads WHERE {scope.heads}",
+            scope.head_params,
+        )
+    return (
+        'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C") FROM agentteam.events'
+        f" WHERE {scope.events}",
+        scope.event_params,
+    )
+
+
 def deprecations_from(
     store_url: str,
     *,
@@ -395,19 +417,15 @@ def deprecations_from(
 ) -> DeprecationReport:
     """``deprecations`` over the store: uses grouped by name and by user in SQL."""
     moment = as_of or datetime.now(UTC)
-    where, params = (scope or Scope()).events, (scope or Scope()).event_params
+    scope = scope or Scope(heads="true")
+    where, params = scope.events, scope.event_params
     with connect(store_url, autocommit=True) as conn:
-        window = conn.execute(
-            'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C"),'
-            " count(*) FILTER (WHERE kind = 'deprecated_usage'"
-            " AND NOT (payload = '{\"erased\":true}' AND salt = '')) FROM agentteam.events"
-            f" WHERE {where}",
-            params,
-        ).fetchone()
+        window = conn.execute(*window_query(scope)).fetchone()
         found = conn.execute(_NAMES.replace("{scope}", where), params).fetchall()
         users = conn.execute(_USERS.replace("{scope}", where), params).fetchall()
     assert window is not None
-    window_start, window_end, uses = window[0], window[1], int(window[2])
+    # Every use the scope holds is in exactly one (use_kind, name) group.
+    window_start, window_end, uses = window[0], window[1], sum(int(row[2]) for row in found)
     by_name: dict[tuple[str, str], list[tuple[list[str], DeprecatedUser]]] = {}
     for use_kind, name, c_name, c_version, agent, n, first, last, at in users:
         user = DeprecatedUser(

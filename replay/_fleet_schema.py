@@ -15,8 +15,9 @@ Everything lives in the schema ``agentteam``:
   other kinds add no entry.
 * ``journals``: the registry (journal id, when first shipped, from where, the login that owns
   it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
-  the ingest; ``journal_keys``: the signing keys each journal named (its key at creation, then
-  each ``key_rotated`` event ingested), the keys its checkpoints must verify under;
+  the ingest, with the earliest and latest ``ts_wall`` of its events; ``journal_keys``: the
+  signing keys each journal named (its key at creation, then each ``key_rotated`` event
+  ingested), the keys its checkpoints must verify under;
   ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
   witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
@@ -82,7 +83,11 @@ CREATE TABLE IF NOT EXISTS agentteam.heads (
   hash text NOT NULL,
   updated_at timestamptz NOT NULL DEFAULT now(),
   tree_size bigint NOT NULL DEFAULT 0,
-  border bytea[] NOT NULL DEFAULT '{}'
+  border bytea[] NOT NULL DEFAULT '{}',
+  -- The earliest and latest ts_wall of the journal's events (bytewise), kept by the ingest:
+  -- a report's time window over whole journals without a scan of their events (schema 6).
+  first_wall text COLLATE "C",
+  last_wall text COLLATE "C"
 );
 CREATE TABLE IF NOT EXISTS agentteam.journal_keys (
   journal_id text NOT NULL REFERENCES agentteam.journals,

@@ -162,6 +162,119 @@ def _relation_rows(plan: dict[str, Any], prefix: str) -> int:
     return own + sum(_relation_rows(child, prefix) for child in plan.get("Plans", []))
 
 
+@pytest.mark.parametrize("where", FILTERS)
+def test_the_window_over_whole_journals_is_read_from_their_heads(
+    fleet: tuple[list[Path], str], where: replay.ReportFilter
+) -> None:
+    """The deprecations' time window (the earliest and latest event the filter keeps): over
+    whole journals (no filter, a journal filter) the spans the ingest keeps with each head, no
+    event read; under a session or a time filter a scan of the events it keeps. Equal to the
+    scan either way."""
+    from agentteam_task_bridge.replay import _fleet_report as page
+    from agentteam_task_bridge.replay._fleet_reports import connect, window_query
+
+    _, url = fleet
+    scope, _, _ = page.scope_of(where)
+    sql, params = window_query(scope)
+    with connect(url, autocommit=True) as conn:
+        [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+        window = conn.execute(sql, params).fetchone()
+        scanned = conn.execute(
+            'SELECT min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C") FROM agentteam.events'
+            f" WHERE {scope.events}",
+            scope.event_params,
+        ).fetchone()
+    assert window == scanned
+    if where.session is None and where.since is None and where.until is None:
+        assert window is not None and window[0] is not None
+        assert _relation_rows(plan["Plan"], "events") == 0
+        assert _relation_rows(plan["Plan"], "heads") > 0
+    else:
+        assert scope.heads is None
+
+
+def test_the_heads_keep_each_journal_s_span_batch_by_batch(
+    tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """A journal whose clock went back (its second session a month before its first), shipped
+    seven events a batch: its head keeps the earliest and the latest of every batch, and the
+    window the store reports is the local one."""
+    from agentteam_task_bridge.replay._fleet_reports import connect, deprecations_from
+
+    paths = [
+        write_months(tmp_path / "back.db", "back-0", [DEC, OCT, NOV_END], 40),
+        write_months(tmp_path / "months.db", "months-0", [OCT, DEC], 50),
+    ]
+    url = pg_cluster.create_database()
+    assert replay.ship(paths, url, batch_size=7).ok
+    with connect(url, autocommit=True) as conn:
+        spans = conn.execute(
+            "SELECT h.journal_id, h.first_wall, h.last_wall FROM agentteam.heads h"
+            " ORDER BY h.journal_id"
+        ).fetchall()
+        scanned = conn.execute(
+            'SELECT journal_id, min(ts_wall COLLATE "C"), max(ts_wall COLLATE "C")'
+            " FROM agentteam.events GROUP BY journal_id ORDER BY journal_id"
+        ).fetchall()
+    assert spans == scanned and len(spans) == 2
+    assert spans[0][1].startswith("2026-10-20") and spans[0][2].startswith("2026-12-03")
+    stored, local = deprecations_from(url), replay.deprecations(paths)
+    assert (stored.window_start, stored.window_end) == (local.window_start, local.window_end)
+    assert stored.window_start == spans[0][1]
+
+
+def test_a_version_5_store_is_refused_with_a_reason_not_patched(
+    tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """Version 5's heads lack the journals' spans a report reads: not upgraded in place."""
+    import psycopg
+
+    from agentteam_task_bridge.replay._fleet_schema import SCHEMA_VERSION
+
+    paths = [write_months(tmp_path / "months.db", "months-0", [OCT], 40)]
+    url = pg_cluster.create_database()
+    assert replay.ship(paths, url).ok and SCHEMA_VERSION == 6
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute("UPDATE agentteam.store_meta SET value = '5' WHERE key = 'schema_version'")
+    with pytest.raises(replay.StoreError, match="schema version 5 is older"):
+        replay.ship(paths, url)
+
+
+def test_the_idempotency_check_looks_up_session_ends_only_for_calls_never_closed(
+    fleet: tuple[list[Path], str],
+) -> None:
+    """Of the events, the check reads the end of the session of each call never closed: the
+    lookup runs for those calls alone, not once per call line."""
+    from agentteam_task_bridge.replay._fleet_idempotency import idempotency_query
+    from agentteam_task_bridge.replay._fleet_reports import connect
+    from agentteam_task_bridge.replay._idempotency import declared_hints
+
+    _, url = fleet
+    for in_order in (False, True):
+        sql, params = idempotency_query(hints=declared_hints(), in_order=in_order)
+        with connect(url, autocommit=True) as conn:
+            conn.execute("SET jit = off")
+            [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+            lines, unclosed = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE closed_seq IS NULL)"
+                " FROM agentteam.call_lines"
+            ).fetchone()
+        assert 0 < unclosed < lines
+        assert 0 < _probes(plan["Plan"], "events") <= unclosed
+
+
+def _probes(plan: dict[str, Any], prefix: str) -> int:
+    """The most times any node above a scan of the relations ``prefix...`` ran."""
+    below = [_probes(child, prefix) for child in plan.get("Plans", [])]
+    return max([*below, int(plan["Actual Loops"]) if _scans(plan, prefix) else 0])
+
+
+def _scans(plan: dict[str, Any], prefix: str) -> bool:
+    return str(plan.get("Relation Name", "")).startswith(prefix) or any(
+        _scans(child, prefix) for child in plan.get("Plans", [])
+    )
+
+
 def test_the_cli_refuses_journals_and_keys_with_from(fleet: tuple[list[Path], str]) -> None:
     paths, url = fleet
     for extra in ([str(paths[0])], ["--trusted-key", "x"]):
