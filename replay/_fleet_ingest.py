@@ -540,13 +540,43 @@ BEGIN
 END $$;
 """
 
-_FINDING: Final = """
+# A finding is a shipper's word, kept with its login (the reports name it): any shipping login
+# may report on any journal id (a copy of someone's journal refused is worth knowing), so each
+# is bounded: a rule's shape, its texts' lengths, one row per distinct finding of a login, at
+# most MAX_FINDINGS_PER_LOGIN rows per login (findings_capped). One login posted findings of any
+# size and number about every journal of the fleet, which the reports listed as the store's.
+MAX_FINDINGS_PER_LOGIN: Final = 1000
+MAX_FINDING_TEXT: Final = 2000
+_FINDING: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.record_finding(
   a_journal text, a_seq bigint, a_rule text, a_detail text, a_source text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
+DECLARE
+  cut_detail text := left(coalesce(a_detail, ''), {MAX_FINDING_TEXT});
+  cut_source text := left(a_source, {MAX_FINDING_TEXT});
+BEGIN
+  IF a_rule IS NULL OR a_rule !~ '^[a-z][a-z0-9_]{{0,63}}$' OR a_journal IS NULL
+     OR length(a_journal) NOT BETWEEN 1 AND 1024 THEN
+    RAISE EXCEPTION 'the store refuses a finding: its rule or journal id is malformed'
+      USING ERRCODE = 'check_violation', DETAIL = 'finding_malformed';
+  END IF;
+  -- A login's findings one at a time, so the count and the duplicate check hold.
+  PERFORM pg_advisory_xact_lock(hashtextextended('agentteam.record_finding ' || session_user, 0));
+  IF EXISTS (SELECT 1 FROM agentteam.findings f
+             WHERE f.journal_id = a_journal AND f.reported_by = session_user
+               AND f.rule = a_rule AND f.seq IS NOT DISTINCT FROM a_seq
+               AND f.detail = cut_detail) THEN
+    RETURN;
+  END IF;
+  IF (SELECT count(*) FROM agentteam.findings f WHERE f.reported_by = session_user)
+     >= {MAX_FINDINGS_PER_LOGIN} THEN
+    RAISE EXCEPTION 'the store refuses a finding: login % reported % already',
+      session_user, {MAX_FINDINGS_PER_LOGIN}
+      USING ERRCODE = 'check_violation', DETAIL = 'findings_capped';
+  END IF;
   INSERT INTO agentteam.findings (journal_id, seq, rule, detail, source, reported_by)
-  VALUES (a_journal, a_seq, a_rule, a_detail, a_source, session_user)
-$$;
+  VALUES (a_journal, a_seq, a_rule, cut_detail, cut_source, session_user);
+END $$;
 """
 
 # Functions a shipping login may call; everything else it may only read.

@@ -246,7 +246,8 @@ def _verdict(conn: Any, store_url: str) -> VerifyResult:
     findings = [
         Finding(journal_id=r[0], seq=r[1], rule=r[2], detail=r[3])
         for r in conn.execute(
-            "SELECT journal_id, seq, rule, detail FROM agentteam.findings ORDER BY journal_id, id"
+            "SELECT journal_id, seq, rule, detail || ' (reported by ' || reported_by || ')'"
+            " FROM agentteam.findings ORDER BY journal_id, id"
         )
     ]
     in_doubt = []
