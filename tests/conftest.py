@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,34 @@ def pg_cluster() -> Iterator[Cluster]:
 def pg_url(pg_cluster: Cluster) -> str:
     """A fresh, empty database on the session's server: its superuser URL."""
     return pg_cluster.create_database()
+
+
+@pytest.fixture
+def shipping_login(pg_url: str) -> Iterator[Callable[[], tuple[str, str]]]:
+    """New shipping logins (members of ``agentteam_ship``) on a store its owner set up, each
+    ``(name, URL)``; dropped with what they own after the test."""
+    import psycopg
+
+    from agentteam_task_bridge import replay
+
+    replay.ship([], pg_url)
+    made: list[str] = []
+
+    def make() -> tuple[str, str]:
+        name = f"ship_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
+        made.append(name)
+        return name, pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
+
+    yield make
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        for name in made:
+            admin.execute(f"DROP OWNED BY {name}")
+            admin.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def mallory(shipping_login: Callable[[], tuple[str, str]]) -> str:
+    """The URL of a new shipping login on a store its owner set up (the insider)."""
+    return shipping_login()[1]

@@ -13,13 +13,10 @@ function it may call runs nothing as the owner.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay._fleet_ship import send_batch
@@ -43,19 +40,6 @@ BEGIN
   RETURN true;
 END $$
 """
-
-
-@pytest.fixture
-def mallory(pg_url: str) -> Iterator[str]:
-    """The URL of a new shipping login on a store its owner set up."""
-    name = f"ship_{uuid.uuid4().hex[:10]}"
-    replay.ship([], pg_url)
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
-    yield pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"DROP OWNED BY {name}")
-        admin.execute(f"DROP ROLE {name}")
 
 
 def _plant(conn: psycopg.Connection[Any]) -> None:

@@ -10,8 +10,7 @@ page names the login that reported it.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +26,6 @@ from .fleet_helpers import write_fleet_journal
 RECORD = "SELECT agentteam.record_finding(%s, %s, %s, %s, %s)"
 
 
-@pytest.fixture
-def login(pg_url: str) -> Iterator[Callable[[], tuple[str, str]]]:
-    """Shipping logins of the test's own: (name, URL)."""
-    replay.ship([], pg_url)
-    made: list[str] = []
-
-    def make() -> tuple[str, str]:
-        name = f"ship_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
-        made.append(name)
-        return name, pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
-
-    yield make
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        for name in made:
-            admin.execute(f"DROP OWNED BY {name}")
-            admin.execute(f"DROP ROLE {name}")
-
-
 def _rows(pg_url: str, who: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_url) as conn:
         return conn.execute(
@@ -57,12 +36,12 @@ def _rows(pg_url: str, who: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_finding_is_bounded_and_named_with_its_reporter(
-    pg_url: str, login: Callable[[], tuple[str, str]], tmp_path: Path
+    pg_url: str, shipping_login: Callable[[], tuple[str, str]], tmp_path: Path
 ) -> None:
     honest = tmp_path / "honest.db"
     victim = write_fleet_journal(honest, 1, 3)
     assert replay.ship([honest], pg_url).ok
-    mallory, url = login()
+    mallory, url = shipping_login()
     with psycopg.connect(url, autocommit=True) as conn:
         for rule, journal_id in [
             ("Fork!", victim),
@@ -87,10 +66,10 @@ def test_a_finding_is_bounded_and_named_with_its_reporter(
 
 
 def test_a_login_records_at_most_its_share_of_findings(
-    pg_url: str, login: Callable[[], tuple[str, str]]
+    pg_url: str, shipping_login: Callable[[], tuple[str, str]]
 ) -> None:
-    mallory, url = login()
-    other, other_url = login()
+    mallory, url = shipping_login()
+    other, other_url = shipping_login()
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor() as cur:
             cur.executemany(

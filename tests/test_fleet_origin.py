@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,18 +71,6 @@ def test_other_journal_ids_make_notes(journal_id: str) -> None:
     )
     assert cp.check(KEY.verifier)
     assert cp.note_text().count("\n") == 3
-
-
-@pytest.fixture
-def mallory(pg_url: str) -> Iterator[str]:
-    name = f"ship_{uuid.uuid4().hex[:10]}"
-    replay.ship([], pg_url)
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
-    yield pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"DROP OWNED BY {name}")
-        admin.execute(f"DROP ROLE {name}")
 
 
 def test_the_store_registers_no_journal_whose_id_is_not_one_line(mallory: str) -> None:

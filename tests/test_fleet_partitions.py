@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,18 +27,6 @@ from agentteam_task_bridge.replay._fleet_ship import send_batch
 from .fleet_helpers import write_fleet_journal
 
 TABLES = ("events", "call_lines")
-
-
-@pytest.fixture
-def mallory(pg_url: str) -> Iterator[str]:
-    name = f"ship_{uuid.uuid4().hex[:10]}"
-    replay.ship([], pg_url)
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
-    yield pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"DROP OWNED BY {name}")
-        admin.execute(f"DROP ROLE {name}")
 
 
 def _wall(moment: datetime) -> str:

@@ -10,7 +10,6 @@ a batch as the readers do and refuses the batch at the first that does not parse
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,6 @@ READABLE = {
 }
 # Events outside a call (what the session and deprecation reports read) and one in a call.
 KINDS = [("session_started", None), ("deprecated_usage", None), ("session_ended", "c1")]
-
-
-@pytest.fixture
-def mallory(pg_url: str) -> Iterator[str]:
-    name = f"ship_{uuid.uuid4().hex[:10]}"
-    replay.ship([], pg_url)
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE agentteam_ship")
-    yield pg_url.replace("postgresql://postgres@", f"postgresql://{name}@")
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"DROP OWNED BY {name}")
-        admin.execute(f"DROP ROLE {name}")
 
 
 def _rows(journal_id: str, payload: str, bad_at: int) -> list[tuple[Any, ...]]:
