@@ -331,14 +331,16 @@ class JsonLogFormatter(logging.Formatter):
         import json
         from datetime import UTC, datetime
 
+        from ._screen import LOG_SCREEN
+
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": LOG_SCREEN(record.getMessage()),
         }
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = LOG_SCREEN(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
 
 
@@ -350,9 +352,11 @@ class _TextLogFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
+        from ._screen import LOG_SCREEN
+
         if record.name == "agentteam.bridge.start":
             return f"agentteam-bridge serve: {record.getMessage()}"
-        return super().format(record)
+        return LOG_SCREEN(super().format(record))
 
 
 def add_logging_options(parser: argparse.ArgumentParser) -> None:

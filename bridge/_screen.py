@@ -130,6 +130,11 @@ class Screen:
                 return body
         return self.redactor.redact_known(body)
 
+    def log_line(self, line: str) -> str:
+        """A formatted log line without the known secrets (whole, cut, re-cased) and hidden
+        context: the SDK's debug lines name what a client sent (a dropped response's id)."""
+        return str(self._unhidden(self.redactor.redact_known(line)))
+
     def failure(self, body: Any) -> Any:
         """A non-2xx body with every rule applied, before it is classified, renamed or cut."""
         return None if body is None else self._unhidden(self.redactor.redact(body))
@@ -139,3 +144,20 @@ class Screen:
         to MARGIN past the cut and cut without splitting what the screen replaced."""
         text = raw[: 4 * limit + MARGIN].decode("utf-8", errors="replace")
         return cut(self._unhidden(self.redactor.redact_text(text)), limit, utf8=utf8)
+
+
+class LogScreen:
+    """What every log line ``serve`` writes to stderr passes through, whatever logger wrote it:
+    once the session's Screen is set here, its known secrets and hidden context are taken out
+    of the formatted line (the SDK logs at debug what a client sent it: a response's id that held
+    the token reached stderr as it came). Before that, a line is kept as it is."""
+
+    def __init__(self) -> None:
+        self.screen: Screen | None = None
+
+    def __call__(self, line: str) -> str:
+        screen = self.screen
+        return line if screen is None else screen.log_line(line)
+
+
+LOG_SCREEN = LogScreen()

@@ -50,6 +50,7 @@ from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
 from ._registry import INSTRUCTIONS, MCP_TOOLS
 from ._retention import retain_payloads
+from ._screen import LOG_SCREEN
 from ._upstream import TransportFailure, UpstreamClient
 
 log = logging.getLogger("agentteam.bridge")
@@ -350,6 +351,7 @@ async def _serve(
             cursors,
             metrics,
         )
+        LOG_SCREEN.screen = bridge.screen  # every later log line on stderr passes it
         if upstream.proxy is not None:  # a proxy password is a known secret too
             for secret in upstream.proxy.secrets:
                 journal.add_secret(secret)
