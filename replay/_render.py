@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -142,7 +143,11 @@ def render_prune(console: Console, report: PruneReport) -> None:
     console.print(f"store: {report.store}; segments older than {report.older_than_days:g} days")
     for j in report.journals:
         files = ", ".join(s.file for s in j.removed) or "nothing"
-        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {files}")
+        console.print(
+            f"[bold]{escape(str(j.journal))}[/] ({escape(str(j.journal_id))}): "
+            f"{verb} {escape(files)}",
+            markup=True,
+        )
         witnessed = "nothing" if j.witnessed_seq is None else f"seq {j.witnessed_seq}"
         console.print(
             f"  store holds 1..{j.held_seq}, witnessed {witnessed}; {j.kept} files kept "
@@ -154,10 +159,13 @@ def render_erase(console: Console, report: EraseReport) -> None:
     verb = "would erase" if report.dry_run else "erased"
     for j in report.journals:
         seqs = _seq_ranges(j.seqs) or "nothing"
-        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {seqs}")
+        console.print(
+            f"[bold]{escape(str(j.journal))}[/] ({escape(str(j.journal_id))}): {verb} {seqs}",
+            markup=True,
+        )
         if j.event_seq is not None:
             scrub = "scrubbed" if j.scrubbed else "[red]WAL not yet scrubbed: run erase again[/]"
-            console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}")
+            console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}", markup=True)
     done = "would be erased" if report.dry_run else "erased"
     console.print(f"{report.erased} events {done} ({report.selector}); reason: {report.reason}")
 
@@ -181,7 +189,7 @@ def render_key(console: Console, info: KeyInfo) -> None:
 
 def render_verify(console: Console, result: VerifyResult) -> None:
     for j in result.journals:
-        console.print(f"[bold]{j.path}[/]")
+        console.print(f"[bold]{escape(str(j.path))}[/]", markup=True)
         console.print(
             f"  journal {j.journal_id}: {j.events} events, {j.calls} calls, head seq {j.head_seq}"
         )
@@ -286,13 +294,14 @@ def render_show(console: Console, d: CallDetail) -> None:
     )
     if d.trace_id:
         console.print(f"trace {d.trace_id}, span {d.span_id or '-'}")
-    console.print("\n[bold]The model sent[/]")
+    console.print("\n[bold]The model sent[/]", markup=True)
     console.print(Text(f"  arguments {_encode(d.arguments).decode()}"), soft_wrap=True)
     console.print(f"  _meta keys {', '.join(d.meta_keys) or '-'}; request id {s.request_id}")
     for use in d.deprecated:
         console.print(
-            f"  [yellow]deprecated[/] {use['use_kind']} {use['old_name']} ->"
-            f" {use.get('replacement') or '-'}"
+            f"  [yellow]deprecated[/] {escape(str(use['use_kind']))} {escape(str(use['old_name']))}"
+            f" -> {escape(str(use.get('replacement') or '-'))}",
+            markup=True,
         )
     if d.injected:
         table = _table("name:18", "from:34", "value:24", title="\nThe bridge injected")
@@ -300,11 +309,13 @@ def render_show(console: Console, d: CallDetail) -> None:
             table.add_row(f["name"], f["source"], str(f.get("value")))
         console.print(table)
     for x in d.exchanges:
-        console.print(f"\n[bold]Upstream, attempt {x.attempt}[/] at +{_ms(x.sent_ms)} ms")
+        console.print(
+            f"\n[bold]Upstream, attempt {x.attempt}[/] at +{_ms(x.sent_ms)} ms", markup=True
+        )
         console.print(f"  {x.method} {x.route}")
         console.print(Text(f"  body {_encode(x.body).decode()}"), soft_wrap=True)
         if x.status is None:
-            console.print("  [red]no response recorded[/]")
+            console.print("  [red]no response recorded[/]", markup=True)
         else:
             console.print(
                 f"  -> {x.status} in {_ms(x.duration_ms)} ms (at +{_ms(x.answered_ms)} ms)"
@@ -312,9 +323,11 @@ def render_show(console: Console, d: CallDetail) -> None:
             console.print(Text(f"  {_encode(x.response_body).decode()}"), soft_wrap=True)
     for r in d.token_refreshes:
         console.print(f"  token refreshed from {r['source']}: {r['reason']}")
-    console.print("\n[bold]The model saw[/]")
+    console.print("\n[bold]The model saw[/]", markup=True)
     if d.outcome_kind is None:
-        console.print("  [red]nothing recorded[/] (the bridge stopped before an outcome)")
+        console.print(
+            "  [red]nothing recorded[/] (the bridge stopped before an outcome)", markup=True
+        )
     else:
         console.print(f"  {d.outcome_kind}:")
         _whole(console, d.outcome, "    ")
@@ -418,7 +431,7 @@ def _day(ts: str | None) -> str:
 
 
 def render_audit(console: Console, r: AuditReport) -> None:
-    console.print(f"[bold]{r.calls} calls[/], truncation rate {r.truncation_rate:.1%}")
+    console.print(f"[bold]{r.calls} calls[/], truncation rate {r.truncation_rate:.1%}", markup=True)
     usage = _table("tool:16", "agent:20", "status:10", "calls:>8", title="\nTool usage")
     for u in r.tool_usage:
         status = Text(u.status, _STATUS_STYLE.get(u.status, ""))

@@ -1,0 +1,122 @@
+"""A journal someone else wrote, read on the reviewer's terminal: its text is shown, never obeyed.
+
+Every string a hostile author controls (session, call and tool ids, client names, error codes
+and messages, routes, deprecated names, file names) carries terminal escapes (OSC 52 clipboard
+write, OSC 8 hyperlink, erase-line and cursor-up that hide earlier lines, a bell, a C1 CSI, a
+bidirectional override) and rich markup (an unmatched ``[/red]``, a ``[link=…]``). Each command
+must finish with its verdict (no traceback), print no control character a terminal would obey,
+and show the text as it is.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay._calls import list_calls
+from agentteam_task_bridge.replay._calls_table import render_calls
+from agentteam_task_bridge.replay._terminal import SafeConsole
+
+from .replay_helpers import (
+    SEED_VKEY,
+    call_event,
+    injected,
+    replay_main,
+    route,
+    session_started,
+    write_events,
+)
+
+ESCAPES: Final = (
+    "\x1b]52;c;SGFja2Vk\x07"  # OSC 52: write the clipboard
+    "\x1b[2K\x1b[1A"  # erase the line, cursor up: hide what was printed before
+    "\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8 hyperlink
+    "\x9b31m\u202e"  # C1 CSI, right-to-left override
+)
+MARKUP: Final = "[/red][link=http://evil.example]L[/link][conceal]hidden"
+HOSTILE: Final = ESCAPES + MARKUP
+# What a terminal obeys: C0 but newline and tab, DEL, C1, bidirectional controls.
+OBEYED: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def hostile_journal(path: Path) -> Path:
+    s, c = "s1" + HOSTILE, "c1" + HOSTILE
+    tool = "task_get" + HOSTILE
+
+    def ev(call: str, payload: journal.Payload, name: str = tool) -> journal.Event:
+        return call_event(call, payload, tool=name, session=s)
+
+    write_events(
+        path,
+        [
+            session_started(s, client_name="cur" + HOSTILE, agent_id="agt" + HOSTILE),
+            ev(c, journal.CallReceived(arguments={"channel": HOSTILE, "number": 1})),
+            ev(c, injected()),
+            ev(c, journal.UpstreamRequest(method="GET" + HOSTILE, route=route() + HOSTILE)),
+            ev(c, journal.UpstreamResponse(status=500, body={"e": HOSTILE})),
+            ev(c, journal.CallError(error_code="e" + HOSTILE, retryable=False, message=HOSTILE)),
+            ev("c2", journal.CallReceived(arguments={}), "list_tasks" + HOSTILE),
+            ev(
+                "c2",
+                journal.DeprecatedUsage(
+                    use_kind="tool_name", old_name="old" + HOSTILE, replacement="new" + HOSTILE
+                ),
+                "list_tasks" + HOSTILE,
+            ),
+            ev("c2", journal.CallResult(result={"x": HOSTILE}), "list_tasks" + HOSTILE),
+            journal.Event(
+                session_id=s,
+                mcp_method_name="notifications/cancelled",
+                payload=journal.SessionEnded(reason=HOSTILE),
+            ),
+        ],
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "command", ["verify", "calls", "show", "audit", "deprecations", "idempotency"]
+)
+def test_a_journals_text_is_shown_not_obeyed(tmp_path: Path, command: str) -> None:
+    path = hostile_journal(tmp_path / "journal.db")
+    args: list[str | Path] = [command, path]
+    if command == "show":
+        args.append("c1" + HOSTILE)
+    if command == "verify":
+        args += ["--trusted-key", SEED_VKEY]
+    done = replay_main(*args)
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    assert not OBEYED.search(done.stderr), done.stderr
+    # The escapes are visible stand-ins, the markup is printed as written (tables cut cells).
+    if command != "idempotency":  # its tables name the registry's tools, not the journal's
+        assert "\u241b]52;c;" in done.stdout
+    if command in ("verify", "show"):
+        assert "[/red][link=http://evil.example]" in done.stdout, done.stdout
+
+
+def test_on_a_terminal_only_its_own_colours_are_escapes(tmp_path: Path) -> None:
+    """With colour on, the only escapes written are rich's own SGR styles."""
+    path = hostile_journal(tmp_path / "journal.db")
+    file = io.StringIO()
+    console = SafeConsole(file=file, force_terminal=True, color_system="standard", width=200)
+    render_calls(console, list_calls([path]))
+    out = file.getvalue()
+    assert "\u241b]52;c;" in out
+    assert not OBEYED.search(re.sub(r"\x1b\[[0-9;]*m", "", out)), repr(out)
+
+
+@pytest.mark.parametrize(
+    "name", ["a\x1b]52;c;SGFja2Vk\x07.db", "a\nagentteam-replay: OK.db", "a\x9b2J\u202e.db"]
+)
+def test_a_file_name_in_an_error_is_one_line_shown_not_obeyed(tmp_path: Path, name: str) -> None:
+    done = replay_main("verify", tmp_path / name)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("agentteam-replay: ")
+    assert not OBEYED.search(done.stderr), done.stderr
