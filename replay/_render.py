@@ -490,8 +490,20 @@ def render_audit(console: Console, r: AuditReport) -> None:
     console.print(sessions)
 
 
+# A cell a spreadsheet would run as a formula (CSV injection): the journal's author writes tool
+# names, error codes, client and session ids. Such a text cell gets a leading apostrophe, which
+# spreadsheets show as text; numbers are written as numbers.
+_FORMULA_STARTS: Final = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+
+
+def _cell(value: Any) -> Any:
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value
+
+
 def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
-    """One CSV per section of the audit; returns the files written."""
+    """One CSV per section of the audit; returns the files written. No text cell starts as a
+    spreadsheet formula would (``=``, ``+``, ``-``, ``@``, a tab or line break): such a cell is
+    written after an apostrophe."""
     journal.make_private_dir(directory)
     sections: dict[str, Iterable[msgspec.Struct]] = {
         "tool_usage": report.tool_usage,
@@ -504,7 +516,7 @@ def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
     written = []
     for name, rows in sections.items():
         path = directory / f"{name}.csv"
-        records = [msgspec.to_builtins(row) for row in rows]
+        records = [{k: _cell(v) for k, v in msgspec.to_builtins(row).items()} for row in rows]
         fields = list(records[0]) if records else []
         with open(path, "w", newline="", opener=journal.private_opener) as file:
             writer = csv.DictWriter(file, fieldnames=fields)

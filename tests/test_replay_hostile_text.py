@@ -10,6 +10,7 @@ and show the text as it is.
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from pathlib import Path
@@ -120,3 +121,40 @@ def test_a_file_name_in_an_error_is_one_line_shown_not_obeyed(tmp_path: Path, na
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("agentteam-replay: ")
     assert not OBEYED.search(done.stderr), done.stderr
+
+
+FORMULAS: Final = ['=HYPERLINK("http://evil.example","x")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(1)"]
+FORMULAS_TOO: Final = ["\t=1+1", "\r=1+1", "\uff1d1+1"]
+
+
+def test_audit_csv_cells_are_never_formulas(tmp_path: Path) -> None:
+    """Every text cell the journal's author controls, in every CSV file: a spreadsheet shows it,
+    never runs it; the value is the journal's after the apostrophe."""
+    texts = [*FORMULAS, *FORMULAS_TOO]
+    events = [session_started(texts[0], client_name=texts[1], agent_id=texts[2])]
+    for i, text in enumerate(texts):
+        call = f"c{i}"
+        events += [
+            call_event(call, journal.CallReceived(arguments={}), tool=text, session=texts[0]),
+            call_event(call, injected(agent=texts[2]), tool=text, session=texts[0]),
+            call_event(
+                call,
+                journal.CallError(error_code=text, retryable=False, message="m", duration_ms=1.0),
+                tool=text,
+                session=texts[0],
+            ),
+        ]
+    path = tmp_path / "journal.db"
+    write_events(path, events)
+    done = replay_main("audit", path, "--csv", tmp_path / "csv")
+    assert done.returncode == 0, done.stderr
+    cells = []
+    for file in sorted((tmp_path / "csv").glob("*.csv")):
+        with file.open(newline="") as f:
+            cells += [(file.name, cell) for row in csv.reader(f) for cell in row]
+    starts = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+    assert not [c for c in cells if c[1].startswith(starts)], cells
+    shown = {cell for _, cell in cells}
+    for text in texts:  # each one is there, as text
+        assert f"'{text}" in shown, text
+    assert "1" in shown  # numbers stay numbers
