@@ -159,7 +159,7 @@ from ._merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ._reader import Reader, open_reader, record_from_row
+from ._reader import TOO_DEEP, Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._rollover import held_by_a_writer
@@ -201,6 +201,7 @@ __all__ = [
     "REDACTED",
     "SCHEMA_VERSION",
     "TASKS_ROUTE_TEMPLATE",
+    "TOO_DEEP",
     "VIEWS",
     "AnswerUndelivered",
     "AsyncWriter",

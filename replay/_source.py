@@ -159,10 +159,12 @@ def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | d
             payload: Payload = decoder.decode(text)
             return payload, ""
         value = _ANY.decode(text)
+    except RecursionError:  # a hostile file's [[[[…: bad JSON like any other
+        return {}, journal.TOO_DEEP
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
         try:
             value = _ANY.decode(text)
-        except (msgspec.DecodeError, TypeError):
+        except (msgspec.DecodeError, TypeError, RecursionError):
             return {}, str(exc)
         return (value if isinstance(value, dict) else {}), str(exc)
     if not isinstance(value, dict):

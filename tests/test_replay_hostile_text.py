@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from pathlib import Path
 from typing import Final
@@ -30,6 +31,7 @@ from .replay_helpers import (
     replay_main,
     route,
     session_started,
+    tamper,
     write_events,
 )
 
@@ -158,3 +160,33 @@ def test_audit_csv_cells_are_never_formulas(tmp_path: Path) -> None:
     for text in texts:  # each one is there, as text
         assert f"'{text}" in shown, text
     assert "1" in shown  # numbers stay numbers
+
+
+@pytest.mark.parametrize("depth", [100_000, 5_000, 990])
+@pytest.mark.parametrize("kind", ["call_received", "key_rotated"])
+def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
+    tmp_path: Path, depth: int, kind: str
+) -> None:
+    """``[[[[…`` a hundred thousand deep (or just past the decoder's stack): payload_invalid
+    from verify, the other commands finish; never a RecursionError."""
+    path = hostile_journal(tmp_path / "journal.db")
+    deep = "[" * depth + "]" * depth
+    tamper(
+        path,
+        f"UPDATE events SET kind = '{kind}', payload = ? WHERE seq = 2",
+        params=('{"arguments":{"x":' + deep + '},"vkey":' + deep + "}",),
+    )
+    for command in ("verify", "calls", "audit", "idempotency", "report", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "report":
+            args += ["--html", tmp_path / "report.html"]
+        if command == "export":
+            args += ["-o", tmp_path / "spans.json"]
+        done = replay_main(*args, "--json") if command == "verify" else replay_main(*args)
+        assert done.returncode in (0, 1, 2), (command, done.stderr)
+        assert "Traceback" not in done.stderr and "Recursion" not in done.stderr, command
+        if command == "verify" and depth > 1_000:
+            findings = json.loads(done.stdout)["findings"]
+            assert {"rule": "payload_invalid", "detail": journal.TOO_DEEP} in [
+                {"rule": f["rule"], "detail": f["detail"]} for f in findings
+            ], findings
