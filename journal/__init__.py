@@ -70,7 +70,7 @@ Errors::
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._call_view import calls_view
-from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
+from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash, row_problem
 from ._checkpoint import (
     ORIGIN_FORBIDDEN,
     ORIGIN_PREFIX,
@@ -293,6 +293,7 @@ __all__ = [
     "record_from_row",
     "record_of_index",
     "row_hash",
+    "row_problem",
     "segment_files",
     "segment_index",
     "segment_path",

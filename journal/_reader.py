@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row
+from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row, row_problem
 from ._checkpoint import Checkpoint, checkpoint_of
 from ._errors import JournalFormatError
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
@@ -72,8 +72,12 @@ def decode_row(row: Row) -> Record:
 
 def record_from_row(row: Sequence[Any], payload: Any) -> Record:
     """A stored row (a Row, or a tuple in COLUMNS order) with its payload already decoded, as a
-    Record."""
+    Record; JournalFormatError if a column holds what no bridge writes (``row_problem``: the
+    analyses compute with the columns; verify reports it as row_malformed)."""
     row = as_row(row)
+    problem = row_problem(row)
+    if problem is not None:
+        raise JournalFormatError(f"event {row.seq!r}: {problem} (verify: row_malformed)")
     return Record(
         seq=row.seq,
         journal_id=row.journal_id,

@@ -27,6 +27,7 @@ from agentteam_task_bridge.replay._terminal import SafeConsole
 from .replay_helpers import (
     SEED_VKEY,
     call_event,
+    cli_json,
     injected,
     replay_main,
     route,
@@ -190,3 +191,41 @@ def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
             assert {"rule": "payload_invalid", "detail": journal.TOO_DEEP} in [
                 {"rule": f["rule"], "detail": f["detail"]} for f in findings
             ], findings
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("ts_mono_ns", "abc", "ts_mono_ns is str 'abc', not an integer"),
+        ("ts_mono_ns", 1.5, "ts_mono_ns is float 1.5, not an integer"),
+        ("kind_version", "one", "kind_version is str 'one', not an integer"),
+        ("ts_wall", "yesterday", "ts_wall 'yesterday' is not an RFC 3339 time"),
+        ("ts_wall", "2026-12-04T10:00:00", "ts_wall '2026-12-04T10:00:00' has no UTC offset"),
+        ("ts_wall", b"2026-12-04T10:00:00Z", "ts_wall is bytes b'2026-12-04T10:00:00Z', not text"),
+        ("session_id", b"\xff\xfe", "session_id is bytes b'\\xff\\xfe', not text"),
+        ("duration_ms", "slow", "duration_ms is str 'slow', not a number"),
+    ],
+)
+def test_a_column_no_bridge_writes_is_row_malformed_not_a_crash(
+    tmp_path: Path, column: str, value: object, said: str
+) -> None:
+    """Any type in any column (SQLite stores what it is given): verify names it, row_malformed;
+    every other command stops with one line naming it, exit 2, never a traceback."""
+    path = hostile_journal(tmp_path / "journal.db")
+    tamper(path, f"UPDATE events SET {column} = ? WHERE seq = 3", params=(value,))
+    code, out = cli_json("verify", path, "--trusted-key", SEED_VKEY, wire=False)
+    assert code == 1
+    assert {"seq": 3, "rule": "row_malformed", "detail": said} in [
+        {k: f[k] for k in ("seq", "rule", "detail")} for f in out["findings"]
+    ], out["findings"]
+    for command in ("calls", "show", "audit", "deprecations", "idempotency", "report", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "show":
+            args.append("c1" + HOSTILE)
+        if command == "report":
+            args += ["--html", tmp_path / "report.html"]
+        if command == "export":
+            args += ["-o", tmp_path / "spans.json"]
+        done = replay_main(*args)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr == f"agentteam-replay: event 3: {said} (verify: row_malformed)\n"
