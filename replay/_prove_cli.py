@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import msgspec
 from rich.console import Console
+from rich.text import Text
 
 from agentteam_task_bridge import journal
 
@@ -214,7 +215,7 @@ def _render_proof(out: Console, proof: msgspec.Struct) -> None:
             f"{leaf['ts_wall']}: {len(event.inclusion_proof)} proof hashes"
         )
     out.print("signed checkpoint:")
-    out.print(proof.checkpoint.rstrip("\n"), soft_wrap=True)
+    out.print(Text(proof.checkpoint.rstrip("\n")), soft_wrap=True)
     out.print("(--json for the proof a third party checks with `agentteam-replay check-proof`)")
 
 

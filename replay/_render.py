@@ -31,6 +31,7 @@ from ._idempotency import IdempotencyResult
 from ._key import KeyInfo
 from ._prune import PruneReport
 from ._rerun import RerunResult
+from ._terminal import shown
 from ._verify import VerifyResult
 
 __all__ = [
@@ -77,7 +78,7 @@ def _table(*columns: str, title: str | None = None) -> Table:
     """A borderless table; a column given as ``"name:12"`` is at most 12 wide, cut with an
     ellipsis, and ``"name:>7"`` is also right-aligned (numbers)."""
     table = Table(
-        title=title,
+        title=None if title is None else Text(title),
         title_justify="left",
         title_style="bold",
         box=box.SIMPLE_HEAD,
@@ -98,6 +99,11 @@ def _table(*columns: str, title: str | None = None) -> Table:
             overflow="ellipsis" if size is not None else "fold",
         )
     return table
+
+
+def _esc(value: Any) -> str:
+    """A journal's value inside a markup line: one line, its markup shown, not applied."""
+    return escape(shown(str(value), one_line=True))
 
 
 def _short(text: str | None, width: int = 14) -> str:
@@ -144,8 +150,7 @@ def render_prune(console: Console, report: PruneReport) -> None:
     for j in report.journals:
         files = ", ".join(s.file for s in j.removed) or "nothing"
         console.print(
-            f"[bold]{escape(str(j.journal))}[/] ({escape(str(j.journal_id))}): "
-            f"{verb} {escape(files)}",
+            f"[bold]{_esc(j.journal)}[/] ({_esc(j.journal_id)}): {verb} {_esc(files)}",
             markup=True,
         )
         witnessed = "nothing" if j.witnessed_seq is None else f"seq {j.witnessed_seq}"
@@ -160,7 +165,7 @@ def render_erase(console: Console, report: EraseReport) -> None:
     for j in report.journals:
         seqs = _seq_ranges(j.seqs) or "nothing"
         console.print(
-            f"[bold]{escape(str(j.journal))}[/] ({escape(str(j.journal_id))}): {verb} {seqs}",
+            f"[bold]{_esc(j.journal)}[/] ({_esc(j.journal_id)}): {verb} {seqs}",
             markup=True,
         )
         if j.event_seq is not None:
@@ -189,7 +194,7 @@ def render_key(console: Console, info: KeyInfo) -> None:
 
 def render_verify(console: Console, result: VerifyResult) -> None:
     for j in result.journals:
-        console.print(f"[bold]{escape(str(j.path))}[/]", markup=True)
+        console.print(f"[bold]{_esc(j.path)}[/]", markup=True)
         console.print(
             f"  journal {j.journal_id}: {j.events} events, {j.calls} calls, head seq {j.head_seq}"
         )
@@ -276,10 +281,10 @@ def render_verify(console: Console, result: VerifyResult) -> None:
 def render_show(console: Console, d: CallDetail) -> None:
     s = d.summary
     status = Text(s.in_doubt or s.status, style=_STATUS_STYLE.get(s.status, ""))
-    head = Text(f"{s.call_id}  {s.tool}  ")
+    head = Text(shown(f"{s.call_id}  {s.tool}  ", one_line=True))
     head.append(status)
     if s.error_code:
-        head.append(f" {s.error_code}")
+        head.append(shown(f" {s.error_code}", one_line=True))
     console.print(head, style="bold")
     session = d.session
     if session is not None:
@@ -299,8 +304,8 @@ def render_show(console: Console, d: CallDetail) -> None:
     console.print(f"  _meta keys {', '.join(d.meta_keys) or '-'}; request id {s.request_id}")
     for use in d.deprecated:
         console.print(
-            f"  [yellow]deprecated[/] {escape(str(use['use_kind']))} {escape(str(use['old_name']))}"
-            f" -> {escape(str(use.get('replacement') or '-'))}",
+            f"  [yellow]deprecated[/] {_esc(use['use_kind'])} {_esc(use['old_name'])}"
+            f" -> {_esc(use.get('replacement') or '-')}",
             markup=True,
         )
     if d.injected:
@@ -538,10 +543,13 @@ def render_rerun(console: Console, r: RerunResult) -> None:
         table = _table("call:17", "path", "recorded", "today", title="Differences")
         for c in differing:
             table.add_row(
-                f"{c.call_id}\n{c.tool or '-'}",
+                Text(f"{shown(c.call_id, one_line=True)}\n{shown(c.tool or '-', one_line=True)}"),
                 Text("outcome", style="bold"),
-                Text(c.recorded or "-"),
-                Text(c.today or "-", style="" if c.recorded == c.today else "bold"),
+                shown(c.recorded or "-", one_line=True),
+                Text(
+                    shown(c.today or "-", one_line=True),
+                    style="" if c.recorded == c.today else "bold",
+                ),
             )
             for d in c.differences:
                 table.add_row("", d.path, _encode(d.recorded).decode(), _encode(d.today).decode())

@@ -15,8 +15,13 @@ Invariants:
   that reaches the terminal through a :class:`SafeConsole` is shown as a visible stand-in
   (:func:`shown`): the control pictures ``␛`` ``␇`` … for C0 and DEL, ``�`` for the rest. The
   ANSI sequences rich itself writes for colours are styles, never text, and are kept.
-* :func:`shown` with ``one_line`` also shows a newline or carriage return, for the one-line
-  error messages the command line prints outside rich.
+* A string printed without markup (every table cell, every line of values) is one line: a
+  newline in it is shown (``␤``), so a journal's text cannot print a row or a verdict of its
+  own. Lines meant to span several are :class:`rich.text.Text` (their control characters still
+  shown) or printed with ``markup=True`` (their values passed through :func:`shown` with
+  ``one_line`` and escaped).
+* :func:`shown` with ``one_line`` also shows a newline, for the one-line error messages the
+  command line prints outside rich.
 """
 
 from __future__ import annotations
@@ -56,8 +61,12 @@ class SafeConsole(Console):
         super().__init__(**kwargs)
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
-        # Before markup and measuring, so that a table's widths count the stand-ins.
-        return super().render_str(shown(text), **kwargs)
+        # Before markup and measuring, so that a table's widths count the stand-ins. A string
+        # without markup is a journal's text (a table cell, a line of values): one line, so that
+        # a newline in a tool name cannot print a row of its own.
+        markup = kwargs.get("markup")
+        one_line = not (markup or (markup is None and self._markup))
+        return super().render_str(shown(text, one_line=one_line), **kwargs)
 
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None

@@ -229,3 +229,42 @@ def test_a_column_no_bridge_writes_is_row_malformed_not_a_crash(
         done = replay_main(*args)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert done.stderr == f"agentteam-replay: event 3: {said} (verify: row_malformed)\n"
+
+
+SPOOF: Final = "\n22:51:53  c9    task_delete  result  -      0.3\nOK: journal verified"
+
+
+def spoofing_journal(path: Path) -> Path:
+    write_events(
+        path,
+        [
+            session_started("s1"),
+            call_event("c1" + SPOOF, journal.CallReceived(arguments={}), tool="task_get" + SPOOF),
+            call_event(
+                "c1" + SPOOF,
+                journal.CallError(error_code="x" + SPOOF, retryable=False, message="m" + SPOOF),
+                tool="task_get" + SPOOF,
+            ),
+        ],
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "lines"),
+    [("calls", ["time", "─", "", "1 of 1 calls matched"]), ("audit", None), ("verify", None)],
+)
+def test_a_newline_in_a_journals_text_prints_no_line_of_its_own(
+    tmp_path: Path, command: str, lines: list[str] | None
+) -> None:
+    """A newline in a call id, tool name or error code is shown (␤): it cannot print a row
+    of a table or a verdict line that the journal's author wrote."""
+    path = spoofing_journal(tmp_path / f"journal.db{SPOOF}")
+    done = replay_main(command, path, env={"COLUMNS": ""})  # lines as long as they are
+    assert done.returncode in (0, 1), done.stderr
+    out = done.stdout.splitlines()
+    assert not [line for line in out if line.startswith(("22:51:53  c9", "OK:"))], out
+    assert "\u2424" in done.stdout
+    if lines is not None:  # the header, its rule, one row, the count
+        assert len(out) == len(lines), out
+        assert all(o.startswith(w) for o, w in zip(out, lines, strict=True)), out
