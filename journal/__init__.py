@@ -70,7 +70,7 @@ Errors::
 
 from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
 from ._call_view import calls_view
-from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash
+from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash, row_problem
 from ._checkpoint import (
     ORIGIN_FORBIDDEN,
     ORIGIN_PREFIX,
@@ -159,7 +159,7 @@ from ._merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ._reader import Reader, open_reader, record_from_row
+from ._reader import TOO_DEEP, Reader, open_reader, record_from_row
 from ._redact import REDACTED, Redactor, cut_point
 from ._redact import warm_up as warm_up_redaction
 from ._rollover import held_by_a_writer
@@ -201,6 +201,7 @@ __all__ = [
     "REDACTED",
     "SCHEMA_VERSION",
     "TASKS_ROUTE_TEMPLATE",
+    "TOO_DEEP",
     "VIEWS",
     "AnswerUndelivered",
     "AsyncWriter",
@@ -292,6 +293,7 @@ __all__ = [
     "record_from_row",
     "record_of_index",
     "row_hash",
+    "row_problem",
     "segment_files",
     "segment_index",
     "segment_path",

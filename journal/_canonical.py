@@ -48,6 +48,7 @@ __all__ = [
     "encode_payload",
     "format_wall",
     "row_hash",
+    "row_problem",
     "wall_now",
 ]
 
@@ -82,6 +83,53 @@ COLUMNS: Final[tuple[str, ...]] = Row._fields
 # A fetched sqlite3 row (COLUMNS order) as a Row, in C: no Python frame, no length check (the
 # SELECTs that feed it name COLUMNS).
 ROW_OF: Final[Callable[[Iterable[Any]], Row]] = functools.partial(tuple.__new__, Row)
+
+
+# The storage type each column must read back as (the canonical encoding's, see the module's
+# rule); a file's author can store any type in any column, and the analyses compute with them.
+_INTEGER: Final = ("seq", "ts_mono_ns", "kind_version")
+_TEXT: Final = ("journal_id", "session_id", "kind", "ts_wall", "payload", "prev_hash", "hash")
+_TEXT_OR_NULL: Final = (
+    "call_id",
+    "mcp_method_name",
+    "gen_ai_tool_name",
+    "jsonrpc_request_id",
+    "error_type",
+)
+
+
+def row_problem(row: Row) -> str | None:
+    """Why ``row`` cannot be an event this code wrote (a column of another type, a ``ts_wall``
+    that is no RFC 3339 time), or None."""
+    for name in _INTEGER:
+        value = getattr(row, name)
+        if type(value) is not int:
+            return f"{name} is {type(value).__name__} {_short(value)}, not an integer"
+    for name in _TEXT:
+        value = getattr(row, name)
+        if type(value) is not str:
+            return f"{name} is {type(value).__name__} {_short(value)}, not text"
+    for name in _TEXT_OR_NULL:
+        value = getattr(row, name)
+        if value is not None and type(value) is not str:
+            return f"{name} is {type(value).__name__} {_short(value)}, not text"
+    status, duration = row.http_response_status_code, row.duration_ms
+    if status is not None and type(status) is not int:
+        return f"http_response_status_code is {type(status).__name__} {_short(status)}"
+    if duration is not None and type(duration) not in (int, float):
+        return f"duration_ms is {type(duration).__name__} {_short(duration)}, not a number"
+    try:
+        wall = datetime.fromisoformat(row.ts_wall)
+    except ValueError:
+        return f"ts_wall {_short(row.ts_wall)} is not an RFC 3339 time"
+    if wall.utcoffset() is None:
+        return f"ts_wall {_short(row.ts_wall)} has no UTC offset"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def as_row(row: Sequence[Any]) -> Row:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row
+from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row, row_problem
 from ._checkpoint import Checkpoint, checkpoint_of
 from ._errors import JournalFormatError
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
@@ -39,6 +39,8 @@ _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
     (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
 }
 _ANY_DECODER: Final = msgspec.json.Decoder()
+# Why a payload nested deeper than the decoder's stack does not decode.
+TOO_DEEP: Final = "payload is nested too deeply to decode"
 
 
 def decode_payload(kind: str, kind_version: int, text: str) -> Payload | dict[str, Any]:
@@ -47,10 +49,13 @@ def decode_payload(kind: str, kind_version: int, text: str) -> Payload | dict[st
     if text == ERASED_PAYLOAD:
         return {"erased": True}
     decoder = _DECODERS.get((kind, kind_version))
-    if decoder is not None:
-        payload: Payload = decoder.decode(text)
-        return payload
-    value = _ANY_DECODER.decode(text)
+    try:
+        if decoder is not None:
+            payload: Payload = decoder.decode(text)
+            return payload
+        value = _ANY_DECODER.decode(text)
+    except RecursionError as exc:  # a hostile file's [[[[…: bad JSON like any other
+        raise msgspec.DecodeError(TOO_DEEP) from exc
     if not isinstance(value, dict):
         raise msgspec.ValidationError("payload is not a JSON object")
     return value
@@ -67,8 +72,12 @@ def decode_row(row: Row) -> Record:
 
 def record_from_row(row: Sequence[Any], payload: Any) -> Record:
     """A stored row (a Row, or a tuple in COLUMNS order) with its payload already decoded, as a
-    Record."""
+    Record; JournalFormatError if a column holds what no bridge writes (``row_problem``: the
+    analyses compute with the columns; verify reports it as row_malformed)."""
     row = as_row(row)
+    problem = row_problem(row)
+    if problem is not None:
+        raise JournalFormatError(f"event {row.seq!r}: {problem} (verify: row_malformed)")
     return Record(
         seq=row.seq,
         journal_id=row.journal_id,
@@ -273,7 +282,7 @@ class Reader:
         for seq, payload in cursor:
             try:
                 keys.append((int(seq), str(msgspec.json.decode(payload)["vkey"])))
-            except (msgspec.DecodeError, KeyError, TypeError):
+            except (msgspec.DecodeError, KeyError, TypeError, RecursionError):
                 continue  # payload_invalid is reported by verify's payload check
         return keys
 

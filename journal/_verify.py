@@ -7,7 +7,8 @@ Findings name the seq and the rule broken:
 ``chain_broken``               ``prev_hash`` is not the previous event's hash (reorder, deletion,
                                or a row rewritten with a fresh hash)
 ``hash_mismatch``              ``hash`` is not the hash of the row's canonical encoding (an edit)
-``row_malformed``              a column has an impossible type; the row cannot be encoded
+``row_malformed``              a column has an impossible type (or ``ts_wall`` is no RFC 3339
+                               time with an offset); the analyses cannot read the row
 ``journal_id_mismatch``        the row names another journal
 ``kind_unknown``               a kind or kind_version this code does not know
 ``payload_invalid``            the payload is not JSON of its kind's shape
@@ -72,7 +73,7 @@ from typing import Final, Literal, TypeAlias
 
 import msgspec
 
-from ._canonical import GENESIS_HASH, Row, canonical_bytes
+from ._canonical import GENESIS_HASH, Row, canonical_bytes, row_problem
 from ._checkpoint import (
     SEED_KEY_NAME,
     Checkpoint,
@@ -184,6 +185,9 @@ class ChainVerifier:
             computed = stored_hash
         else:
             computed = None
+        problem = row_problem(row)
+        if problem is not None:
+            self.report(seq, "row_malformed", problem)
         try:
             computed = computed or _sha256(canonical_bytes(row)).hexdigest()
         except (TypeError, ValueError, AttributeError, msgspec.EncodeError) as exc:

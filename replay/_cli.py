@@ -26,6 +26,7 @@ from . import _render as render
 from ._cli_parser import PROG, build_parser, call_filter
 from ._source import Progress as ProgressCallback
 from ._source import ReplayInputError, journal_files
+from ._terminal import SafeConsole, shown
 from ._verify import Key, load_key_file, load_trusted_key
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -368,12 +369,17 @@ _UNWRAPPED_WIDTH: Final = 1 << 14
 
 def _console(*, stderr: bool = False) -> Console:
     """Colour and the terminal's width on a terminal; elsewhere, lines that are never wrapped."""
-    console = Console(stderr=stderr, highlight=False)
+    console = SafeConsole(stderr=stderr, highlight=False)
     if console.is_terminal:
         return console
     if os.environ.get("COLUMNS", "").isdigit():
         return console  # a width asked for explicitly is honoured, prose wrapped to it
-    return Console(stderr=stderr, highlight=False, width=_UNWRAPPED_WIDTH, soft_wrap=True)
+    return SafeConsole(stderr=stderr, highlight=False, width=_UNWRAPPED_WIDTH, soft_wrap=True)
+
+
+def _fail(message: str) -> None:
+    """One line on stderr; a file name or journal text in it is shown, never obeyed."""
+    print(f"{PROG}: {shown(message, one_line=True)}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -382,13 +388,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args, out, err)
     except ReplayInputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        _fail(str(exc))
     except journal.JournalFormatError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        _fail(str(exc))
     except sqlite3.Error as exc:
-        print(f"{PROG}: cannot read the journal: {exc}", file=sys.stderr)
+        _fail(f"cannot read the journal: {exc}")
     except OSError as exc:
-        print(f"{PROG}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
     except KeyboardInterrupt:
         return 130
     return EXIT_INPUT

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from rich.console import Console
+from rich.markup import escape
 
 from agentteam_task_bridge import bridge
 
@@ -366,7 +367,8 @@ def render_store_erase(out: Console, report: Any) -> None:
         else:
             out.print(
                 "  [red]old bytes may remain in the store's files: run store-maintain --from URL "
-                "as the store's owner, and see docs/fleet.md (Erasure)[/]"
+                "as the store's owner, and see docs/fleet.md (Erasure)[/]",
+                markup=True,
             )
 
 
@@ -384,5 +386,5 @@ def run_store_maintain(args: argparse.Namespace, out: Console) -> int:
             + ("; WAL switched, old segments removed" if report.wal_switched else "")
         )
         for problem in report.problems:
-            out.print(f"[red]{problem}[/]")
+            out.print(f"[red]{escape(problem)}[/]", markup=True)
     return 0 if report.ok else 1

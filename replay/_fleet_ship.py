@@ -593,7 +593,7 @@ def _batches(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
 def _rotated_key(payload: str) -> str:
     try:
         return str(msgspec.json.decode(payload)["vkey"])
-    except (msgspec.DecodeError, KeyError, TypeError):
+    except (msgspec.DecodeError, KeyError, TypeError, RecursionError):
         return ""
 
 

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from agentteam_task_bridge import journal
 
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         return EXIT_FAILED
     if args.output is not None:
         _write_private(args.output, _to_json(proof) + "\n")
-        out.print(f"wrote {escape(str(args.output))}")
+        out.print(f"wrote {args.output}")
     elif args.json:
         print(_to_json(proof), file=out.file)
     else:
@@ -185,7 +185,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def _render_proof(out: Console, proof: msgspec.Struct) -> None:
     if isinstance(proof, _prove.ConsistencyProof):
-        out.print(f"{escape(proof.origin)}: size {proof.old_size} is a prefix of {proof.new_size}")
+        out.print(f"{proof.origin}: size {proof.old_size} is a prefix of {proof.new_size}")
         out.print(f"  old root {proof.old_root}")
         out.print(f"  new root {proof.new_root}")
         out.print(f"  consistency proof: {len(proof.consistency_proof)} hashes")
@@ -207,7 +207,7 @@ def _render_proof(out: Console, proof: msgspec.Struct) -> None:
         if isinstance(proof, _prove.InclusionProof)
         else proof.events
     )
-    out.print(f"{escape(proof.origin)}: tree size {proof.tree_size}, root {proof.root_hash}")
+    out.print(f"{proof.origin}: tree size {proof.tree_size}, root {proof.root_hash}")
     for event in events:
         leaf = msgspec.json.decode(base64.b64decode(event.leaf))
         out.print(
@@ -215,7 +215,7 @@ def _render_proof(out: Console, proof: msgspec.Struct) -> None:
             f"{leaf['ts_wall']}: {len(event.inclusion_proof)} proof hashes"
         )
     out.print("signed checkpoint:")
-    out.print(escape(proof.checkpoint.rstrip("\n")), soft_wrap=True)
+    out.print(Text(proof.checkpoint.rstrip("\n")), soft_wrap=True)
     out.print("(--json for the proof a third party checks with `agentteam-replay check-proof`)")
 
 
@@ -227,8 +227,8 @@ def _render_check(out: Console, checked: _prove.ProofCheck) -> None:
         "consistency": "consistency",
     }[checked.kind]
     out.print(
-        f"{verdict}: {what} in {escape(checked.origin)} at size {checked.tree_size}, "
-        f"signed by {escape(checked.key)}"
+        f"{verdict}: {what} in {checked.origin} at size {checked.tree_size}, "
+        f"signed by {checked.key}"
     )
     for leaf in checked.leaves:
         if leaf:
@@ -237,4 +237,4 @@ def _render_check(out: Console, checked: _prove.ProofCheck) -> None:
                 f" at {leaf.get('ts_wall')}"
             )
     for problem in checked.problems:
-        out.print(f"  {escape(problem)}")
+        out.print(f"  {problem}")

@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -30,6 +31,7 @@ from ._idempotency import IdempotencyResult
 from ._key import KeyInfo
 from ._prune import PruneReport
 from ._rerun import RerunResult
+from ._terminal import shown
 from ._verify import VerifyResult
 
 __all__ = [
@@ -76,7 +78,7 @@ def _table(*columns: str, title: str | None = None) -> Table:
     """A borderless table; a column given as ``"name:12"`` is at most 12 wide, cut with an
     ellipsis, and ``"name:>7"`` is also right-aligned (numbers)."""
     table = Table(
-        title=title,
+        title=None if title is None else Text(title),
         title_justify="left",
         title_style="bold",
         box=box.SIMPLE_HEAD,
@@ -97,6 +99,11 @@ def _table(*columns: str, title: str | None = None) -> Table:
             overflow="ellipsis" if size is not None else "fold",
         )
     return table
+
+
+def _esc(value: Any) -> str:
+    """A journal's value inside a markup line: one line, its markup shown, not applied."""
+    return escape(shown(str(value), one_line=True))
 
 
 def _short(text: str | None, width: int = 14) -> str:
@@ -142,7 +149,10 @@ def render_prune(console: Console, report: PruneReport) -> None:
     console.print(f"store: {report.store}; segments older than {report.older_than_days:g} days")
     for j in report.journals:
         files = ", ".join(s.file for s in j.removed) or "nothing"
-        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {files}")
+        console.print(
+            f"[bold]{_esc(j.journal)}[/] ({_esc(j.journal_id)}): {verb} {_esc(files)}",
+            markup=True,
+        )
         witnessed = "nothing" if j.witnessed_seq is None else f"seq {j.witnessed_seq}"
         console.print(
             f"  store holds 1..{j.held_seq}, witnessed {witnessed}; {j.kept} files kept "
@@ -154,10 +164,13 @@ def render_erase(console: Console, report: EraseReport) -> None:
     verb = "would erase" if report.dry_run else "erased"
     for j in report.journals:
         seqs = _seq_ranges(j.seqs) or "nothing"
-        console.print(f"[bold]{j.journal}[/] ({j.journal_id}): {verb} {seqs}")
+        console.print(
+            f"[bold]{_esc(j.journal)}[/] ({_esc(j.journal_id)}): {verb} {seqs}",
+            markup=True,
+        )
         if j.event_seq is not None:
             scrub = "scrubbed" if j.scrubbed else "[red]WAL not yet scrubbed: run erase again[/]"
-            console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}")
+            console.print(f"  payload_erased at seq {j.event_seq}, signed; {scrub}", markup=True)
     done = "would be erased" if report.dry_run else "erased"
     console.print(f"{report.erased} events {done} ({report.selector}); reason: {report.reason}")
 
@@ -181,7 +194,7 @@ def render_key(console: Console, info: KeyInfo) -> None:
 
 def render_verify(console: Console, result: VerifyResult) -> None:
     for j in result.journals:
-        console.print(f"[bold]{j.path}[/]")
+        console.print(f"[bold]{_esc(j.path)}[/]", markup=True)
         console.print(
             f"  journal {j.journal_id}: {j.events} events, {j.calls} calls, head seq {j.head_seq}"
         )
@@ -268,10 +281,10 @@ def render_verify(console: Console, result: VerifyResult) -> None:
 def render_show(console: Console, d: CallDetail) -> None:
     s = d.summary
     status = Text(s.in_doubt or s.status, style=_STATUS_STYLE.get(s.status, ""))
-    head = Text(f"{s.call_id}  {s.tool}  ")
+    head = Text(shown(f"{s.call_id}  {s.tool}  ", one_line=True))
     head.append(status)
     if s.error_code:
-        head.append(f" {s.error_code}")
+        head.append(shown(f" {s.error_code}", one_line=True))
     console.print(head, style="bold")
     session = d.session
     if session is not None:
@@ -286,13 +299,14 @@ def render_show(console: Console, d: CallDetail) -> None:
     )
     if d.trace_id:
         console.print(f"trace {d.trace_id}, span {d.span_id or '-'}")
-    console.print("\n[bold]The model sent[/]")
+    console.print("\n[bold]The model sent[/]", markup=True)
     console.print(Text(f"  arguments {_encode(d.arguments).decode()}"), soft_wrap=True)
     console.print(f"  _meta keys {', '.join(d.meta_keys) or '-'}; request id {s.request_id}")
     for use in d.deprecated:
         console.print(
-            f"  [yellow]deprecated[/] {use['use_kind']} {use['old_name']} ->"
-            f" {use.get('replacement') or '-'}"
+            f"  [yellow]deprecated[/] {_esc(use['use_kind'])} {_esc(use['old_name'])}"
+            f" -> {_esc(use.get('replacement') or '-')}",
+            markup=True,
         )
     if d.injected:
         table = _table("name:18", "from:34", "value:24", title="\nThe bridge injected")
@@ -300,11 +314,13 @@ def render_show(console: Console, d: CallDetail) -> None:
             table.add_row(f["name"], f["source"], str(f.get("value")))
         console.print(table)
     for x in d.exchanges:
-        console.print(f"\n[bold]Upstream, attempt {x.attempt}[/] at +{_ms(x.sent_ms)} ms")
+        console.print(
+            f"\n[bold]Upstream, attempt {x.attempt}[/] at +{_ms(x.sent_ms)} ms", markup=True
+        )
         console.print(f"  {x.method} {x.route}")
         console.print(Text(f"  body {_encode(x.body).decode()}"), soft_wrap=True)
         if x.status is None:
-            console.print("  [red]no response recorded[/]")
+            console.print("  [red]no response recorded[/]", markup=True)
         else:
             console.print(
                 f"  -> {x.status} in {_ms(x.duration_ms)} ms (at +{_ms(x.answered_ms)} ms)"
@@ -312,9 +328,11 @@ def render_show(console: Console, d: CallDetail) -> None:
             console.print(Text(f"  {_encode(x.response_body).decode()}"), soft_wrap=True)
     for r in d.token_refreshes:
         console.print(f"  token refreshed from {r['source']}: {r['reason']}")
-    console.print("\n[bold]The model saw[/]")
+    console.print("\n[bold]The model saw[/]", markup=True)
     if d.outcome_kind is None:
-        console.print("  [red]nothing recorded[/] (the bridge stopped before an outcome)")
+        console.print(
+            "  [red]nothing recorded[/] (the bridge stopped before an outcome)", markup=True
+        )
     else:
         console.print(f"  {d.outcome_kind}:")
         _whole(console, d.outcome, "    ")
@@ -418,7 +436,7 @@ def _day(ts: str | None) -> str:
 
 
 def render_audit(console: Console, r: AuditReport) -> None:
-    console.print(f"[bold]{r.calls} calls[/], truncation rate {r.truncation_rate:.1%}")
+    console.print(f"[bold]{r.calls} calls[/], truncation rate {r.truncation_rate:.1%}", markup=True)
     usage = _table("tool:16", "agent:20", "status:10", "calls:>8", title="\nTool usage")
     for u in r.tool_usage:
         status = Text(u.status, _STATUS_STYLE.get(u.status, ""))
@@ -477,8 +495,20 @@ def render_audit(console: Console, r: AuditReport) -> None:
     console.print(sessions)
 
 
+# A cell a spreadsheet would run as a formula (CSV injection): the journal's author writes tool
+# names, error codes, client and session ids. Such a text cell gets a leading apostrophe, which
+# spreadsheets show as text; numbers are written as numbers.
+_FORMULA_STARTS: Final = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+
+
+def _cell(value: Any) -> Any:
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value
+
+
 def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
-    """One CSV per section of the audit; returns the files written."""
+    """One CSV per section of the audit; returns the files written. No text cell starts as a
+    spreadsheet formula would (``=``, ``+``, ``-``, ``@``, a tab or line break): such a cell is
+    written after an apostrophe."""
     journal.make_private_dir(directory)
     sections: dict[str, Iterable[msgspec.Struct]] = {
         "tool_usage": report.tool_usage,
@@ -491,7 +521,7 @@ def write_audit_csv(report: AuditReport, directory: Path) -> list[Path]:
     written = []
     for name, rows in sections.items():
         path = directory / f"{name}.csv"
-        records = [msgspec.to_builtins(row) for row in rows]
+        records = [{k: _cell(v) for k, v in msgspec.to_builtins(row).items()} for row in rows]
         fields = list(records[0]) if records else []
         with open(path, "w", newline="", opener=journal.private_opener) as file:
             writer = csv.DictWriter(file, fieldnames=fields)
@@ -513,10 +543,13 @@ def render_rerun(console: Console, r: RerunResult) -> None:
         table = _table("call:17", "path", "recorded", "today", title="Differences")
         for c in differing:
             table.add_row(
-                f"{c.call_id}\n{c.tool or '-'}",
+                Text(f"{shown(c.call_id, one_line=True)}\n{shown(c.tool or '-', one_line=True)}"),
                 Text("outcome", style="bold"),
-                Text(c.recorded or "-"),
-                Text(c.today or "-", style="" if c.recorded == c.today else "bold"),
+                shown(c.recorded or "-", one_line=True),
+                Text(
+                    shown(c.today or "-", one_line=True),
+                    style="" if c.recorded == c.today else "bold",
+                ),
             )
             for d in c.differences:
                 table.add_row("", d.path, _encode(d.recorded).decode(), _encode(d.today).decode())

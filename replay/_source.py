@@ -159,10 +159,12 @@ def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | d
             payload: Payload = decoder.decode(text)
             return payload, ""
         value = _ANY.decode(text)
+    except RecursionError:  # a hostile file's [[[[…: bad JSON like any other
+        return {}, journal.TOO_DEEP
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
         try:
             value = _ANY.decode(text)
-        except (msgspec.DecodeError, TypeError):
+        except (msgspec.DecodeError, TypeError, RecursionError):
             return {}, str(exc)
         return (value if isinstance(value, dict) else {}), str(exc)
     if not isinstance(value, dict):
@@ -171,7 +173,9 @@ def decode_payload(kind: str, kind_version: int, text: str) -> tuple[Payload | d
 
 
 def to_record(row: tuple[Any, ...]) -> Record:
-    """A raw row (COLUMNS order) as a Record; a payload that does not decode is left as a dict."""
+    """A raw row (COLUMNS order) as a Record; a payload that does not decode is left as a dict.
+    A row whose columns no bridge wrote (a text ``ts_mono_ns``, a ``ts_wall`` that is no time:
+    ``verify``'s row_malformed) is a JournalFormatError: the analyses compute with them."""
     payload, _ = decode_payload(row[6], row[7], row[14])
     return record_from_row(row, payload)
 

@@ -1,0 +1,270 @@
+"""A journal someone else wrote, read on the reviewer's terminal: its text is shown, never obeyed.
+
+Every string a hostile author controls (session, call and tool ids, client names, error codes
+and messages, routes, deprecated names, file names) carries terminal escapes (OSC 52 clipboard
+write, OSC 8 hyperlink, erase-line and cursor-up that hide earlier lines, a bell, a C1 CSI, a
+bidirectional override) and rich markup (an unmatched ``[/red]``, a ``[link=…]``). Each command
+must finish with its verdict (no traceback), print no control character a terminal would obey,
+and show the text as it is.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from agentteam_task_bridge import journal
+from agentteam_task_bridge.replay._calls import list_calls
+from agentteam_task_bridge.replay._calls_table import render_calls
+from agentteam_task_bridge.replay._terminal import SafeConsole
+
+from .replay_helpers import (
+    SEED_VKEY,
+    call_event,
+    cli_json,
+    injected,
+    replay_main,
+    route,
+    session_started,
+    tamper,
+    write_events,
+)
+
+ESCAPES: Final = (
+    "\x1b]52;c;SGFja2Vk\x07"  # OSC 52: write the clipboard
+    "\x1b[2K\x1b[1A"  # erase the line, cursor up: hide what was printed before
+    "\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\"  # OSC 8 hyperlink
+    "\x9b31m\u202e"  # C1 CSI, right-to-left override
+)
+MARKUP: Final = "[/red][link=http://evil.example]L[/link][conceal]hidden"
+HOSTILE: Final = ESCAPES + MARKUP
+# What a terminal obeys: C0 but newline and tab, DEL, C1, bidirectional controls.
+OBEYED: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def hostile_journal(path: Path) -> Path:
+    s, c = "s1" + HOSTILE, "c1" + HOSTILE
+    tool = "task_get" + HOSTILE
+
+    def ev(call: str, payload: journal.Payload, name: str = tool) -> journal.Event:
+        return call_event(call, payload, tool=name, session=s)
+
+    write_events(
+        path,
+        [
+            session_started(s, client_name="cur" + HOSTILE, agent_id="agt" + HOSTILE),
+            ev(c, journal.CallReceived(arguments={"channel": HOSTILE, "number": 1})),
+            ev(c, injected()),
+            ev(c, journal.UpstreamRequest(method="GET" + HOSTILE, route=route() + HOSTILE)),
+            ev(c, journal.UpstreamResponse(status=500, body={"e": HOSTILE})),
+            ev(c, journal.CallError(error_code="e" + HOSTILE, retryable=False, message=HOSTILE)),
+            ev("c2", journal.CallReceived(arguments={}), "list_tasks" + HOSTILE),
+            ev(
+                "c2",
+                journal.DeprecatedUsage(
+                    use_kind="tool_name", old_name="old" + HOSTILE, replacement="new" + HOSTILE
+                ),
+                "list_tasks" + HOSTILE,
+            ),
+            ev("c2", journal.CallResult(result={"x": HOSTILE}), "list_tasks" + HOSTILE),
+            journal.Event(
+                session_id=s,
+                mcp_method_name="notifications/cancelled",
+                payload=journal.SessionEnded(reason=HOSTILE),
+            ),
+        ],
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "command", ["verify", "calls", "show", "audit", "deprecations", "idempotency"]
+)
+def test_a_journals_text_is_shown_not_obeyed(tmp_path: Path, command: str) -> None:
+    path = hostile_journal(tmp_path / "journal.db")
+    args: list[str | Path] = [command, path]
+    if command == "show":
+        args.append("c1" + HOSTILE)
+    if command == "verify":
+        args += ["--trusted-key", SEED_VKEY]
+    done = replay_main(*args)
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    assert not OBEYED.search(done.stderr), done.stderr
+    # The escapes are visible stand-ins, the markup is printed as written (tables cut cells).
+    if command != "idempotency":  # its tables name the registry's tools, not the journal's
+        assert "\u241b]52;c;" in done.stdout
+    if command in ("verify", "show"):
+        assert "[/red][link=http://evil.example]" in done.stdout, done.stdout
+
+
+def test_on_a_terminal_only_its_own_colours_are_escapes(tmp_path: Path) -> None:
+    """With colour on, the only escapes written are rich's own SGR styles."""
+    path = hostile_journal(tmp_path / "journal.db")
+    file = io.StringIO()
+    console = SafeConsole(file=file, force_terminal=True, color_system="standard", width=200)
+    render_calls(console, list_calls([path]))
+    out = file.getvalue()
+    assert "\u241b]52;c;" in out
+    assert not OBEYED.search(re.sub(r"\x1b\[[0-9;]*m", "", out)), repr(out)
+
+
+@pytest.mark.parametrize(
+    "name", ["a\x1b]52;c;SGFja2Vk\x07.db", "a\nagentteam-replay: OK.db", "a\x9b2J\u202e.db"]
+)
+def test_a_file_name_in_an_error_is_one_line_shown_not_obeyed(tmp_path: Path, name: str) -> None:
+    done = replay_main("verify", tmp_path / name)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("agentteam-replay: ")
+    assert not OBEYED.search(done.stderr), done.stderr
+
+
+FORMULAS: Final = ['=HYPERLINK("http://evil.example","x")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(1)"]
+FORMULAS_TOO: Final = ["\t=1+1", "\r=1+1", "\uff1d1+1"]
+
+
+def test_audit_csv_cells_are_never_formulas(tmp_path: Path) -> None:
+    """Every text cell the journal's author controls, in every CSV file: a spreadsheet shows it,
+    never runs it; the value is the journal's after the apostrophe."""
+    texts = [*FORMULAS, *FORMULAS_TOO]
+    events = [session_started(texts[0], client_name=texts[1], agent_id=texts[2])]
+    for i, text in enumerate(texts):
+        call = f"c{i}"
+        events += [
+            call_event(call, journal.CallReceived(arguments={}), tool=text, session=texts[0]),
+            call_event(call, injected(agent=texts[2]), tool=text, session=texts[0]),
+            call_event(
+                call,
+                journal.CallError(error_code=text, retryable=False, message="m", duration_ms=1.0),
+                tool=text,
+                session=texts[0],
+            ),
+        ]
+    path = tmp_path / "journal.db"
+    write_events(path, events)
+    done = replay_main("audit", path, "--csv", tmp_path / "csv")
+    assert done.returncode == 0, done.stderr
+    cells = []
+    for file in sorted((tmp_path / "csv").glob("*.csv")):
+        with file.open(newline="") as f:
+            cells += [(file.name, cell) for row in csv.reader(f) for cell in row]
+    starts = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+    assert not [c for c in cells if c[1].startswith(starts)], cells
+    shown = {cell for _, cell in cells}
+    for text in texts:  # each one is there, as text
+        assert f"'{text}" in shown, text
+    assert "1" in shown  # numbers stay numbers
+
+
+@pytest.mark.parametrize("depth", [100_000, 5_000, 990])
+@pytest.mark.parametrize("kind", ["call_received", "key_rotated"])
+def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
+    tmp_path: Path, depth: int, kind: str
+) -> None:
+    """``[[[[…`` a hundred thousand deep (or just past the decoder's stack): payload_invalid
+    from verify, the other commands finish; never a RecursionError."""
+    path = hostile_journal(tmp_path / "journal.db")
+    deep = "[" * depth + "]" * depth
+    tamper(
+        path,
+        f"UPDATE events SET kind = '{kind}', payload = ? WHERE seq = 2",
+        params=('{"arguments":{"x":' + deep + '},"vkey":' + deep + "}",),
+    )
+    for command in ("verify", "calls", "audit", "idempotency", "report", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "report":
+            args += ["--html", tmp_path / "report.html"]
+        if command == "export":
+            args += ["-o", tmp_path / "spans.json"]
+        done = replay_main(*args, "--json") if command == "verify" else replay_main(*args)
+        assert done.returncode in (0, 1, 2), (command, done.stderr)
+        assert "Traceback" not in done.stderr and "Recursion" not in done.stderr, command
+        if command == "verify" and depth > 1_000:
+            findings = json.loads(done.stdout)["findings"]
+            assert {"rule": "payload_invalid", "detail": journal.TOO_DEEP} in [
+                {"rule": f["rule"], "detail": f["detail"]} for f in findings
+            ], findings
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("ts_mono_ns", "abc", "ts_mono_ns is str 'abc', not an integer"),
+        ("ts_mono_ns", 1.5, "ts_mono_ns is float 1.5, not an integer"),
+        ("kind_version", "one", "kind_version is str 'one', not an integer"),
+        ("ts_wall", "yesterday", "ts_wall 'yesterday' is not an RFC 3339 time"),
+        ("ts_wall", "2026-12-04T10:00:00", "ts_wall '2026-12-04T10:00:00' has no UTC offset"),
+        ("ts_wall", b"2026-12-04T10:00:00Z", "ts_wall is bytes b'2026-12-04T10:00:00Z', not text"),
+        ("session_id", b"\xff\xfe", "session_id is bytes b'\\xff\\xfe', not text"),
+        ("duration_ms", "slow", "duration_ms is str 'slow', not a number"),
+    ],
+)
+def test_a_column_no_bridge_writes_is_row_malformed_not_a_crash(
+    tmp_path: Path, column: str, value: object, said: str
+) -> None:
+    """Any type in any column (SQLite stores what it is given): verify names it, row_malformed;
+    every other command stops with one line naming it, exit 2, never a traceback."""
+    path = hostile_journal(tmp_path / "journal.db")
+    tamper(path, f"UPDATE events SET {column} = ? WHERE seq = 3", params=(value,))
+    code, out = cli_json("verify", path, "--trusted-key", SEED_VKEY, wire=False)
+    assert code == 1
+    assert {"seq": 3, "rule": "row_malformed", "detail": said} in [
+        {k: f[k] for k in ("seq", "rule", "detail")} for f in out["findings"]
+    ], out["findings"]
+    for command in ("calls", "show", "audit", "deprecations", "idempotency", "report", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "show":
+            args.append("c1" + HOSTILE)
+        if command == "report":
+            args += ["--html", tmp_path / "report.html"]
+        if command == "export":
+            args += ["-o", tmp_path / "spans.json"]
+        done = replay_main(*args)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr == f"agentteam-replay: event 3: {said} (verify: row_malformed)\n"
+
+
+SPOOF: Final = "\n22:51:53  c9    task_delete  result  -      0.3\nOK: journal verified"
+
+
+def spoofing_journal(path: Path) -> Path:
+    write_events(
+        path,
+        [
+            session_started("s1"),
+            call_event("c1" + SPOOF, journal.CallReceived(arguments={}), tool="task_get" + SPOOF),
+            call_event(
+                "c1" + SPOOF,
+                journal.CallError(error_code="x" + SPOOF, retryable=False, message="m" + SPOOF),
+                tool="task_get" + SPOOF,
+            ),
+        ],
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "lines"),
+    [("calls", ["time", "─", "", "1 of 1 calls matched"]), ("audit", None), ("verify", None)],
+)
+def test_a_newline_in_a_journals_text_prints_no_line_of_its_own(
+    tmp_path: Path, command: str, lines: list[str] | None
+) -> None:
+    """A newline in a call id, tool name or error code is shown (␤): it cannot print a row
+    of a table or a verdict line that the journal's author wrote."""
+    path = spoofing_journal(tmp_path / f"journal.db{SPOOF}")
+    done = replay_main(command, path, env={"COLUMNS": ""})  # lines as long as they are
+    assert done.returncode in (0, 1), done.stderr
+    out = done.stdout.splitlines()
+    assert not [line for line in out if line.startswith(("22:51:53  c9", "OK:"))], out
+    assert "\u2424" in done.stdout
+    if lines is not None:  # the header, its rule, one row, the count
+        assert len(out) == len(lines), out
+        assert all(o.startswith(w) for o, w in zip(out, lines, strict=True)), out
