@@ -11,7 +11,9 @@ letter case, `_`/`-` added or removed), or 12 bytes of it in base64 or percent-e
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,3 +223,15 @@ def span_text(spans: Iterable[Any]) -> str:
         parts += [span.name, span.status.message, str(span.attributes)]
         parts += [f"{e.name} {e.attributes}" for e in span.events]
     return "\n".join(parts)
+
+
+@asynccontextmanager
+async def echo_server() -> AsyncIterator[tuple[EchoServer, int]]:
+    """An EchoServer on a loopback port of its own, for the block: (server, port)."""
+    server = EchoServer()
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(
+            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+        )
+        yield server, listener.socket.getsockname()[1]
+        nursery.cancel_scope.cancel()

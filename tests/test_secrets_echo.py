@@ -8,11 +8,9 @@ credential. The bridge is a subprocess."""
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.journal._redact import secret_marker
 
 from .bridge_harness import bridge_command, open_bridge
-from .secret_echo import ECHOES, EchoServer, bridge_env, journal_text, leaks, span_text
+from .secret_echo import ECHOES, bridge_env, echo_server, journal_text, leaks, span_text
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 from .test_bridge_telemetry import Receiver
@@ -47,17 +45,6 @@ def receiver() -> Iterator[Receiver]:
     yield r
     r.server.shutdown()
     r.server.server_close()
-
-
-@asynccontextmanager
-async def echo_server() -> AsyncIterator[tuple[EchoServer, int]]:
-    server = EchoServer()
-    async with trio.open_nursery() as nursery:
-        [listener] = await nursery.start(
-            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
-        )
-        yield server, listener.socket.getsockname()[1]
-        nursery.cancel_scope.cancel()
 
 
 def answer_text(result: Any) -> str:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import trio
 
 from .bridge_harness import open_bridge
-from .secret_echo import RUN, EchoServer, bridge_env, journal_text, leaks, listing
+from .secret_echo import RUN, bridge_env, echo_server, journal_text, leaks, listing
 
 TOKENS = {
     "base64": "Zq8pW3rT/vN5mK2x+Yb7Lc9Q/Hj4Fd6Sa1Ge0Ru==",
@@ -37,20 +36,14 @@ async def test_a_token_echoed_with_its_slashes_escaped_leaks_nowhere(
     tmp_path: Path, token: str, spelling: bytes
 ) -> None:
     path = tmp_path / "journal.db"
-    server = EchoServer()
     answers = []
-    async with trio.open_nursery() as nursery:
-        [listener] = await nursery.start(
-            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
-        )
-        port = listener.socket.getsockname()[1]
+    async with echo_server() as (server, port):
         async with open_bridge(bridge_env(port, token), path) as bridge:
             for i in range(len(token) - RUN + 1):  # one run a call: each answer on its own
                 server.echo = functools.partial(_echo, i, spelling)
                 result = await bridge.call("task_list", {"channel": "general"})
                 answers.append(result)
             stderr = bridge.stderr()
-        nursery.cancel_scope.cancel()
     assert server.requests, "the bridge reached the echo server"
     seen = [
         (f"the answer to run {i}", r.content[0].text + _json(r.structured_content).decode())

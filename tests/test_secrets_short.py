@@ -6,17 +6,15 @@ subprocess; the upstream a hostile HTTP/1.1 server on loopback (tests/secret_ech
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import msgspec
 import pytest
-import trio
 
 from agentteam_task_bridge.journal import REDACTED, Redactor
 
 from .bridge_harness import open_bridge
-from .secret_echo import EchoServer, bridge_env, fold, journal_text, listing, refusal
+from .secret_echo import bridge_env, echo_server, fold, journal_text, listing, refusal
 
 _json = msgspec.json.encode
 SHORT = {"9 characters": "Hunter22x", "8 characters": "pR0xyPas"}
@@ -65,19 +63,13 @@ async def test_a_short_token_echoed_in_another_case_reaches_neither_model_nor_jo
     token = SHORT["9 characters"]
     path = tmp_path / "journal.db"
     echoes = _echoes(token)
-    server = EchoServer()
     answers = []
-    async with trio.open_nursery() as nursery:
-        [listener] = await nursery.start(
-            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
-        )
-        port = listener.socket.getsockname()[1]
+    async with echo_server() as (server, port):
         async with open_bridge(bridge_env(port, token), path) as bridge:
             for echo in echoes:
                 server.echo = lambda _sent, echo=echo: echo
                 answers.append(await bridge.call("task_list", {"channel": "general"}))
             stderr = bridge.stderr()
-        nursery.cancel_scope.cancel()
     assert len(server.requests) >= len(echoes)
     texts = [r.content[0].text + _json(r.structured_content).decode() for r in answers]
     assert [t for t in texts if _holds(t, token)] == []

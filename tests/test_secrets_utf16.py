@@ -7,17 +7,15 @@ print. The bridge is a subprocess; the upstream a hostile HTTP/1.1 server on loo
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import msgspec
-import trio
 
 from agentteam_task_bridge.journal import REDACTED, Redactor
 
 from .bridge_harness import open_bridge
 from .replay_helpers import replay_main
-from .secret_echo import EchoServer, bridge_env, journal_text, leaks, listing
+from .secret_echo import bridge_env, echo_server, journal_text, leaks, listing
 
 TOKEN = "qv3_Lm9PzR2sXw8TnY4bKd7HjF6gA1cE5oU0iMpQrStV"
 _json = msgspec.json.encode
@@ -52,19 +50,13 @@ def test_a_known_secret_with_a_nul_after_each_character_is_removed() -> None:
 
 async def test_a_utf16_error_page_echoing_the_token_leaks_nowhere(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
-    server = EchoServer()
     answers = []
-    async with trio.open_nursery() as nursery:
-        [listener] = await nursery.start(
-            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
-        )
-        port = listener.socket.getsockname()[1]
+    async with echo_server() as (server, port):
         async with open_bridge(bridge_env(port, TOKEN), path) as bridge:
             for echo in ECHOES.values():
                 server.echo = echo
                 answers.append(await bridge.call("task_list", {"channel": "general"}))
             stderr = bridge.stderr()
-        nursery.cancel_scope.cancel()
     assert len(server.requests) >= len(ECHOES)
     assert [r.structured_content["error"]["code"] for r in answers[:4]] == [
         "upstream_unavailable",
