@@ -8,11 +8,9 @@ passes the session's screen (its known secrets and hidden context), in both log 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -20,6 +18,7 @@ import trio
 from agentteam_task_bridge.runtime import Runtime
 
 from .bridge_harness import bridge_command
+from .test_bridge_stdio import INIT, RawBridge
 
 
 async def _serve_debug(rt: Runtime, tmp_path: Path, token: str, log_format: str) -> str:
@@ -32,28 +31,8 @@ async def _serve_debug(rt: Runtime, tmp_path: Path, token: str, log_format: str)
         **{k: v for k, v in rt.bridge_env().items() if k != "AGENTTEAM_TOKEN_COMMAND"},
         "AGENTTEAM_TOKEN": token,
     }
-    frames: list[dict[str, Any]] = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "agentteam-tests", "version": "9.9.9"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "task_list", "arguments": {"channel": "general"}},
-        },
-    ]
+    call = {"name": "task_list", "arguments": {"channel": "general"}}
     late = [token, token.upper(), token[5:19].swapcase(), f"x-{rt.workspace_id}-y"]
-    tail = [{"jsonrpc": "2.0", "id": ident, "result": {}} for ident in late]
-    tail.append({"jsonrpc": "2.0", "id": 3, "method": "ping"})
     process = await trio.lowlevel.open_process(
         bridge_command(
             "--journal", str(tmp_path / "j.db"), "--log-level", "debug", "--log-format", log_format
@@ -63,7 +42,7 @@ async def _serve_debug(rt: Runtime, tmp_path: Path, token: str, log_format: str)
         stderr=subprocess.PIPE,
         env=env,
     )
-    assert process.stdin and process.stdout and process.stderr
+    raw = RawBridge(process)
     errors = bytearray()
 
     async def drain() -> None:
@@ -71,29 +50,20 @@ async def _serve_debug(rt: Runtime, tmp_path: Path, token: str, log_format: str)
         while chunk := await process.stderr.receive_some():
             errors.extend(chunk)
 
-    async def answer(ident: int) -> None:
-        assert process.stdout
-        buffer = b""
-        while True:
-            while b"\n" not in buffer:
-                chunk = await process.stdout.receive_some()
-                assert chunk, "the bridge closed its stdout"
-                buffer += chunk
-            line, _, buffer = buffer.partition(b"\n")
-            if json.loads(line).get("id") == ident:
-                return
-
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(drain)
-            for frame in frames:
-                await process.stdin.send_all(json.dumps(frame).encode() + b"\n")
-            await answer(2)  # the token has been sent upstream: the screen knows it
-            for frame in tail:
-                await process.stdin.send_all(json.dumps(frame).encode() + b"\n")
-            await answer(3)
-            await process.stdin.aclose()
-            assert await process.wait() == 0
+            await raw.send(INIT)
+            assert (await raw.receive())["id"] == 1
+            await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+            # The token has been sent upstream once this is answered: the screen knows it.
+            assert (await raw.receive(30))["id"] == 2
+            for ident in late:
+                await raw.send({"jsonrpc": "2.0", "id": ident, "result": {}})
+            await raw.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+            assert (await raw.receive())["id"] == 3
+            await raw.close()
     return errors.decode("utf-8", errors="replace")
 
 
