@@ -429,10 +429,13 @@ BEGIN
     trees := trees || stored;
   END LOOP;
   BEGIN
-    -- No row more than a day past the server's clock: its month would make a partition.
-    SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s
-    WHERE s.ts_wall::timestamptz > now() + interval '1 day' ORDER BY s.seq LIMIT 1;
-    IF FOUND THEN
+    -- No row more than a day past the server's clock: its month would make a partition. Every
+    -- ts_wall has the writer's fixed shape (checked above), so the latest sorts last bytewise:
+    -- one parse a batch (a later one not a time is row_malformed, as the insert would find).
+    IF (SELECT max(s.ts_wall COLLATE "C") FROM pg_temp.ship_batch s)::timestamptz
+       > now() + interval '1 day' THEN
+      SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s
+      WHERE s.ts_wall::timestamptz > now() + interval '1 day' ORDER BY s.seq LIMIT 1;
       RAISE EXCEPTION 'the store refuses event % of journal %: ts_ahead', bad_seq, a_journal
         USING ERRCODE = 'check_violation', DETAIL = 'ts_ahead ' || bad_seq;
     END IF;
