@@ -34,12 +34,9 @@ import msgspec
 
 from agentteam_task_bridge import bridge
 from agentteam_task_bridge.journal import (
-    OUTCOMES,
     CallReceived,
     CallResult,
     ContextInjected,
-    Record,
-    UpstreamRequest,
 )
 
 from ._findings import Finding
@@ -397,10 +394,10 @@ def _held(holder: str | None) -> str:
 
 
 class _Call:
-    """What the checks read of one call, found in one pass over its events (a
-    :class:`CallStory` property scans them at each use): as those properties read it, the
-    tool the last named, the first ``call_received`` and ``context_injected``, every upstream
-    request, the last outcome and its result's ``data``."""
+    """What the checks read of one call, from its story's one pass (:meth:`CallStory.scan`,
+    shared with the call's summary; a property scans the events at each use): the tool the
+    last named, the first ``call_received`` and ``context_injected``, every upstream request,
+    the last outcome and its result's ``data``."""
 
     __slots__ = (
         "body",
@@ -416,23 +413,9 @@ class _Call:
 
     def __init__(self, story: CallStory) -> None:
         self.story = story
-        tool: str | None = None
-        received: Record | None = None
-        injected: Record | None = None
-        outcome: Record | None = None
-        requests: list[UpstreamRequest] = []
-        for record in story.records:
-            kind, payload = record.kind, record.payload
-            if record.gen_ai_tool_name:
-                tool = record.gen_ai_tool_name
-            if isinstance(payload, UpstreamRequest):
-                requests.append(payload)
-            elif kind in OUTCOMES:
-                outcome = record
-            elif kind == "call_received" and received is None:
-                received = record
-            elif kind == "context_injected" and injected is None:
-                injected = record
+        scan = story.scan()
+        tool, received, injected, outcome = scan.tool, scan.received, scan.injected, scan.outcome
+        requests = scan.requests
         self.tool = tool
         self.received = (
             received.payload

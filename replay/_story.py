@@ -13,7 +13,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
@@ -144,6 +144,7 @@ class CallStory:
         "dropped",
         "journal_id",
         "records",
+        "scanned",
         "session",
         "session_id",
     )
@@ -158,12 +159,20 @@ class CallStory:
         self.records: list[Record] = []
         self.closed_by: ClosedBy = "outcome"
         self.dropped = 0
+        self.scanned: Scan | None = None
 
     def add(self, record: Record) -> None:
         if len(self.records) < MAX_EVENTS_PER_CALL:
             self.records.append(record)
+            self.scanned = None
         else:
             self.dropped += 1
+
+    def scan(self) -> Scan:
+        """What the events say, found in one pass and kept until another event is added."""
+        if self.scanned is None:
+            self.scanned = Scan.of(self.records)
+        return self.scanned
 
     # --- what the events say ----------------------------------------------------------
 
@@ -230,12 +239,7 @@ class CallStory:
         o = self.outcome
         if o is None:
             return "in_doubt" if self.mutation else "incomplete"
-        return {
-            "call_result": "result",
-            "call_error": "error",
-            "call_rejected": "rejected",
-            "call_cancelled": "cancelled",
-        }[o.kind]  # type: ignore[return-value]
+        return _STATUS_OF[o.kind]
 
     @property
     def in_doubt(self) -> str | None:
@@ -263,18 +267,7 @@ class CallStory:
 
     @property
     def channel(self) -> str | None:
-        for req in self.requests:
-            if isinstance(req.body, dict) and isinstance(req.body.get("channel"), str):
-                return str(req.body["channel"])
-        res = self.result
-        if res is not None and isinstance(res.result, dict):
-            data = res.result.get("data")
-            if isinstance(data, dict) and isinstance(data.get("channel"), str):
-                return str(data["channel"])
-            task = data.get("task") if isinstance(data, dict) else None
-            if isinstance(task, dict) and isinstance(task.get("channel"), str):
-                return str(task["channel"])
-        return None
+        return _channel(self.requests, self.result)
 
     @property
     def bridge_ms(self) -> float | None:
@@ -291,37 +284,162 @@ class CallStory:
         return round(sum(durations), 3) if durations else None
 
     def summary(self) -> CallSummary:
-        first, last = self.records[0], self.records[-1]
-        responses = self.responses
+        """The call's line, found in one pass over its events: the same values the properties
+        above give one by one (tests/test_replay_summary.py holds it to them)."""
+        records = self.records
+        first, last = records[0], records[-1]
+        scan = self.scan()
+        injected_record, outcome, received = scan.injected, scan.outcome, scan.received
+        requests, responses = scan.requests, scan.responses
+        injected = (
+            injected_record.payload.fields
+            if injected_record is not None and isinstance(injected_record.payload, ContextInjected)
+            else ()
+        )
+        agent_id = workspace_id = None
+        for field in injected:  # the last of each name, as the dict `injected` builds keeps
+            if field.name == "agent_id":
+                agent_id = field.value
+            elif field.name == "workspace_id":
+                workspace_id = field.value
+        mutation = any(is_mutation(req) for req in requests)
+        opayload = outcome.payload if outcome is not None else None
+        error_code = opayload.error_code if isinstance(opayload, CallError | CallRejected) else None
+        result = opayload if isinstance(opayload, CallResult) else None
+        if outcome is None:
+            status: Status = "in_doubt" if mutation else "incomplete"
+        else:
+            status = _STATUS_OF[outcome.kind]
+        in_doubt: str | None = None
+        if mutation:
+            if outcome is None:
+                in_doubt = "no_outcome"
+            elif outcome.kind == "call_cancelled" and scan.last_upstream == "upstream_request":
+                in_doubt = "cancelled_in_flight"
+            elif error_code in ("outcome_unknown", "internal_error"):
+                in_doubt = error_code
+        durations = [r.duration_ms for r in responses if r.duration_ms is not None]
         s = self.session
-        res = self.result
         return CallSummary(
             journal_id=self.journal_id,
             call_id=self.call_id,
             session_id=self.session_id,
-            tool=self.tool,
-            requested_tool=self.requested_tool,
-            agent_id=self.injected.get("agent_id") or (s.agent_id if s else None),
-            workspace_id=self.injected.get("workspace_id") or (s.workspace_id if s else None),
+            tool=scan.tool,
+            requested_tool=first.gen_ai_tool_name,
+            agent_id=agent_id or (s.agent_id if s else None),
+            workspace_id=workspace_id or (s.workspace_id if s else None),
             client_name=s.client_name if s else None,
             request_id=first.jsonrpc_request_id,
             first_seq=first.seq,
             last_seq=last.seq,
             started_at=first.ts_wall,
             ended_at=last.ts_wall,
-            status=self.status,
-            error_code=self.error_code,
-            in_doubt=self.in_doubt,
-            bridge_ms=self.bridge_ms,
-            upstream_ms=self.upstream_ms,
-            upstream_requests=len(self.all("upstream_request")),  # the envelope: erased ones too
+            status=status,
+            error_code=error_code,
+            in_doubt=in_doubt,
+            bridge_ms=(
+                round((outcome.ts_mono_ns - received.ts_mono_ns) / 1e6, 3)
+                if outcome is not None and received is not None
+                else None
+            ),
+            upstream_ms=round(sum(durations), 3) if durations else None,
+            upstream_requests=scan.sent,  # the envelope: erased ones too
             http_status=responses[-1].status if responses else None,
-            token_refreshes=len(self.all("token_refreshed")),
-            truncated=bool(res and res.truncated),
-            deprecated_uses=len(self.all("deprecated_usage")),
-            mutation=self.mutation,
-            channel=self.channel,
+            token_refreshes=scan.refreshes,
+            truncated=bool(result and result.truncated),
+            deprecated_uses=scan.deprecated,
+            mutation=mutation,
+            channel=_channel(requests, result),
         )
+
+
+class Scan(NamedTuple):
+    """A call's events read once: the tool the last named, the first ``call_received`` and
+    ``context_injected``, the last outcome, every upstream request and response payload, the
+    kind of the last ``upstream_*`` event, and the counts the call's line gives."""
+
+    tool: str | None
+    received: Record | None
+    injected: Record | None
+    outcome: Record | None
+    requests: list[UpstreamRequest]
+    responses: list[UpstreamResponse]
+    last_upstream: str
+    sent: int
+    refreshes: int
+    deprecated: int
+
+    @classmethod
+    def of(cls, records: list[Record]) -> Scan:
+        tool: str | None = None
+        received: Record | None = None
+        injected: Record | None = None
+        outcome: Record | None = None
+        requests: list[UpstreamRequest] = []
+        responses: list[UpstreamResponse] = []
+        sent = refreshes = deprecated = 0
+        last_upstream = ""
+        for r in records:
+            kind = r.kind
+            if r.gen_ai_tool_name:
+                tool = r.gen_ai_tool_name
+            payload = r.payload
+            if isinstance(payload, UpstreamRequest):
+                requests.append(payload)
+            elif isinstance(payload, UpstreamResponse):
+                responses.append(payload)
+            if kind in OUTCOMES:
+                outcome = r
+            elif kind[:9] == "upstream_":
+                last_upstream = kind
+                if kind == "upstream_request":
+                    sent += 1
+            elif kind == "call_received":
+                if received is None:
+                    received = r
+            elif kind == "context_injected":
+                if injected is None:
+                    injected = r
+            elif kind == "token_refreshed":
+                refreshes += 1
+            elif kind == "deprecated_usage":
+                deprecated += 1
+        return cls(
+            tool,
+            received,
+            injected,
+            outcome,
+            requests,
+            responses,
+            last_upstream,
+            sent,
+            refreshes,
+            deprecated,
+        )
+
+
+_STATUS_OF: Final[dict[str, Status]] = {
+    "call_result": "result",
+    "call_error": "error",
+    "call_rejected": "rejected",
+    "call_cancelled": "cancelled",
+}
+
+
+def _channel(requests: list[UpstreamRequest], result: CallResult | None) -> str | None:
+    """The board a call addressed: its first request body's, else its result's (see
+    :attr:`CallStory.channel`)."""
+    for req in requests:
+        if isinstance(req.body, dict) and isinstance(req.body.get("channel"), str):
+            return str(req.body["channel"])
+    if result is not None and isinstance(result.result, dict):
+        data = result.result.get("data")
+        if isinstance(data, dict) and isinstance(data.get("channel"), str):
+            return str(data["channel"])
+        task = data.get("task") if isinstance(data, dict) else None
+        if isinstance(task, dict) and isinstance(task.get("channel"), str):
+            return str(task["channel"])
+    return None
 
 
 def iter_stories(
