@@ -198,7 +198,7 @@ class _Audit:
         if s.bridge_ms is not None:
             self.bridge.add(s.bridge_ms)
             self.by_tool.setdefault(tool, Histogram()).add(s.bridge_ms)
-        for response in story.responses:
+        for response in story.scan().responses:  # the pass the summary made
             if response.duration_ms is not None:
                 self.upstream.add(response.duration_ms)
         if s.status == "result":
