@@ -39,6 +39,8 @@ _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {
     (kind, t.kind_version): msgspec.json.Decoder(t) for kind, t in PAYLOAD_TYPES.items()
 }
 _ANY_DECODER: Final = msgspec.json.Decoder()
+# Where a row's payload text is: a Record holds the decoded payload just before it.
+_PAYLOAD: Final = COLUMNS.index("payload")
 # Why a payload nested deeper than the decoder's stack does not decode.
 TOO_DEEP: Final = "payload is nested too deeply to decode"
 
@@ -78,26 +80,9 @@ def record_from_row(row: Sequence[Any], payload: Any) -> Record:
     problem = row_problem(row)
     if problem is not None:
         raise JournalFormatError(f"event {row.seq!r}: {problem} (verify: row_malformed)")
-    return Record(
-        seq=row.seq,
-        journal_id=row.journal_id,
-        session_id=row.session_id,
-        call_id=row.call_id,
-        ts_mono_ns=row.ts_mono_ns,
-        ts_wall=row.ts_wall,
-        kind=row.kind,
-        kind_version=row.kind_version,
-        mcp_method_name=row.mcp_method_name,
-        gen_ai_tool_name=row.gen_ai_tool_name,
-        jsonrpc_request_id=row.jsonrpc_request_id,
-        http_response_status_code=row.http_response_status_code,
-        error_type=row.error_type,
-        duration_ms=row.duration_ms,
-        payload=payload,
-        payload_json=row.payload,
-        prev_hash=row.prev_hash,
-        hash=row.hash,
-    )
+    # The columns in order, the decoded payload before its text (Record's field order).
+    fields: tuple[Any, ...] = (*row[:_PAYLOAD], payload, *row[_PAYLOAD:])
+    return Record(*fields)
 
 
 class Reader:
