@@ -68,7 +68,8 @@ Errors::
      └── EventEncodeError     the event cannot be encoded (also a ValueError)
 """
 
-from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
+from typing import TYPE_CHECKING, Any, Final
+
 from ._call_view import calls_view
 from ._canonical import COLUMNS, GENESIS_HASH, Row, canonical_bytes, row_hash, row_problem
 from ._checkpoint import (
@@ -309,3 +310,20 @@ __all__ = [
     "verify_inclusion",
     "warm_up_redaction",
 ]
+
+if TYPE_CHECKING:
+    from ._async_writer import AsyncWriter, JournalWriter, WriterStats, open_writer
+
+# The trio writer, imported when first named: it pulls in trio (about 80 ms), which the
+# offline tools, readers of journals only, never need.
+_ASYNC_WRITER: Final = frozenset({"AsyncWriter", "JournalWriter", "WriterStats", "open_writer"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ASYNC_WRITER:
+        from . import _async_writer
+
+        value = getattr(_async_writer, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, Unpack
 
 import msgspec
-import trio
 
 from agentteam_task_bridge import bridge
 from agentteam_task_bridge.journal import (
@@ -120,6 +119,8 @@ class RerunOptions(TypedDict, total=False):
 
 def rerun(paths: Sequence[str | Path], **options: Unpack[RerunOptions]) -> RerunResult:
     """Blocking twin of :func:`rerun_async` (runs its own trio loop)."""
+    import trio  # here, not at the top: the other replay commands never need it (~80 ms)
+
     return trio.run(partial(rerun_async, paths, **options))
 
 
