@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Final
 
 import msgspec
+from rich._emoji_replace import _emoji_replace
 from rich.console import Console, ConsoleOptions
 from rich.measure import Measurement
 from rich.text import Text
@@ -145,6 +146,13 @@ def print_calls(console: Console, spilled: SpilledCalls, result: CallList | Call
     shown = 0
     header, chunk = True, list(itertools.islice(rows, _CALL_CHUNK))
     while header or chunk:
+        cells = [[row[1] if fleet else row[0], *row[2:]] for row in chunk]
+        plain = _plain_lines(console, names, widths, cells, header=header)
+        if plain is not None:  # as it is: a Text's lines (a string's newlines would be shown)
+            console.print(Text(plain), soft_wrap=True, no_wrap=True, overflow="ignore", crop=False)
+            shown += len(chunk)
+            header, chunk = False, list(itertools.islice(rows, _CALL_CHUNK))
+            continue
         table = _table(*names)
         table.show_header = header
         for column, width in zip(table.columns, widths, strict=True):
@@ -157,6 +165,44 @@ def print_calls(console: Console, spilled: SpilledCalls, result: CallList | Call
         header, chunk = False, list(itertools.islice(rows, _CALL_CHUNK))
     more = f" (showing {shown})" if shown < result.matched else ""
     console.print(f"{result.matched} of {result.scanned} calls matched{more}")
+
+
+def _plain_lines(
+    console: Console, names: list[str], widths: list[int], rows: list[list[str]], *, header: bool
+) -> str | None:
+    """The lines rich prints for this table (``names``' columns at ``widths``), made without
+    rich's layout (about 300 us a row, nearly all of a long ``calls`` listing's time), without
+    the last newline; or None where only rich knows them: a console with colours, a table wider
+    than the console, a cell that is not printable ASCII or that rich would read as markup or
+    an emoji code (``[b]``, ``:smile:``). A cell wider than its column is cut with an ellipsis,
+    as rich cuts it. tests/test_replay_calls_stream.py holds these lines to rich's, byte for
+    byte."""
+    if console.color_system is not None:
+        return None
+    right = [n.partition(":")[2].startswith(">") for n in names]
+    titles = [n.partition(":")[0] for n in names]
+    # Each column but the last is followed by its right padding and the separator's blank.
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if total > console.options.max_width:
+        return None
+    last = len(widths) - 1
+    out: list[str] = []
+    for cells in ([titles] if header else []) + rows:
+        line = []
+        for i, cell in enumerate(cells):
+            if not (cell.isascii() and cell.isprintable()) or "[" in cell:
+                return None
+            if ":" in cell and _emoji_replace(cell) != cell:
+                return None
+            width = widths[i]
+            if len(cell) > width:
+                cell = cell[: width - 1] + "\u2026" if width else ""
+            text = cell.rjust(width) if right[i] else cell.ljust(width)
+            line.append(text if i == last else text + "  ")
+        out.append("".join(line))
+        if header and len(out) == 1:
+            out.append("\u2500" * total)
+    return "\n".join(out)
 
 
 def _cell_width(console: Console, options: ConsoleOptions, cell: str | Text) -> int:

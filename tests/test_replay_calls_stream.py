@@ -8,6 +8,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
@@ -15,6 +17,7 @@ from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay import _calls_table as calls_table
 from agentteam_task_bridge.replay import _render as render
 from agentteam_task_bridge.replay._story import CallSummary
+from agentteam_task_bridge.replay._terminal import SafeConsole
 
 from .journal_helpers import KEY, SAMPLE_PAYLOADS
 from .replay_helpers import Built, everyday_journal
@@ -228,3 +231,47 @@ def test_the_cli_says_when_the_table_was_held_in_memory(
     printed = capsys.readouterr()
     assert printed.out.count("\n") > 100 and "calls matched" in printed.out
     assert "held in memory" in printed.err
+
+
+_CELL = st.one_of(
+    st.text(alphabet="abc_-.:0123456789", max_size=24),
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=24),
+    st.sampled_from(["invalid_arguments", ":smile:", "12:34:56", "a[b]c", "é", "任务", "x\ty"]),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(cells=[("a", "c" * 30, "t", "invalid_arguments")], width=80, chunk=1)
+@example(cells=[("a", "b", ":smile:", "c"), ("a", "b", "c", "d")], width=None, chunk=2)
+@given(
+    cells=st.lists(st.tuples(_CELL, _CELL, _CELL, _CELL), min_size=0, max_size=12),
+    width=st.sampled_from([24, 41, 64, 80, 200, None]),
+    chunk=st.integers(1, 5),
+)
+def test_the_plain_lines_are_richs_lines(
+    journals: list[Path], cells: list[tuple[str, str, str, str]], width: int | None, chunk: int
+) -> None:
+    """Without colours the table is written without rich's layout (`_plain_lines`): byte for
+    byte what rich prints, for any cells (cut, markup, emoji codes, wide or tab characters
+    fall back to rich), at any console width, the command line's unwrapped one (None) too."""
+    base = replay.list_calls(journals[:1], limit=1).calls[0]
+    calls = [
+        msgspec.structs.replace(
+            base, agent_id=agent or None, call_id=call, tool=tool, error_code=code
+        )
+        for agent, call, tool, code in cells
+    ]
+    listed = replay.CallList(calls=calls, scanned=len(calls), matched=len(calls))
+    printed = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calls_table, "_CALL_CHUNK", chunk)
+        for draw in (one_table, calls_table.render_calls):
+            out = io.StringIO()
+            console = (
+                SafeConsole(file=out, width=1 << 14, soft_wrap=True, highlight=False)
+                if width is None
+                else Console(file=out, width=width)
+            )
+            draw(console, listed)
+            printed.append(out.getvalue())
+    assert printed[0] == printed[1]
