@@ -180,6 +180,7 @@ _LINE: Final = f"""
         AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > l.first_seq) AS settled
   FROM agentteam.call_lines l
   WHERE l.journal_id = a_journal AND l.first_seq > st.done_seq
+    AND (a_upto IS NULL OR l.first_seq <= a_upto)
   ORDER BY l.first_seq"""
 
 
@@ -198,8 +199,10 @@ BEGIN
 END $$;
 
 -- Fold the journal's settled calls after its frontier into its idempotency state; a_low is the
--- first seq of the calls the caller refolded (at or before the frontier: start again).
-CREATE OR REPLACE FUNCTION agentteam.fold_idem(a_journal text, a_low bigint)
+-- first seq of the calls the caller refolded (at or before the frontier: start again); a_upto
+-- stops before the calls that start after it (a benchmark's batch).
+CREATE OR REPLACE FUNCTION agentteam.fold_idem(
+  a_journal text, a_low bigint, a_upto bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, agentteam, pg_temp AS $$
 DECLARE
@@ -445,7 +448,7 @@ BEGIN
     claim_calls = v_claim_calls, claim_repeats = v_claim_repeats
   WHERE j.journal_id = a_journal;
 END $$;
-REVOKE ALL ON FUNCTION agentteam.fold_idem(text, bigint), agentteam.idem_reset(text)
+REVOKE ALL ON FUNCTION agentteam.fold_idem(text, bigint, bigint), agentteam.idem_reset(text)
   FROM PUBLIC;
 """
 
