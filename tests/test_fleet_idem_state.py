@@ -211,7 +211,7 @@ def test_the_shared_idempotency_fleet_settled_gives_the_statement_s_check(pg_url
     """The three journals sharing keys and tasks (every finding, a claim set in one journal and
     repeated in the next, a baseline created in one and replayed in the others), their last
     sessions ended so every call is settled, shipped last journal first: equal, with the
-    findings only the earlier journals decide."""
+    findings only the earlier journals decide; the local report's check is the same."""
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for index in (2, 0, 1):
@@ -221,8 +221,10 @@ def test_the_shared_idempotency_fleet_settled_gives_the_statement_s_check(pg_url
                 writer.append_many([*idempotency_events(index), end])
             paths.append(path)
         assert replay.ship(paths, pg_url, batch_size=7).ok
+        local = replay.report(paths, accept_unverified=True).idempotency
     kept = idempotency_kept(pg_url, window=REPEAT_WINDOW)
     assert kept is not None and _same(pg_url)
+    assert to_json(kept) == to_json(local)  # the local report's checker, too
     later = {(f.journal_id, f.rule) for f in kept.findings}
     # decided by an earlier journal's claim set and baseline
     assert {("idem-1", "claim_repeat_changed"), ("idem-2", "replay_allocated_numbers")} <= later
