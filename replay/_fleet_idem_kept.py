@@ -40,6 +40,23 @@ def _like(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+# The key scopes: the groups of those one journal holds, and the rows of the others.
+_SCOPES = """
+WITH s AS (
+  SELECT journal_id, scope, ws, agent, run, cb, key, first_seq, calls, conflicts, created,
+    replays, base_jo, base_call, base_numbers, base_reused
+  FROM agentteam.idem_scopes WHERE journal_id = ANY (%(j)s)
+), m AS (SELECT scope FROM s GROUP BY scope HAVING count(*) > 1)
+SELECT
+  (SELECT coalesce(json_agg(json_build_array(ws, agent, run, cb, key, first_seq, journal_id,
+     calls, created, replays, conflicts, base_numbers, base_call, coalesce(base_reused, false),
+     scope)), '[]')
+   FROM s WHERE scope NOT IN (SELECT scope FROM m)),
+  (SELECT coalesce(json_agg(json_build_array(journal_id, scope, ws, agent, run, cb, key,
+     first_seq, calls, conflicts, created, replays, base_jo, base_call, base_numbers,
+     base_reused)), '[]')
+   FROM s WHERE scope IN (SELECT scope FROM m))"""
+
 # The tasks the shared signatures' calls and the repeat questions name, with their changes.
 _TASKS_NAMED = """
 SELECT t.journal_id, t.task, t.through FROM agentteam.idem_tasks t
@@ -167,16 +184,15 @@ class _Kept:
     # --- keyed creates ----------------------------------------------------------------
 
     def groups(self) -> list[list[Any]]:
+        # A scope one journal holds (nearly all) is its group as kept, read as one JSON value
+        # (the statement's shape); the others are combined here.
+        single, shared = self.q(_SCOPES)[0]
+        rows: dict[str, list[Any]] = {row[-1]: row for row in single}
         by_scope: dict[str, list[Any]] = defaultdict(list)
-        for row in self.q(
-            "SELECT journal_id, scope, ws, agent, run, cb, key, first_seq, calls, conflicts,"
-            " created, replays, base_jo, base_call, base_numbers, base_reused"
-            " FROM agentteam.idem_scopes WHERE journal_id = ANY (%(j)s)"
-        ):
+        for row in shared:
             by_scope[row[1]].append(row)
         base_of: dict[str, str] = {}  # a scope judged again: the journal of its baseline
         base_at: list[tuple[str, int]] = []  # and that baseline's place (keys never sent back)
-        rows: dict[str, list[Any]] = {}
         for scope, held in by_scope.items():
             held.sort(key=lambda r: r[0])
             first = held[0]
