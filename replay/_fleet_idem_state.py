@@ -179,8 +179,12 @@ _LINE: Final = f"""
       WHERE x.journal_id = l.journal_id AND x.session_id = l.session_id
         AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > l.first_seq) AS settled
   FROM agentteam.call_lines l
-  WHERE l.journal_id = a_journal AND l.first_seq > st.done_seq
-    AND (a_upto IS NULL OR l.first_seq <= a_upto)
+  -- the calls after the frontier, found by their events' seqs (the events' key), not by a
+  -- scan of every line of the journal at every batch
+  WHERE l.journal_id = a_journal AND l.call_id IN (
+      SELECT e.call_id FROM agentteam.events e
+      WHERE e.journal_id = a_journal AND e.seq > st.done_seq AND e.call_id IS NOT NULL)
+    AND l.first_seq > st.done_seq AND (a_upto IS NULL OR l.first_seq <= a_upto)
   ORDER BY l.first_seq"""
 
 
