@@ -30,6 +30,12 @@ answers (``_fleet_idem_kept``). Invariants:
   else (findings, hint counts, unsafe repeats, claim repeats) is final per journal.
 * The repeat window (``REPEAT_WINDOW``) is kept with the state; a report with another one
   does not use it.
+* Costs, by construction: about 49 us of server CPU a call at ingest (docs/performance.md);
+  a frontier held back by a call never answered in a session never ended keeps the journal's
+  reports on the statement, and each batch re-reads its calls from that call on; a reset folds
+  the journal again from its first call, in the transaction that caused it. A scope's run and
+  callback ids are compared as ``jsonb`` text (``1`` and ``1.0`` differ here, not in the
+  statement; the bridge writes strings).
 """
 
 from __future__ import annotations
