@@ -380,6 +380,8 @@ BEGIN
   SELECT array_agg(DISTINCT e.call_id) INTO touched FROM agentteam.events e
   WHERE e.journal_id = a_journal AND e.seq BETWEEN a_first AND a_last AND e.call_id IS NOT NULL;
   IF touched IS NULL THEN
+    -- HOOK (replay/_fleet_idem_state.py): a session's end may settle calls.
+    PERFORM agentteam.fold_idem(a_journal, a_first);
     RETURN;
   END IF;
   -- Their events lie in seq low..a_last: a call seen before starts at its line's first_seq.
@@ -405,6 +407,8 @@ BEGIN
   SELECT count(*) FILTER (WHERE first_seq >= a_first) INTO added FROM up;
   INSERT INTO agentteam.call_counts AS c (journal_id, calls) VALUES (a_journal, added)
   ON CONFLICT (journal_id) DO UPDATE SET calls = c.calls + EXCLUDED.calls;
+  -- HOOK (replay/_fleet_idem_state.py): the idempotency state, from the lines just folded.
+  PERFORM agentteam.fold_idem(a_journal, low);
 END $$;
 REVOKE ALL ON FUNCTION agentteam.fold_calls(text, bigint, bigint),
   agentteam.ensure_call_partition(date) FROM PUBLIC;

@@ -178,6 +178,8 @@ BEGIN
   INSERT INTO agentteam.call_lines ({_NAMES})
   SELECT {_NAMES} FROM folded
   ON CONFLICT (journal_id, call_id, started_ts) DO UPDATE SET {_UPDATE};
+  -- HOOK (replay/_fleet_idem_state.py): the lines changed, the journal's state is folded again.
+  PERFORM agentteam.fold_idem(a_journal, 0);
 END $$;
 
 -- Erase the named rows of a journal the store holds; the seqs rewritten (none: a no-op).

@@ -48,7 +48,7 @@ from ._idempotency import (
     declared_hints,
 )
 
-__all__ = ["IDEMPOTENCY_SQL", "idempotency_from", "idempotency_query"]
+__all__ = ["IDEMPOTENCY_SQL", "REPEAT_WINDOW", "idempotency_from", "idempotency_query"]
 
 
 # Where the report's filter goes (a condition on the call lines ``c``).

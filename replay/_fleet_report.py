@@ -11,7 +11,9 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
   same journals and filter; the timeline, the error examples and the first stories' calls in
   the audit's one read of those lines (``audit_and``), the idempotency check and the
   deprecations each on a connection of its own at the same time (another server process,
-  another core), so the page costs the audit plus what the longest of the others adds;
+  another core), so the page costs the audit plus what the longest of the others adds; over
+  whole journals the idempotency check combines the state the ingest keeps per journal
+  (``_fleet_idem_kept``) instead of running over every line;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
   most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
   events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
@@ -33,7 +35,7 @@ from ._audit import Histogram
 from ._calls import CallDetail, story_detail, wall
 from ._deprecations import DEFAULT_GATE_DAYS
 from ._findings import Finding
-from ._fleet_idempotency import idempotency_from
+from ._fleet_idem_kept import idempotency_for_report
 from ._fleet_reports import Scope, audit_and, deprecations_from
 from ._fleet_store import connect, redact_store_url
 from ._invariants import InDoubtCall
@@ -140,7 +142,12 @@ def report_from(
         connect(store_url, autocommit=True) as conn,
     ):
         checking = pool.submit(
-            idempotency_from, store_url, calls=named, call_params=named_params, in_order=True
+            idempotency_for_report,
+            store_url,
+            whole=where.session is None and where.since is None and where.until is None,
+            journal=where.journal,
+            calls=named,
+            call_params=named_params,
         )
         deprecating = pool.submit(deprecations_from, store_url, gate_days=gate_days, scope=scope)
         audit, rows = audit_and(store_url, scope, _extra(stories))

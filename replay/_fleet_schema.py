@@ -48,7 +48,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -340,6 +340,7 @@ def ddl() -> list[str]:
     from ._fleet_calls import CALLS_DDL  # it builds on the reports' SQL (_fleet_store)
     from ._fleet_cosign import COSIGN_DDL  # the witness's table and role (_fleet_cosign)
     from ._fleet_erase import ERASE_DDL  # erasure's functions and trigger (_fleet_erase)
+    from ._fleet_idem_state import IDEM_STATE_DDL  # the idempotency state (_fleet_idem_state)
 
     return [
         "CREATE SCHEMA IF NOT EXISTS agentteam;",
@@ -348,6 +349,7 @@ def ddl() -> list[str]:
         partition_function("ensure_partition", "events", "ts", definer=True),
         INGEST,
         CALLS_DDL,
+        IDEM_STATE_DDL,
         _triggers(),
         ERASE_DDL,  # after _triggers: it replaces events' update trigger
         *views,

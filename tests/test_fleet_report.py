@@ -134,7 +134,7 @@ def test_the_idempotency_check_runs_beside_the_rest_of_the_page(
 
     _, url = fleet
     verdict_read = threading.Event()
-    check, verdict = page.idempotency_from, page._verdict
+    check, verdict = page.idempotency_for_report, page._verdict
 
     def waiting_check(*args: Any, **kwargs: Any) -> Any:
         assert verdict_read.wait(timeout=30), "the check ran before the page's other reads"
@@ -145,7 +145,7 @@ def test_the_idempotency_check_runs_beside_the_rest_of_the_page(
         verdict_read.set()
         return result
 
-    monkeypatch.setattr(page, "idempotency_from", waiting_check)
+    monkeypatch.setattr(page, "idempotency_for_report", waiting_check)
     monkeypatch.setattr(page, "_verdict", noted_verdict)
     beside = report_from(url, stories=7)
     monkeypatch.undo()
@@ -223,20 +223,21 @@ def test_the_heads_keep_each_journal_s_span_batch_by_batch(
     assert stored.window_start == spans[0][1]
 
 
-def test_a_version_5_store_is_refused_with_a_reason_not_patched(
+def test_a_version_6_store_is_refused_with_a_reason_not_patched(
     tmp_path: Path, pg_cluster: Cluster
 ) -> None:
-    """Version 5's heads lack the journals' spans a report reads: not upgraded in place."""
+    """Version 6 keeps no idempotency state per journal (nor version 5 the journals' spans) a
+    report reads: not upgraded in place."""
     import psycopg
 
     from agentteam_task_bridge.replay._fleet_schema import SCHEMA_VERSION
 
     paths = [write_months(tmp_path / "months.db", "months-0", [OCT], 40)]
     url = pg_cluster.create_database()
-    assert replay.ship(paths, url).ok and SCHEMA_VERSION == 6
+    assert replay.ship(paths, url).ok and SCHEMA_VERSION == 7
     with psycopg.connect(url, autocommit=True) as owner:
-        owner.execute("UPDATE agentteam.store_meta SET value = '5' WHERE key = 'schema_version'")
-    with pytest.raises(replay.StoreError, match="schema version 5 is older"):
+        owner.execute("UPDATE agentteam.store_meta SET value = '6' WHERE key = 'schema_version'")
+    with pytest.raises(replay.StoreError, match="schema version 6 is older"):
         replay.ship(paths, url)
 
 

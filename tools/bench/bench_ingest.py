@@ -6,13 +6,14 @@ shipped into an empty store, then one batch's worth of one journal's events (seq
 10,000, ``ship``'s batch) is put through each part of ``agentteam.ingest`` alone: the chain
 hash (the canonical text rebuilt, ``sha256()``), the v2 leaf hash, the salted payload digest,
 a ``jsonb`` parse of every payload, the call lines' fold (as committed, and with one of its
-parts taken out, to show what that part costs), and the ``INSERT ... SELECT`` into a table of
-the events' columns in several shapes (plain; partitioned with the key; with each index; with
-the ``jsonb`` column the store had before issue 25), beside a client's ``COPY`` of the same rows
-into a plain table. Printed: the fastest of the repeats (and every repeat) in ms per batch, and
-the fastest in CPU time of the server's process when the server runs on this machine (on a
-loaded machine the steadier figure); the parts are measured in one session, one after
-another, so their ratios hold within a run.
+parts taken out, to show what that part costs), the idempotency state's fold of the batch's
+calls (``fold_idem``, the journal's state before the batch folded first), and the
+``INSERT ... SELECT`` into a table of the events' columns in several shapes (plain; partitioned
+with the key; with each index; with the ``jsonb`` column the store had before issue 25), beside
+a client's ``COPY`` of the same rows into a plain table. Printed: the fastest of the repeats
+(and every repeat) in ms per batch, and the fastest in CPU time of the server's process when
+the server runs on this machine (on a loaded machine the steadier figure); the parts are
+measured in one session, one after another, so their ratios hold within a run.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def measure(url: str, repeat: int) -> tuple[dict[str, list[float]], dict[str, li
 
         row = conn.execute("SELECT min(journal_id) FROM agentteam.journals").fetchone()
         assert row is not None
-        scope = f"e.journal_id = '{row[0]}' AND e.seq BETWEEN 5001 AND 10000"
+        jid = str(row[0])
+        scope = f"e.journal_id = '{jid}' AND e.seq BETWEEN 5001 AND 10000"
         conn.execute("SET extra_float_digits = 1")  # as the ingest runs
         conn.execute(f"CREATE TEMP TABLE batch AS SELECT * FROM agentteam.events e WHERE {scope}")
         names = ", ".join(
@@ -172,6 +174,14 @@ def measure(url: str, repeat: int) -> tuple[dict[str, list[float]], dict[str, li
                     name, lambda: conn.execute(f"INSERT INTO t ({names}) SELECT {names} FROM batch")
                 )
             _shape(conn, False, (), False)
+            # The idempotency state's fold of the batch's calls (schema 7), the journal's state
+            # first folded up to the batch (untimed), all of it rolled back.
+            with conn.transaction(force_rollback=True):
+                conn.execute("SELECT agentteam.fold_idem(%s, 0, 5000)", (jid,))
+                timed(
+                    "idempotency state's fold (fold_idem, the batch's calls)",
+                    lambda: conn.execute("SELECT agentteam.fold_idem(%s, 5001, 10000)", (jid,)),
+                )
 
             def copy() -> None:
                 with conn.cursor() as cur, cur.copy(f"COPY t ({names}) FROM STDIN") as out:
