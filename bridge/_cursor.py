@@ -138,8 +138,10 @@ def sort_key(item: Any, sort: str) -> Key | None:
         updated = item.get("updated_at", item.get("updatedAt"))
         return (updated, number) if isinstance(updated, str) else None
     if sort == "priority":
-        rank = _PRIORITY_RANK.get(item.get("priority"), 0)
-        return (rank, number)
+        priority = item.get("priority")
+        if priority is not None and not isinstance(priority, str):
+            return None  # a list or an object is no priority (nor a key of _PRIORITY_RANK)
+        return (_PRIORITY_RANK.get(priority, 0), number)
     return (number,)
 
 
