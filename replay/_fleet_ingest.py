@@ -56,6 +56,8 @@ __all__ = [
     "ESCAPED_COLUMNS",
     "INGEST",
     "INGEST_CALL",
+    "MAX_JOURNAL_ID",
+    "MAX_ROW_KEYS",
     "SHIP_FUNCTIONS",
     "STAGE_CALL",
     "STAGE_COPY",
@@ -233,15 +235,24 @@ BEGIN
 END $$;
 """
 
+# A btree entry holds at most 2,704 bytes, whatever compression gives: the texts a shipping
+# login chooses that the store indexes are bounded in bytes, far beyond what the bridge writes,
+# so that past them is a refusal by name, not program_limit_exceeded (which stopped a whole
+# ship run): a journal id (every table's key), and a row's session_id, call_id and kind
+# together (events_session: journal_id, session_id, kind, seq; events_call; call_lines' key).
+MAX_JOURNAL_ID: Final = 1024
+MAX_ROW_KEYS: Final = 1024
+
 # A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space.
 _REGISTER: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.register_journal(
   a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
-  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}' THEN
-    RAISE EXCEPTION 'a journal id cannot be empty or hold a control character or a space: %',
-      quote_literal(a_journal)
+  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}'
+     OR octet_length(a_journal) > {MAX_JOURNAL_ID} THEN
+    RAISE EXCEPTION 'a journal id is 1-{MAX_JOURNAL_ID} bytes, no control character nor space: %',
+      left(quote_literal(a_journal), 200)
       USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
   END IF;
   INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
@@ -365,6 +376,8 @@ BEGIN
         WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
         WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
         WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
+        WHEN octet_length(coalesce(r.session_id, '')) + octet_length(coalesce(r.call_id, ''))
+             + octet_length(coalesce(r.kind, '')) > {MAX_ROW_KEYS} THEN 'row_malformed'
         WHEN NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_BATCH_HASH} THEN 'hash_mismatch'
         WHEN r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false)
           THEN 'leaf_mismatch'
@@ -573,7 +586,7 @@ DECLARE
   cut_source text := left(a_source, {MAX_FINDING_TEXT});
 BEGIN
   IF a_rule IS NULL OR a_rule !~ '^[a-z][a-z0-9_]{{0,63}}$' OR a_journal IS NULL
-     OR length(a_journal) NOT BETWEEN 1 AND 1024 THEN
+     OR octet_length(a_journal) NOT BETWEEN 1 AND {MAX_JOURNAL_ID} THEN
     RAISE EXCEPTION 'the store refuses a finding: its rule or journal id is malformed'
       USING ERRCODE = 'check_violation', DETAIL = 'finding_malformed';
   END IF;
