@@ -495,9 +495,10 @@ _KEY_FILE_LIMIT = 4096  # a key file is 65 bytes; more is not a key, and is not 
 
 
 def _read_key_file(path: Path) -> str:
-    """The text of the key file at `path` (a regular file, owner-only; links followed), at most
-    _KEY_FILE_LIMIT bytes of it ("" when it is not ASCII: no key); raises FileNotFoundError,
-    ValueError (not owner-only, not a regular file) or OSError."""
+    """The text of the key file at `path` (a regular file of this user's, owner-only; links
+    followed), at most _KEY_FILE_LIMIT bytes of it ("" when it is not ASCII: no key); raises
+    FileNotFoundError, ValueError (another user's, not owner-only, not a regular file) or
+    OSError."""
     # Non-blocking: opening a FIFO for reading must not wait for a writer.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -505,6 +506,11 @@ def _read_key_file(path: Path) -> str:
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(
                 f"the cursor key file {path} is not a regular file; remove it and a new key "
+                "is created"
+            )
+        if info.st_uid != os.geteuid():  # its owner could read it, and forge cursors
+            raise ValueError(
+                f"the cursor key file {path} belongs to another user; remove it and a new key "
                 "is created"
             )
         if info.st_mode & 0o077:  # refused, not tightened, as the signing key is

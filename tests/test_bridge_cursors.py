@@ -327,3 +327,17 @@ def test_a_cursor_key_reached_through_a_link_to_an_owner_only_file_is_used(
     real.chmod(0o600)
     (directory / "cursor.key").symlink_to(real)
     assert load_cursor_key(directory) == secret
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_cursor_key_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    """A key path in a shared folder: a key file another user put there, owner-only (to them)
+    and readable by root, is theirs to read, so they could forge cursors: refused."""
+    directory = tmp_path / "cfg"
+    directory.mkdir(mode=0o700)
+    path = directory / "cursor.key"
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ValueError, match="belongs to another user"):
+        load_cursor_key(directory)
