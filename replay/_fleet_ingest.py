@@ -235,11 +235,8 @@ BEGIN
 END $$;
 """
 
-# A btree entry holds at most 2,704 bytes, whatever compression gives: the texts a shipping
-# login chooses that the store indexes are bounded in bytes, far beyond what the bridge writes,
-# so that past them is a refusal by name, not program_limit_exceeded (which stopped a whole
-# ship run): a journal id (every table's key), and a row's session_id, call_id and kind
-# together (events_session: journal_id, session_id, kind, seq; events_call; call_lines' key).
+# Bytes of the indexed texts a login chooses (a btree entry holds 2,704): a journal id, and a
+# row's session_id, call_id and kind together; past them a refusal, not program_limit_exceeded.
 MAX_JOURNAL_ID: Final = 1024
 MAX_ROW_KEYS: Final = 1024
 
@@ -294,11 +291,8 @@ END $$;
 """
 
 # RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall): its shape
-# here (LIKE costs a twentieth of a regular expression), the rest in the ingest's cast to ts
-# below (that it is the text of its instant: about 1 µs a row, a fiftieth of the ingest's work).
+# here (LIKE costs a twentieth of a regular expression), its text of its instant at the cast.
 _WALL: Final = "r.ts_wall LIKE '____-__-__T__:__:__.______Z' AND strpos(r.ts_wall, ' ') = 0"
-# The writer's text of an instant, in to_char: the ingest refuses a ts_wall that is not it.
-_WALL_FORMAT: Final = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
 
 
 def row_hash_sql(row: str, journal: str) -> str:
@@ -376,8 +370,8 @@ BEGIN
         WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
         WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
         WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
-        WHEN octet_length(coalesce(r.session_id, '')) + octet_length(coalesce(r.call_id, ''))
-             + octet_length(coalesce(r.kind, '')) > {MAX_ROW_KEYS} THEN 'row_malformed'
+        WHEN octet_length(concat(r.session_id, r.call_id, r.kind)) > {MAX_ROW_KEYS}
+          THEN 'row_malformed'
         WHEN NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_BATCH_HASH} THEN 'hash_mismatch'
         WHEN r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false)
           THEN 'leaf_mismatch'
@@ -445,12 +439,11 @@ BEGIN
     trees := trees || stored;
   END LOOP;
   BEGIN
-    -- Every ts_wall is the writer's text of its instant (journal.format_wall, as verify reads
-    -- it): PostgreSQL also reads letters (zone names), signs, 24:00 and :60 within the shape,
-    -- as another instant, of another month than the text's (which picks the partition).
-    SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s
-    WHERE to_char(s.ts_wall::timestamptz AT TIME ZONE 'UTC', '{_WALL_FORMAT}') <> s.ts_wall
-    ORDER BY s.seq LIMIT 1;
+    -- Each ts_wall the writer's text of its instant: PostgreSQL also reads zone letters, signs,
+    -- 24:00 and :60 in the shape, as another instant (of another month than the partition's).
+    SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s WHERE s.ts_wall
+      <> to_char(s.ts_wall::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+      ORDER BY s.seq LIMIT 1;
     IF FOUND THEN
       RAISE EXCEPTION 'the store refuses event % of journal %: row_malformed', bad_seq, a_journal
         USING ERRCODE = 'check_violation', DETAIL = 'row_malformed ' || bad_seq;
