@@ -61,6 +61,7 @@ import hmac
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -71,7 +72,7 @@ import msgspec
 from . import _inputs as inp
 from ._errors import ToolError
 from ._exceptions import BridgeError
-from ._paths import loose_mode, make_private_dir
+from ._paths import make_private_dir
 
 CURSOR_PREFIX = "bt1."
 MAX_CURSOR = 2048  # the inputs' `cursor` maxLength: no cursor the bridge hands out is longer
@@ -137,8 +138,10 @@ def sort_key(item: Any, sort: str) -> Key | None:
         updated = item.get("updated_at", item.get("updatedAt"))
         return (updated, number) if isinstance(updated, str) else None
     if sort == "priority":
-        rank = _PRIORITY_RANK.get(item.get("priority"), 0)
-        return (rank, number)
+        priority = item.get("priority")
+        if priority is not None and not isinstance(priority, str):
+            return None  # a list or an object is no priority (nor a key of _PRIORITY_RANK)
+        return (_PRIORITY_RANK.get(priority, 0), number)
     return (number,)
 
 
@@ -440,13 +443,24 @@ def _loop_digest(upstream: str | None) -> str:
     return hashlib.sha256((upstream or "").encode()).hexdigest()[:_LOOP_HEX]
 
 
-def load_cursor_key(directory: Path) -> bytes:
+def load_cursor_key(directory: Path, *, create: bool = True) -> bytes:
     """The installation's cursor secret in `directory` (0700), created 0600 if absent; raises
-    ValueError, saying what to do, when the file is not owner-only or does not hold it."""
+    ValueError, saying what to do, when the file is not owner-only or does not hold it.
+
+    Whatever stands at the name is refused at once in one line naming it, never read past
+    _KEY_FILE_LIMIT bytes nor quoted: a link to nothing, a FIFO or a device (no hang, no endless
+    read), bytes that are not hex. A link to an owner-only regular file is followed."""
     path = directory / KEY_FILE
     try:
-        text = path.read_text()
+        text = _read_key_file(path)
     except FileNotFoundError:
+        if os.path.lexists(path):  # a link whose target is missing: creating would loop
+            raise ValueError(
+                f"the cursor key file {path} is a link to nothing; remove it and a new key "
+                "is created"
+            ) from None
+        if not create:
+            raise
         make_private_dir(directory)
         secret = secrets.token_bytes(_KEY_BYTES)
         # Written whole under a private name, then linked into place: a bridge starting at the
@@ -461,13 +475,10 @@ def load_cursor_key(directory: Path) -> bytes:
                 os.fsync(file.fileno())
             os.link(draft, path)
         except FileExistsError:  # another bridge created it first: use theirs
-            return load_cursor_key(directory)
+            return load_cursor_key(directory, create=False)
         finally:
             draft.unlink(missing_ok=True)
         return secret
-    fix = loose_mode(path, directory=False)
-    if fix is not None:  # refused, not tightened, as the signing key is
-        raise ValueError(f"the cursor key file {path} is readable by other users; run `{fix}`")
     try:
         secret = bytes.fromhex(text.strip())
     except ValueError:
@@ -478,3 +489,37 @@ def load_cursor_key(directory: Path) -> bytes:
             "key is created"
         )
     return secret
+
+
+_KEY_FILE_LIMIT = 4096  # a key file is 65 bytes; more is not a key, and is not read on
+
+
+def _read_key_file(path: Path) -> str:
+    """The text of the key file at `path` (a regular file of this user's, owner-only; links
+    followed), at most _KEY_FILE_LIMIT bytes of it ("" when it is not ASCII: no key); raises
+    FileNotFoundError, ValueError (another user's, not owner-only, not a regular file) or
+    OSError."""
+    # Non-blocking: opening a FIFO for reading must not wait for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(
+                f"the cursor key file {path} is not a regular file; remove it and a new key "
+                "is created"
+            )
+        if info.st_uid != os.geteuid():  # its owner could read it, and forge cursors
+            raise ValueError(
+                f"the cursor key file {path} belongs to another user; remove it and a new key "
+                "is created"
+            )
+        if info.st_mode & 0o077:  # refused, not tightened, as the signing key is
+            raise ValueError(
+                f"the cursor key file {path} is readable by other users; run `chmod 600 {path}`"
+            )
+        data = os.read(fd, _KEY_FILE_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _KEY_FILE_LIMIT or not data.isascii():
+        return ""
+    return data.decode()

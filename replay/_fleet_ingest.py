@@ -17,7 +17,7 @@ and refuse what breaks a rule, whatever the client sent:
   is the journal's head + i (``sequence_gap``), each ``prev_hash`` is the hash before it
   (``chain_broken``), each hash is the SHA-256 of the row's canonical encoding rebuilt in SQL
   (``hash_mismatch``, see ``journal/_canonical.py``: the same text byte for byte, so the server
-  recomputes what the writer hashed), ``ts_wall`` has RFC 3339 UTC's shape and is a time
+  recomputes what the writer hashed), ``ts_wall`` is a time as the writer writes it (RFC 3339)
   (``row_malformed``) no more than a day past the server's clock (``ts_ahead``: the month of a row's
   time makes its partition, see ``_fleet_schema.FIRST_PARTITION_MONTH``), and a v2 journal's payload
   digest is ``sha256(salt || payload)`` (``leaf_mismatch``) with a leaf for every event from seq 1
@@ -56,6 +56,8 @@ __all__ = [
     "ESCAPED_COLUMNS",
     "INGEST",
     "INGEST_CALL",
+    "MAX_JOURNAL_ID",
+    "MAX_ROW_KEYS",
     "SHIP_FUNCTIONS",
     "STAGE_CALL",
     "STAGE_COPY",
@@ -233,15 +235,21 @@ BEGIN
 END $$;
 """
 
+# Bytes of the indexed texts a login chooses (a btree entry holds 2,704): a journal id, and a
+# row's session_id, call_id and kind together; past them a refusal, not program_limit_exceeded.
+MAX_JOURNAL_ID: Final = 1024
+MAX_ROW_KEYS: Final = 1024
+
 # A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space.
 _REGISTER: Final = f"""
 CREATE OR REPLACE FUNCTION agentteam.register_journal(
   a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
 BEGIN
-  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}' THEN
-    RAISE EXCEPTION 'a journal id cannot be empty or hold a control character or a space: %',
-      quote_literal(a_journal)
+  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}'
+     OR octet_length(a_journal) > {MAX_JOURNAL_ID} THEN
+    RAISE EXCEPTION 'a journal id is 1-{MAX_JOURNAL_ID} bytes, no control character nor space: %',
+      left(quote_literal(a_journal), 200)
       USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
   END IF;
   INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
@@ -283,7 +291,7 @@ END $$;
 """
 
 # RFC 3339 UTC with microseconds, as the writer formats ts_wall (journal.format_wall): its shape
-# here (LIKE costs a twentieth of a regular expression), its digits by the cast to ts below.
+# here (LIKE costs a twentieth of a regular expression), its text of its instant at the cast.
 _WALL: Final = "r.ts_wall LIKE '____-__-__T__:__:__.______Z' AND strpos(r.ts_wall, ' ') = 0"
 
 
@@ -362,6 +370,8 @@ BEGIN
         WHEN r.seq IS DISTINCT FROM head.seq + r.i THEN 'sequence_gap'
         WHEN r.prev_hash IS DISTINCT FROM r.before THEN 'chain_broken'
         WHEN NOT coalesce({_WALL}, false) THEN 'row_malformed'
+        WHEN octet_length(concat(r.session_id, r.call_id, r.kind)) > {MAX_ROW_KEYS}
+          THEN 'row_malformed'
         WHEN NOT {ERASED_ROW} AND r.hash IS DISTINCT FROM {_BATCH_HASH} THEN 'hash_mismatch'
         WHEN r.salt IS NOT NULL AND NOT {ERASED_ROW} AND NOT coalesce({_DIGEST}, false)
           THEN 'leaf_mismatch'
@@ -429,6 +439,15 @@ BEGIN
     trees := trees || stored;
   END LOOP;
   BEGIN
+    -- Each ts_wall the writer's text of its instant: PostgreSQL also reads zone letters, signs,
+    -- 24:00 and :60 in the shape, as another instant (of another month than the partition's).
+    SELECT s.seq INTO bad_seq FROM pg_temp.ship_batch s WHERE s.ts_wall
+      <> to_char(s.ts_wall::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+      ORDER BY s.seq LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'the store refuses event % of journal %: row_malformed', bad_seq, a_journal
+        USING ERRCODE = 'check_violation', DETAIL = 'row_malformed ' || bad_seq;
+    END IF;
     -- No row more than a day past the server's clock: its month would make a partition. Every
     -- ts_wall has the writer's fixed shape (checked above), so the latest sorts last bytewise:
     -- one parse a batch (a later one not a time is row_malformed, as the insert would find).
@@ -447,7 +466,8 @@ BEGIN
     INSERT INTO agentteam.events (journal_id, ts, {_COLUMNS}, tree_hashes)
     SELECT a_journal, s.ts_wall::timestamptz, {_S_COLUMNS}, trees[s.seq - head.seq]
     FROM pg_temp.ship_batch s;
-  EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+  EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+    OR invalid_time_zone_displacement_value THEN
     RAISE EXCEPTION 'the store refuses a batch of journal %: a ts_wall is not a time', a_journal
       USING ERRCODE = 'check_violation', DETAIL = 'row_malformed';
   END;
@@ -559,7 +579,7 @@ DECLARE
   cut_source text := left(a_source, {MAX_FINDING_TEXT});
 BEGIN
   IF a_rule IS NULL OR a_rule !~ '^[a-z][a-z0-9_]{{0,63}}$' OR a_journal IS NULL
-     OR length(a_journal) NOT BETWEEN 1 AND 1024 THEN
+     OR octet_length(a_journal) NOT BETWEEN 1 AND {MAX_JOURNAL_ID} THEN
     RAISE EXCEPTION 'the store refuses a finding: its rule or journal id is malformed'
       USING ERRCODE = 'check_violation', DETAIL = 'finding_malformed';
   END IF;

@@ -354,14 +354,20 @@ def _has_schema(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
-def record_finding(conn: psycopg.Connection[Any], finding: StoreFinding) -> None:
+def record_finding(conn: psycopg.Connection[Any], finding: StoreFinding) -> bool:
     """Record a finding in its own transaction (it stays when the ship is refused), through
-    the store's function (which names the login that reported it)."""
-    with conn.transaction():
-        conn.execute(
-            "SELECT agentteam.record_finding(%s, %s, %s, %s, %s)",
-            (finding.journal_id, finding.seq, finding.rule, finding.detail, finding.source),
-        )
+    the store's function (which names the login that reported it). False when the store keeps
+    none (``finding_malformed``: a journal id past its bound; ``findings_capped``: this login
+    reported its most): the caller still reports it, and goes on with the other journals."""
+    try:
+        with conn.transaction():
+            conn.execute(
+                "SELECT agentteam.record_finding(%s, %s, %s, %s, %s)",
+                (finding.journal_id, finding.seq, finding.rule, finding.detail, finding.source),
+            )
+    except _psycopg().errors.CheckViolation:
+        return False
+    return True
 
 
 def findings(

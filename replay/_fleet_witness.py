@@ -14,6 +14,9 @@ that wrote the journal, so it catches what no file on that machine can:
 ``witness_prune_unheld``       a ``segments_pruned`` event names a segment the store does not
                                hold with the same last hash under a checkpoint it witnessed
                                (a prune nobody could have made: the segments are simply gone)
+``witness_root_mismatch``      the journal's events are the store's but its Merkle tree is
+                               not (another salt or payload digest from the named leaf on: a
+                               fork of the log the hash chain does not show)
 =============================  ==============================================================
 
 With ``witness_keys`` (``verify --witness URL --witness-key VKEY``) the evidence is the
@@ -201,6 +204,18 @@ def _compare(conn: psycopg.Connection[Any], jid: str | None, local: _Local) -> l
                 rule="witness_rewritten",
                 detail=f"event {first} differs from the one shipped to the store: the history"
                 " was rewritten after shipping",
+            )
+        )
+    forked = None if found else _first_other_leaf(conn, jid, local, common)
+    if forked is not None:
+        found.append(
+            Finding(
+                journal_id=jid,
+                seq=forked,
+                rule="witness_root_mismatch",
+                detail=f"the journal's Merkle tree differs from the store's from leaf {forked}"
+                " on, its events the same: a fork of the log (another salt or payload digest)"
+                " made after shipping",
             )
         )
     if local_seq < store_seq:
@@ -471,6 +486,37 @@ def _hash_at(conn: psycopg.Connection[Any], journal_id: str, seq: int) -> str | 
         "SELECT hash FROM agentteam.events WHERE journal_id = %s AND seq = %s", (journal_id, seq)
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def _first_other_leaf(
+    conn: psycopg.Connection[Any], jid: str, local: _Local, size: int
+) -> int | None:
+    """The first seq <= size whose Merkle leaf here is not the store's, when the trees of the
+    first ``size`` events differ (None: the same, a v1 journal, or leaves not held on a side).
+    The chain does not cover a v2 event's salt and payload digest, its leaf does: two trees
+    over one chain are a fork only the leaves show. Binary search over tree hashes."""
+    if size <= 0:
+        return None
+    read = store_reader(conn, jid)
+
+    def differs(n: int) -> bool | None:
+        try:
+            theirs = journal.tree_hash(n, read)
+        except journal.ProofError:
+            return None
+        mine = local.root(n)
+        return None if mine is None else mine != theirs
+
+    if not differs(size):
+        return None
+    low, high = 0, size  # the trees agree at low (the empty tree), differ at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if differs(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def _first_difference(

@@ -259,3 +259,85 @@ async def test_serve_signs_cursors_with_the_installations_key(
         "task_list", {"channel": "eng", "limit": 12, "cursor": page["meta"]["next_cursor"]}
     )
     assert rest["data"]["items"][0]["number"] == last + 1
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "gone")
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path, 0o600)
+
+
+def _binary(path: Path) -> None:
+    path.write_bytes(b"\xff\xfe" + bytes(range(62)))
+    path.chmod(0o600)
+
+
+def _empty(path: Path) -> None:
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+
+
+def _oversized(path: Path) -> None:
+    path.write_text(os.urandom(32).hex() * 20_000)  # 1.3 MB of hex digits
+    path.chmod(0o600)
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (_dangling, "is a link to nothing"),
+        (_fifo, "is not a regular file"),
+        (lambda p: p.symlink_to("/dev/zero"), "is not a regular file"),
+        (lambda p: p.symlink_to("/dev/null"), "is not a regular file"),
+        (_binary, "does not hold 32 bytes"),
+        (_oversized, "does not hold 32 bytes"),
+        (_empty, "does not hold 32 bytes"),
+    ],
+    ids=["dangling-link", "fifo", "dev-zero", "dev-null", "binary", "1.3MB", "empty"],
+)
+def test_a_cursor_key_file_that_is_not_a_key_is_refused_at_once(
+    tmp_path: Path, make: Any, says: str
+) -> None:
+    """Whatever stands at `cursor.key` (a link to nothing, a FIFO, a device, bytes that are not
+    text, a huge file), the start is refused in one line naming the file: no hang, no recursion,
+    no endless read, and nothing of the file's content in the message."""
+    directory = tmp_path / "cfg"
+    directory.mkdir(mode=0o700)
+    path = directory / "cursor.key"
+    make(path)
+    with pytest.raises(ValueError) as caught:
+        load_cursor_key(directory)
+    message = str(caught.value)
+    assert says in message and str(path) in message, message
+    assert "0x" not in message and "\\x" not in message
+    assert [p.name for p in directory.iterdir()] == ["cursor.key"]  # no draft left behind
+
+
+def test_a_cursor_key_reached_through_a_link_to_an_owner_only_file_is_used(
+    tmp_path: Path,
+) -> None:
+    """A key kept elsewhere (a dotfiles checkout) and linked into place is still the key."""
+    directory = tmp_path / "cfg"
+    directory.mkdir(mode=0o700)
+    secret = os.urandom(32)
+    real = tmp_path / "dotfiles.key"
+    real.write_text(secret.hex() + "\n")
+    real.chmod(0o600)
+    (directory / "cursor.key").symlink_to(real)
+    assert load_cursor_key(directory) == secret
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_cursor_key_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    """A key path in a shared folder: a key file another user put there, owner-only (to them)
+    and readable by root, is theirs to read, so they could forge cursors: refused."""
+    directory = tmp_path / "cfg"
+    directory.mkdir(mode=0o700)
+    path = directory / "cursor.key"
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ValueError, match="belongs to another user"):
+        load_cursor_key(directory)

@@ -175,3 +175,28 @@ async def test_a_relevance_page_longer_than_its_cursor_can_follow_is_malformed(
         result = await bridge.call("task_list", {**SEARCH, "limit": 100, "cursor": long}, {}, 1)
     assert error_of(result)["code"] == "upstream_malformed"
     assert upstream.asked == [(long, 38)]
+
+
+@pytest.mark.parametrize("priority", [["high"], {"rank": 4}, 3, True, 2.5])
+@pytest.mark.parametrize("continued", [False, True])
+async def test_a_priority_that_is_not_one_is_malformed_on_any_page(
+    tmp_path: Path, priority: Any, continued: bool
+) -> None:
+    """Under `sort: priority` an item whose priority is no priority (a list, an object, a
+    number) is `upstream_malformed`, whether the bridge cuts the page (its cursor's key) or
+    continues one (the items after the key), never an internal error."""
+    hostile = [upstream_task(number=n, priority=priority) for n in (2, 3, 4)]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        first = request.url.params.get("cursor") is None
+        items = [upstream_task(number=1, priority="high")] if continued and first else hostile
+        body = {"channel": "general", "items": items, "nextCursor": "A"}
+        return httpx.Response(200, content=msgspec.json.encode(body))
+
+    arguments = {**BROWSE, "sort": "priority", "limit": 1}
+    async with _bridge(tmp_path, answer) as bridge:  # type: ignore[arg-type]
+        if continued:
+            first = await _list(bridge, arguments, 1)
+            arguments["cursor"] = first["meta"]["next_cursor"]
+        answered = await _list(bridge, arguments, 2)
+    assert error_of_answer(answered) == "upstream_malformed", answered

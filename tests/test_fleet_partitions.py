@@ -142,3 +142,43 @@ def test_a_row_more_than_a_day_past_the_servers_clock_is_refused(
         assert {t: _partitions(conn, t) for t in TABLES} == before
         head = conn.execute("SELECT seq FROM agentteam.heads WHERE journal_id = %s", (journal_id,))
         assert head.fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    "wall",
+    [
+        "2026-06-30T23:59:60.000000Z",  # a leap second: PostgreSQL reads July, the text June
+        "2024-12-31T24:00:00.000000Z",  # end of day: 2025-01-01, the text the early partition's
+        "2024-12-31T23:59:60.500000Z",
+        "2025-03-31T24:00:00.000000Z",  # April's partition made by the batch's first row
+        "2024-12-31T23:59:59.999oT9Z",  # letters read as a zone: 2025-01-01T08:59:59.999
+        "2025-04-30T23:59:59.99KS99Z",  # 2025-05-05
+        "2025-04-02T23:59:59.l00000Z",  # the same month, another hour
+        "2025-04-0-T10:00:00.000000Z",  # read as the 0th... day 4
+        "+026-12-04T10:00:00.000000Z",  # a sign: read as a time zone, not a year
+        "-026-12-04T10:00:00.000000Z",
+        "2026-1a-04T10:00:00.000000Z",
+    ],
+)
+def test_a_ts_wall_the_writer_could_not_have_written_is_row_malformed(
+    mallory: str, wall: str
+) -> None:
+    """A ts_wall must be the writer's text of its instant (what Python's `verify` reads), not
+    only its shape: PostgreSQL also reads `24:00`, `:60`, letters (zone names) and signs within
+    the shape, as another instant than the text says, often of another month than the text's,
+    which picked the partition (a CHECK or no-partition error, whose DETAIL the shipper took for
+    a rule, or a sign's uncaught error), or accepted the row where `verify` says row_malformed."""
+    walls = ["2025-04-01T00:00:00.000000Z", wall]
+    with psycopg.connect(mallory, autocommit=True) as conn:
+        journal_id = _register(conn)
+        with pytest.raises(psycopg.errors.CheckViolation) as caught, conn.transaction():
+            send_batch(conn, journal_id, _rows(journal_id, walls))
+        # With its seq when PostgreSQL reads a time in it, else the batch's.
+        assert caught.value.diag.message_detail in ("row_malformed 2", "row_malformed")
+        head = conn.execute("SELECT seq FROM agentteam.heads WHERE journal_id = %s", (journal_id,))
+        assert head.fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM agentteam.events WHERE journal_id = %s", (journal_id,)
+        ).fetchone() == (0,)
+    rows = [journal.Row._make(r) for r in _rows(journal_id, walls)]
+    assert journal.row_problem(rows[1]) is not None  # as verify finds it

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.replay._fleet_witness import witness_findings
@@ -15,11 +18,13 @@ from agentteam_task_bridge.replay._fleet_witness import witness_findings
 from .fleet_helpers import (
     append_calls,
     consolidated_copy,
+    reseal_merkle,
     rewrite_payload,
     split_in_segments,
     truncate_to,
     write_fleet_journal,
 )
+from .journal_helpers import KEY, VKEY
 
 
 def rules(url: str, *paths: Path) -> list[tuple[str, int | None]]:
@@ -216,3 +221,60 @@ def test_a_forged_prune_of_segments_the_store_never_held_is_caught(
     assert {f.seq for f in found} == {forged}
     # Only the segments the store never held are named; those it holds were prunable.
     assert {f.detail.split(" names ")[1].split(" ")[0] for f in found} == unheld
+
+
+def _fork_leaves(path: Path, target: Path, since_seq: int) -> Path:
+    """A copy of the journal with the same events (so the same hash chain) but other leaves
+    from `since_seq` on (each salt and payload digest anew), its checkpoints signed anew over
+    the new tree by the journal's own key, as an insider holding the machine can: a fork of the
+    Merkle log that `verify` alone finds sound."""
+    fork = consolidated_copy(path, target)
+    reseal_merkle(fork, since_seq)
+    conn = sqlite3.connect(fork)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+            conn.execute(f"DROP TRIGGER {name}")
+        checkpoints = conn.execute(
+            "SELECT id, journal_id, seq, head_hash, ts_wall FROM checkpoints"
+        ).fetchall()
+        with journal.open_reader(fork) as reader:
+            read = journal.files_reader([(reader.segment.first_seq, reader.stored_hash)])
+            roots = {seq: journal.tree_hash(seq, read) for _, _, seq, _, _ in checkpoints}
+        for row_id, jid, seq, head_hash, ts_wall in checkpoints:
+            signed = journal.sign_checkpoint(
+                journal.SigningKey("agentteam-bridge/seed", KEY),
+                journal_id=jid,
+                seq=seq,
+                head_hash=head_hash,
+                ts_wall=ts_wall,
+                root_hash=roots[seq].hex(),
+            )
+            conn.execute(
+                "UPDATE checkpoints SET signature = ?, root_hash = ? WHERE id = ?",
+                (signed.signature, signed.root_hash, row_id),
+            )
+        conn.commit()
+    finally:
+        conn.close()
+    return fork
+
+
+@pytest.mark.parametrize("since_seq", [1, 7, "last"])
+@pytest.mark.parametrize("shipped_first", ["original", "fork"])
+def test_a_fork_of_the_merkle_log_under_the_same_chain_is_caught(
+    pg_url: str, tmp_path: Path, since_seq: int | str, shipped_first: str
+) -> None:
+    """Two files of one journal with the same events but other leaves (salts) from some seq on
+    (two trees, each signed): whichever is shipped, the other is `witness_root_mismatch` at its
+    first other leaf, without a witness key too (the chain alone agrees)."""
+    original = tmp_path / "a.db"
+    write_fleet_journal(original, 9, 6)
+    last = head(original)
+    first = last if since_seq == "last" else int(since_seq)
+    fork = _fork_leaves(original, tmp_path / "fork.db", first)
+    assert replay.verify([fork], trusted=[VKEY]).ok, "a sound journal on its own"
+    shipped, other = (original, fork) if shipped_first == "original" else (fork, original)
+    report = replay.ship([shipped], pg_url)
+    assert report.ok
+    assert rules(pg_url, shipped) == []
+    assert rules(pg_url, other) == [("witness_root_mismatch", first)]
