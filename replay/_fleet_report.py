@@ -24,7 +24,6 @@ The client receives aggregates and the stories' events, never the whole history.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -32,7 +31,7 @@ from typing import Any, Final
 
 from agentteam_task_bridge import journal
 
-from ._audit import _FLOOR_MS, _GROWTH, Histogram, _bucket
+from ._audit import Histogram
 from ._calls import CallDetail, story_detail, wall
 from ._deprecations import DEFAULT_GATE_DAYS
 from ._findings import Finding
@@ -280,73 +279,36 @@ def _verdict(conn: Any, store_url: str) -> VerifyResult:
     )
 
 
-def _micros_thresholds() -> list[int]:
-    """For each latency bucket k >= 1 of :class:`Histogram`, the least whole number of
-    microseconds the local timeline puts in bucket k or above (``_bucket(micros / 1000)``, its
-    own float arithmetic, not the server's): ``width_bucket`` of a value over these is its
-    bucket, to the last one a bigint of nanoseconds can reach."""
-    thresholds: list[int] = []
-    k = 1
-    while True:
-        guess = max(2, math.ceil(_FLOOR_MS * 1000 * _GROWTH ** (k - 1)))
-        while _bucket((guess - 1) / 1000) >= k and guess > 2:
-            guess -= 1
-        while _bucket(guess / 1000) < k:
-            guess += 1
-        if guess > _MICROS_EXACT:
-            return thresholds
-        thresholds.append(guess)
-        k += 1
-
-
-# Below this (51 days) a latency's microseconds rounded by the server are the local code's
-# ``round(ns / 1e6, 3)`` (the float's error, half a unit of its last place, stays under the
-# nanosecond that separates a value from a tie) and survive the histogram's
-# ``round(ms * 1000)``: the server counts and sums a bucket's values. Above it (a hostile
-# journal's clock) each value is sent in nanoseconds, as a tie is.
-_MICROS_EXACT: Final = 1 << 42
-
-
 # Seconds since the epoch as the local timeline counts them (whole seconds of the start).
 _SECOND: Final = "floor(extract(epoch FROM started_ts))::bigint"
+# Below this many microseconds (51 days) a latency the server rounds to microseconds is the
+# local code's ``round(ns / 1e6, 3)``: the float's error, half a unit of its last place, stays
+# under the nanosecond between a value and a tie. A tie (half a microsecond, which the local
+# code rounds from nanoseconds) or a longer latency (a hostile journal's clock) is sent in
+# nanoseconds and rounded by the local arithmetic.
+MICROS_EXACT: Final = 1 << 42
+_AS_NS: Final = f"(mod(t.bridge_ns, 1000) = 500 OR abs(t.bridge_ns) >= {MICROS_EXACT * 1000 - 500})"
 
 
 def _extra(stories: int) -> dict[str, str]:
     """The page's aggregates over the audit's read of the call lines (``lines``): the
     timeline (its width the narrowest power of two seconds that spans the calls in fewer than
     MAX_BUCKETS buckets, as the local timeline ends), the error codes with their first call,
-    and the first ``stories`` calls. The timeline's rows: the calls per bucket, tool and
-    status (``a`` 0); each bucket's latencies per histogram bucket, counted, summed, least and
-    greatest (``a`` 1; the histogram's buckets found by the local arithmetic's thresholds);
-    a latency at a tie (half a microsecond, which the local code rounds from nanoseconds) or
-    past the exact range, in nanoseconds (``a`` 2)."""
-    thresholds = "'{" + ",".join(map(str, _micros_thresholds())) + "}'::bigint[]"
+    and the first ``stories`` calls."""
     timeline = f"""
-WITH t AS (
-  SELECT {_SECOND} AS s, tool, status, bridge_ns,
-    mod(bridge_ns, 1000) = 500 AS tie, round(bridge_ns / 1000.0)::bigint AS micros
-  FROM lines),
+WITH t AS (SELECT {_SECOND} AS s, tool, status, bridge_ns FROM lines),
 r AS (SELECT min(s) AS lo, max(s) AS hi FROM t),
 w AS MATERIALIZED (
   SELECT coalesce((SELECT min(x.width) FROM generate_series(0, 62) e,
                      LATERAL (SELECT 1::bigint << e AS width) x
                    WHERE floor(r.hi::numeric / x.width) - floor(r.lo::numeric / x.width)
-                         < {MAX_BUCKETS}), 1) AS width, {thresholds} AS th
+                         < {MAX_BUCKETS}), 1) AS width
   FROM r
-),
-b AS (SELECT t.*, w.width, w.th, t.s / w.width AS i FROM t, w)
-SELECT 0 a, width b, i c, coalesce(tool, '?') d, status e, count(*) f,
-  NULL::bigint g, NULL::numeric h, NULL::bigint i, NULL::bigint j
-FROM b GROUP BY width, i, tool, status
-UNION ALL
-SELECT 1, width, i, NULL, NULL, count(*), width_bucket(micros, th), sum(micros),
-  min(micros), max(micros)
-FROM b WHERE NOT tie AND abs(micros) < {_MICROS_EXACT}
-GROUP BY width, i, width_bucket(micros, th)
-UNION ALL
-SELECT 2, width, i, NULL, NULL, count(*), bridge_ns, NULL, NULL, NULL
-FROM b WHERE tie OR abs(micros) >= {_MICROS_EXACT}
-GROUP BY width, i, bridge_ns"""
+)
+SELECT w.width a, t.s / w.width b, coalesce(t.tool, '?') c, t.status d, count(*) e,
+  CASE WHEN NOT {_AS_NS} THEN round(t.bridge_ns / 1000.0)::bigint END f,
+  CASE WHEN {_AS_NS} THEN t.bridge_ns END g
+FROM t, w GROUP BY 1, 2, 3, 4, 6, 7"""
     return {
         "page_timeline": timeline,
         "page_errors": "SELECT error_code a, count(*) b, array_agg(DISTINCT coalesce(tool, '?')) c,"
@@ -360,24 +322,16 @@ GROUP BY width, i, bridge_ns"""
 def _timeline(rows: list[tuple[Any, ...]]) -> tuple[int, _Timeline]:
     """The calls per bucket (the rows of ``_extra``'s timeline)."""
     timeline = _Timeline()
-    for kind, width, index, tool, status, n, value, total, least, most in rows:
+    for width, index, tool, status, n, micros, tie_ns in rows:
         timeline.width = int(width)
         if index not in timeline.tools:
             timeline.tools[index], timeline.statuses[index] = Counter(), Counter()
             timeline.latency[index] = Histogram()
-        n = int(n)
-        latency = timeline.latency[index]
-        if kind == 0:
-            timeline.tools[index][tool] += n
-            timeline.statuses[index][status] += n
-        elif kind == 1:  # as n calls to Histogram.add, one bucket's at once
-            latency.count += n
-            latency.total_us += int(total)
-            latency.max = max(latency.max, most / 1000)
-            latency.min = min(latency.min, least / 1000)
-            latency.buckets[int(value)] += n
-        else:
-            latency.add(round(value / 1e6, 3), n)
+        timeline.tools[index][tool] += int(n)
+        timeline.statuses[index][status] += int(n)
+        if micros is not None or tie_ns is not None:
+            ms = micros / 1000 if micros is not None else round(tie_ns / 1e6, 3)
+            timeline.latency[index].add(ms, int(n))
     return timeline.width, timeline
 
 

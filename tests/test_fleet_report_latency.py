@@ -1,10 +1,9 @@
-"""``report --from`` puts each call's latency in the local histogram's bucket on the server,
-by thresholds the local arithmetic finds (``_micros_thresholds``): the count of thresholds at or
-below a value (``width_bucket``) is ``_bucket`` of it, at every bucket's edge."""
+"""``report --from`` counts each call's latency in the page's timeline as the local page does:
+the server rounds it to microseconds where that is the local ``round(ns / 1e6, 3)``, and sends
+the rest (a tie at half a microsecond, a latency past ``MICROS_EXACT``) in nanoseconds."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import random
 import time
@@ -13,12 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentteam_task_bridge import journal, replay
-from agentteam_task_bridge.replay._audit import _bucket
-from agentteam_task_bridge.replay._fleet_report import (
-    _MICROS_EXACT,
-    _micros_thresholds,
-    report_from,
-)
+from agentteam_task_bridge.replay._fleet_report import MICROS_EXACT, report_from
 from agentteam_task_bridge.replay._fleet_store import connect
 from agentteam_task_bridge.replay._render import to_json
 
@@ -26,28 +20,17 @@ from .fleet_helpers import journal_events
 from .journal_helpers import KEY
 from .pg_cluster import Cluster
 
-
-def test_the_thresholds_are_the_local_buckets_edges() -> None:
-    thresholds = _micros_thresholds()
-    assert thresholds == sorted(thresholds)
-    edges = {t + d for t in set(thresholds) for d in (-1, 0, 1)}
-    rng = random.Random(7)
-    values = edges | set(range(-3, 5000)) | {rng.randrange(_MICROS_EXACT) for _ in range(20000)}
-    for micros in sorted(values):
-        assert bisect.bisect_right(thresholds, micros) == _bucket(micros / 1000), micros
-
-
 # Clock jumps (ns) by the clock read they come at: past the exact range by far, just under
-# it (grouped on the server), just over it.
-JUMPS = {500: 5 * 10**18, 800: _MICROS_EXACT * 1000 - 7_777_777, 900: _MICROS_EXACT * 1000 + 1}
+# it (rounded on the server), just over it.
+JUMPS = {500: 5 * 10**18, 800: MICROS_EXACT * 1000 - 7_777_777, 900: MICROS_EXACT * 1000 + 1}
 
 
 def test_the_servers_microseconds_are_the_local_rounding_in_the_exact_range() -> None:
-    """Within ``_MICROS_EXACT``, a latency that is no tie rounds on the server (``round(ns /
+    """Within ``MICROS_EXACT``, a latency that is no tie rounds on the server (``round(ns /
     1000.0)``, numeric: half away from zero) to the microseconds of the local
     ``round(ns / 1e6, 3)``, and back to the same float."""
     rng = random.Random(11)
-    top = _MICROS_EXACT * 1000
+    top = MICROS_EXACT * 1000
     for ns in [rng.randrange(-top + 1, top) for _ in range(200_000)] + [top - 1, -top + 1, 1]:
         if ns % 1000 == 500:
             continue
@@ -82,7 +65,7 @@ def test_latencies_at_a_half_microsecond_and_past_the_exact_range_are_the_local_
     with connect(url, autocommit=True) as conn:
         ties, huge = conn.execute(
             "SELECT count(*) FILTER (WHERE mod(bridge_ns, 1000) = 500),"
-            f" count(*) FILTER (WHERE bridge_ns >= {_MICROS_EXACT} * 1000)"
+            f" count(*) FILTER (WHERE bridge_ns >= {MICROS_EXACT} * 1000)"
             " FROM agentteam.call_lines"
         ).fetchone()
     assert (ties > 0, huge >= 2) == (True, True), (ties, huge)
