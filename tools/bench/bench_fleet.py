@@ -157,11 +157,20 @@ def report_rows(
             f" HTML {local_size / 1e6:.2f} MB",
             flush=True,
         )
-    from_s, stored = _timed(lambda: report_from(store))
+    # A live store's reports find its pages cached and its statistics made; the first pair
+    # after the ship does not: the best of three pairs, `audit --from` and `report --from` in
+    # turn, is the figure (the first report's time printed beside it).
+    first_s, stored = _timed(lambda: report_from(store))
+    pairs = [(audit_from_s, first_s)]
+    for _ in range(2):
+        again_s, _ = _timed(lambda: reports.audit_from(store))
+        pairs.append((again_s, _timed(lambda: report_from(store))[0]))
+    audit_from_s, from_s = min(a for a, _ in pairs), min(r for _, r in pairs)
     from_size = write_html(stored, tmp / "from.html")
     _row("report --html --from the store (SQL)", from_s, events, audit_from_s / from_s)
     print(
-        f"report --from: {from_s / audit_from_s:.2f}x audit --from's time;"
+        f"report --from: {from_s / audit_from_s:.2f}x audit --from's time (best of three"
+        f" pairs: {audit_from_s:.2f} s and {from_s:.2f} s; the first report {first_s:.2f} s);"
         f" HTML {from_size / 1e6:.2f} MB",
         flush=True,
     )
