@@ -264,6 +264,25 @@ def audit_and(
     return _audit_report(got, sessions), {name: got[name] for name in extra or {}}
 
 
+def aggregates_from(
+    store_url: str, scope: Scope, extra: Mapping[str, str]
+) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of each ``extra`` aggregate (as for :func:`audit_and`) from a read of the call
+    lines of their own, on a connection of their own."""
+    parts = ",\n".join(
+        f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
+        for name, sql in extra.items()
+    )
+    query = f"WITH lines AS MATERIALIZED ({CALL_LINES} WHERE {scope.lines}) SELECT {parts}"
+    with connect(store_url, autocommit=True) as conn:
+        row = conn.execute(query, scope.line_params).fetchone()
+    assert row is not None
+    return {
+        name: [tuple(item.values()) for item in value]
+        for name, value in zip(extra, row, strict=True)
+    }
+
+
 def _audit_report(
     got: dict[str, list[tuple[Any, ...]]], sessions: list[tuple[Any, ...]]
 ) -> AuditReport:
