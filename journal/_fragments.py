@@ -19,9 +19,13 @@ A secret re-encoded is found too, as a run of its **encoded forms** (``encoded_f
 it, e.g. ``Basic`` credentials holding it; the characters its own bits fix) and percent-escapes of
 every byte (``%61%74...``, either case of hex). An encoded form's run is as long as the run of
 the secret it spells: ``_B64_RUN`` (14) base64 characters (ten of its bytes), ``_PCT_RUN`` (30)
-escaped characters (ten bytes). Not found: a secret reversed, hex-encoded, percent-escaped only in
-part (``quote`` of a base64 token keeps its runs between escapes: those are found as
-fragments), or cut to fewer than ten letters and digits.
+escaped characters (ten bytes). A secret **percent-escaped in part** (what a URL or a form does
+to it: ``quote``, ``quote_plus``, ``encodeURIComponent`` escape its reserved characters only, so a
+base64 token's ``+``/``/``/``=`` or a password's ``&"<>!`` become ``%2B``... between runs too
+short to be fragments) is found in the text's **unescaped view**: each ``%XX`` of an ASCII byte
+read as that character (the run then covers the escape whole), looked at beside the text as it
+is wherever the text holds a ``%``. Not found: a secret reversed, hex-encoded, HTML-escaped,
+escaped twice (``%252B``), ``+`` for a space, or cut to fewer than ten letters and digits.
 
 Invariants: ``Fragments.hits(text)`` is False only if ``remove(text)`` leaves it unchanged (the
 probes below are a sufficient screen); ``remove`` replaces each maximal run, and the ``_``/``-``
@@ -37,7 +41,9 @@ no fragment; a probe found is extended left and right along the form to the whol
 from __future__ import annotations
 
 import base64
+import re
 from typing import Final
+from urllib.parse import unquote, unquote_to_bytes
 
 __all__ = ["FRAGMENT_RUN", "SHORTEST", "Fragments", "encoded_forms", "fold"]
 
@@ -49,6 +55,7 @@ assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1 and SHORTEST > _PROBE
 _B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
 _PCT_RUN: Final = 30  # `%XX` characters: ten bytes
 _SEPARATORS: Final = "_-\x00"
+_ESCAPE: Final = re.compile(r"%([0-7][0-9A-Fa-f])")  # `%XX` of an ASCII byte (the unescaped view)
 
 
 def fold(text: str) -> str:
@@ -58,6 +65,11 @@ def fold(text: str) -> str:
 
 def _fold_bytes(raw: bytes) -> bytes:
     return raw.lower().translate(None, b"_-\x00")
+
+
+def _unescaped(folded: str) -> str:
+    """The unescaped view of a folded text holding a `%`, folded again."""
+    return fold(unquote(folded, errors="surrogateescape"))
 
 
 def encoded_forms(secret: str) -> list[tuple[str, int]]:
@@ -128,6 +140,10 @@ class Fragments:
             for probe in self._escaped:
                 if probe in folded:
                     return True
+            unescaped = _unescaped(folded)
+            for probe in self.probes:
+                if probe in unescaped:
+                    return True
         return False
 
     def hits(self, text: str) -> bool:
@@ -148,37 +164,21 @@ class Fragments:
             for probe in self._escaped_bytes:
                 if probe in folded:
                     return True
+            unescaped = _fold_bytes(unquote_to_bytes(folded))
+            for probe in self._probes_bytes:
+                if probe in unescaped:
+                    return True
         return False
 
     def remove(self, text: str, marker: str) -> str:
         """`text` with every run of FRAGMENT_RUN or more folded characters of a secret replaced by
-        `marker` (the run's own `_`/`-` with it)."""
+        `marker` (the run's own `_`/`-` with it), in the text as it is and in its unescaped
+        view (a run there covers its escapes whole)."""
         if not self.hits(text):
             return text
-        chars: list[str] = []
-        where: list[int] = []  # the index in `text` of each folded character
-        for index, char in enumerate(text):
-            if char in _SEPARATORS:
-                continue
-            for low in char.lower():
-                chars.append(low)
-                where.append(index)
-        folded = "".join(chars)
-        spans: list[tuple[int, int]] = []
-        for secret, run in self._folded:
-            for k in range(0, len(secret) - _PROBE + 1, run - _PROBE + 1):
-                probe = secret[k : k + _PROBE]
-                at = folded.find(probe)
-                while at >= 0:
-                    start, stop, s_start, s_stop = at, at + _PROBE, k, k + _PROBE
-                    while start > 0 and s_start > 0 and folded[start - 1] == secret[s_start - 1]:
-                        start, s_start = start - 1, s_start - 1
-                    end = len(folded)
-                    while stop < end and s_stop < len(secret) and folded[stop] == secret[s_stop]:
-                        stop, s_stop = stop + 1, s_stop + 1
-                    if stop - start >= run:
-                        spans.append((where[start], where[stop - 1] + 1))
-                    at = folded.find(probe, at + 1)
+        spans = self._spans(*_folded_view(text, escapes=False))
+        if "%" in text:
+            spans += self._spans(*_folded_view(text, escapes=True))
         if not spans:
             return text
         spans.sort()
@@ -192,3 +192,42 @@ class Fragments:
             end = stop
         out.append(text[end:])
         return "".join(out)
+
+    def _spans(self, folded: str, where: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The spans of the text (`where`: each folded character's) of every run in `folded`."""
+        spans: list[tuple[int, int]] = []
+        for secret, run in self._folded:
+            for k in range(0, len(secret) - _PROBE + 1, run - _PROBE + 1):
+                probe = secret[k : k + _PROBE]
+                at = folded.find(probe)
+                while at >= 0:
+                    start, stop, s_start, s_stop = at, at + _PROBE, k, k + _PROBE
+                    while start > 0 and s_start > 0 and folded[start - 1] == secret[s_start - 1]:
+                        start, s_start = start - 1, s_start - 1
+                    end = len(folded)
+                    while stop < end and s_stop < len(secret) and folded[stop] == secret[s_stop]:
+                        stop, s_stop = stop + 1, s_stop + 1
+                    if stop - start >= run:
+                        spans.append((where[start][0], where[stop - 1][1]))
+                    at = folded.find(probe, at + 1)
+        return spans
+
+
+def _folded_view(text: str, *, escapes: bool) -> tuple[str, list[tuple[int, int]]]:
+    """`text` folded (`escapes`: each `%XX` of an ASCII byte read as its character first), with
+    the span of `text` each folded character came from."""
+    chars: list[str] = []
+    where: list[tuple[int, int]] = []
+    index, size = 0, len(text)
+    while index < size:
+        char, stop = text[index], index + 1
+        if escapes and char == "%":
+            escape = _ESCAPE.match(text, index)
+            if escape is not None:
+                char, stop = chr(int(escape[1], 16)), escape.end()
+        if char not in _SEPARATORS:
+            for low in char.lower():
+                chars.append(low)
+                where.append((index, stop))
+        index = stop
+    return "".join(chars), where
