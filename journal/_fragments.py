@@ -23,9 +23,10 @@ escaped characters (ten bytes). A secret **percent-escaped in part** (what a URL
 to it: ``quote``, ``quote_plus``, ``encodeURIComponent`` escape its reserved characters only, so a
 base64 token's ``+``/``/``/``=`` or a password's ``&"<>!`` become ``%2B``... between runs too
 short to be fragments) is found in the text's **unescaped view**: each ``%XX`` of an ASCII byte
-read as that character (the run then covers the escape whole), looked at beside the text as it
-is wherever the text holds a ``%``. Not found: a secret reversed, hex-encoded, HTML-escaped,
-escaped twice (``%252B``), ``+`` for a space, or cut to fewer than ten letters and digits.
+(or ``%25XX``, escaped twice: a URL in another's query) read as that character (the run then
+covers the escape whole), looked at beside the text as it is wherever the text holds a ``%``.
+Not found: a secret reversed, hex-encoded, HTML-escaped, ``+`` for a space, or cut to fewer than
+ten letters and digits.
 
 Invariants: ``Fragments.hits(text)`` is False only if ``remove(text)`` leaves it unchanged (the
 probes below are a sufficient screen); ``remove`` replaces each maximal run, and the ``_``/``-``
@@ -55,7 +56,8 @@ assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1 and SHORTEST > _PROBE
 _B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
 _PCT_RUN: Final = 30  # `%XX` characters: ten bytes
 _SEPARATORS: Final = "_-\x00"
-_ESCAPE: Final = re.compile(r"%([0-7][0-9A-Fa-f])")  # `%XX` of an ASCII byte (the unescaped view)
+# `%XX` of an ASCII byte; with the escape escaped once more (`%25XX`: a URL in a URL's query).
+_ESCAPES: Final = (re.compile(r"%([0-7][0-9A-Fa-f])"), re.compile(r"%(?:25)?([0-7][0-9A-Fa-f])"))
 
 
 def fold(text: str) -> str:
@@ -68,8 +70,12 @@ def _fold_bytes(raw: bytes) -> bytes:
 
 
 def _unescaped(folded: str) -> str:
-    """The unescaped view of a folded text holding a `%`, folded again."""
-    return fold(unquote(folded, errors="surrogateescape"))
+    """The unescaped views of a folded text holding a `%` (escapes read once, and twice), each
+    folded again, joined by U+0001 (no secret holds one)."""
+    once = unquote(folded, errors="surrogateescape")
+    if "%" not in once:
+        return fold(once)
+    return fold(once) + "\x01" + fold(unquote(once, errors="surrogateescape"))
 
 
 def encoded_forms(secret: str) -> list[tuple[str, int]]:
@@ -141,9 +147,10 @@ class Fragments:
                 if probe in folded:
                     return True
             unescaped = _unescaped(folded)
-            for probe in self.probes:
-                if probe in unescaped:
-                    return True
+            for probes in (self.probes, self._escaped):  # a secret may begin with `%` too
+                for probe in probes:
+                    if probe in unescaped:
+                        return True
         return False
 
     def hits(self, text: str) -> bool:
@@ -164,10 +171,14 @@ class Fragments:
             for probe in self._escaped_bytes:
                 if probe in folded:
                     return True
-            unescaped = _fold_bytes(unquote_to_bytes(folded))
-            for probe in self._probes_bytes:
-                if probe in unescaped:
-                    return True
+            once = unquote_to_bytes(folded)
+            unescaped = _fold_bytes(once)
+            if b"%" in once:
+                unescaped += b"\x01" + _fold_bytes(unquote_to_bytes(once))
+            for probes_bytes in (self._probes_bytes, self._escaped_bytes):
+                for probe in probes_bytes:
+                    if probe in unescaped:
+                        return True
         return False
 
     def remove(self, text: str, marker: str) -> str:
@@ -176,9 +187,10 @@ class Fragments:
         view (a run there covers its escapes whole)."""
         if not self.hits(text):
             return text
-        spans = self._spans(*_folded_view(text, escapes=False))
+        spans = self._spans(*_folded_view(text, escapes=0))
         if "%" in text:
-            spans += self._spans(*_folded_view(text, escapes=True))
+            spans += self._spans(*_folded_view(text, escapes=1))
+            spans += self._spans(*_folded_view(text, escapes=2))
         if not spans:
             return text
         spans.sort()
@@ -213,18 +225,19 @@ class Fragments:
         return spans
 
 
-def _folded_view(text: str, *, escapes: bool) -> tuple[str, list[tuple[int, int]]]:
-    """`text` folded (`escapes`: each `%XX` of an ASCII byte read as its character first), with
-    the span of `text` each folded character came from."""
+def _folded_view(text: str, *, escapes: int) -> tuple[str, list[tuple[int, int]]]:
+    """`text` folded (`escapes` 1: each `%XX` of an ASCII byte read as its character first; 2:
+    each `%25XX` too), with the span of `text` each folded character came from."""
+    escape = _ESCAPES[escapes - 1] if escapes else None
     chars: list[str] = []
     where: list[tuple[int, int]] = []
     index, size = 0, len(text)
     while index < size:
         char, stop = text[index], index + 1
-        if escapes and char == "%":
-            escape = _ESCAPE.match(text, index)
-            if escape is not None:
-                char, stop = chr(int(escape[1], 16)), escape.end()
+        if escape is not None and char == "%":
+            found = escape.match(text, index)
+            if found is not None:
+                char, stop = chr(int(found[1], 16)), found.end()
         if char not in _SEPARATORS:
             for low in char.lower():
                 chars.append(low)
