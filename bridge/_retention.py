@@ -7,12 +7,17 @@ live session writes too: the erasure takes SQLite's write lock, and that writer 
 next events after it). Each erasure is a signed ``payload_erased`` event (``selector:
 older_than``, ``actor: retention``); the envelope of every event (who, when, which tool, outcome,
 latency) stays. It runs in a worker thread, never in a call's path; a failure is logged to
-stderr and retried at the next period, and never ends the session.
+stderr and retried at the next period, and never ends the session. Nor does it hold the session's
+end: when the session ends (the task is cancelled) the thread is let go at once and told to stop
+(`journal.erase_payloads`' ``stop``: SQLite rolls back the erasure under way within a few
+thousand steps, as a crash would; the next session's run does it again), so an erasure of a
+large journal or pool never keeps the process past the end's deadline.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -43,10 +48,14 @@ def retention_targets(setting: Path, own: Path) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def _run_once(targets: list[Path], days: float, key_path: Path | None) -> int:
+def _run_once(
+    targets: list[Path], days: float, key_path: Path | None, stop: Callable[[], bool]
+) -> int:
     key = journal.load_key(key_path, create=False, announce=False)
     erased = 0
     for target in targets:
+        if stop():
+            break
         try:
             result = journal.erase_payloads(
                 target,
@@ -54,9 +63,11 @@ def _run_once(targets: list[Path], days: float, key_path: Path | None) -> int:
                 reason=f"retention: payloads older than {days:g} days",
                 actor=RETENTION_ACTOR,
                 key=key,
+                stop=stop,
             )
         except (journal.JournalError, OSError) as exc:
-            _log.warning("retention: %s was not trimmed (%s)", target.name, _short(exc))
+            if not stop():  # stopped by the session's end: nothing to report
+                _log.warning("retention: %s was not trimmed (%s)", target.name, _short(exc))
             continue
         erased += len(result.seqs)
     return erased
@@ -76,13 +87,19 @@ async def retain_payloads(
 ) -> None:
     """Erase old payloads now and every ``period`` seconds until cancelled."""
     wait = retention_period(days) if period is None else period
-    while True:
-        targets = retention_targets(setting, own())
-        try:
-            erased = await trio.to_thread.run_sync(_run_once, targets, days, key_path)
-        except (OSError, ValueError) as exc:  # the key file went away or is not a key
-            _log.warning("retention: no payload erased (%s)", _short(exc))
-        else:
-            if erased:
-                _log.info("retention: erased the payloads of %d events", erased)
-        await trio.sleep(wait)
+    stopping = threading.Event()
+    try:
+        while True:
+            targets = retention_targets(setting, own())
+            try:
+                erased = await trio.to_thread.run_sync(
+                    _run_once, targets, days, key_path, stopping.is_set, abandon_on_cancel=True
+                )
+            except (OSError, ValueError) as exc:  # the key file went away or is not a key
+                _log.warning("retention: no payload erased (%s)", _short(exc))
+            else:
+                if erased:
+                    _log.info("retention: erased the payloads of %d events", erased)
+            await trio.sleep(wait)
+    finally:
+        stopping.set()  # a thread let go by the cancellation stops at SQLite's next look

@@ -23,6 +23,11 @@ Rules (stable; ``verify`` and any script recompute them):
 * A live journal (a bridge holds its lock) is erased under SQLite's own write lock, taken with
   the busy timeout: the writer's transactions are short. The writer notices the appended event
   at its next commit and sequences its rows after it (:func:`rebase_rows`).
+* ``stop`` (a session that erases by retention is ending) ends an erasure where it is, as a
+  crash would: SQLite asks it every few thousand steps (a progress handler) and rolls back the
+  transaction under way; the files not reached yet are left as they are. A payload_erased event
+  already committed names seqs of a sealed segment that still holds them: the next run erases
+  them (``verify`` only asks that every erased event be named).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -75,6 +80,7 @@ __all__ = [
 ERASE_TIMEOUT_S: Final = 30.0
 PROTECTED_KINDS: Final = ("payload_erased", "key_rotated", "segment_started", "segments_pruned")
 _SCRUB_TRIES: Final = 50
+_STOP_EVERY: Final = 10_000  # SQLite virtual machine steps between two looks at `stop`
 
 
 class Selector(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,11 +201,13 @@ def erase(
     dry_run: bool = False,
     checkpoint_path: Path | None = None,
     busy_timeout: float = ERASE_TIMEOUT_S,
+    stop: Callable[[], bool] | None = None,
 ) -> EraseResult:
     """Erase the payloads ``selector`` chooses in the journal at ``path`` (any of its segment
     files stands for all). ``key`` signs the checkpoint over the ``payload_erased`` event and
     must be the key the journal names; ``checkpoint_path`` (default
-    ``<journal>.checkpoint.json`` when it exists) receives that checkpoint."""
+    ``<journal>.checkpoint.json`` when it exists) receives that checkpoint. Once ``stop`` says
+    True the erasure ends where it is (its transaction rolled back: `JournalUnavailable`)."""
     base = base_path(path)
     files = [p for _, p in segment_files(base)] or [path]
     if not files[-1].is_file():
@@ -209,7 +217,7 @@ def erase(
     if name == "task":
         calls = _task_calls(files, selector)
     where = selector.where(calls)
-    plan = [(f, _select(f, where, name, calls)) for f in files]
+    plan = [(f, _select(f, where, name, calls, stop)) for f in files]
     chosen = sorted(s for _, seqs in plan for s in seqs)
     journal_id = _journal_id(files[-1])
     live = held_by_a_writer(files[-1])
@@ -239,13 +247,14 @@ def erase(
             actor=actor or default_actor(),
             key=key,
             busy_timeout=busy_timeout,
+            stop=stop,
         )
     done = sorted(erased + [s for _, seqs in plan[:-1] for s in seqs]) if event_seq else []
     if event_seq is not None:
         for file, seqs in plan[:-1]:
             if seqs:
-                _erase_sealed(file, seqs, event_seq, busy_timeout)
-    scrubbed = all([_scrub(f, busy_timeout) for f in files])
+                _erase_sealed(file, seqs, event_seq, busy_timeout, stop)
+    scrubbed = all([_scrub(f, busy_timeout, stop) for f in files])
     if checkpoint is not None:
         target = checkpoint_path or Path(f"{base}.checkpoint.json")
         if checkpoint_path is not None or target.exists():
@@ -273,11 +282,19 @@ def _condition(where: tuple[str, list[Any]], name: str) -> tuple[str, list[Any]]
     )
 
 
-def _select(file: Path, where: tuple[str, list[Any]], name: str, calls: Sequence[str]) -> list[int]:
+def _select(
+    file: Path,
+    where: tuple[str, list[Any]],
+    name: str,
+    calls: Sequence[str],
+    stop: Callable[[], bool] | None,
+) -> list[int]:
     if name == "task" and not calls:
         return []
     sql, params = _condition(where, name)
     conn = _read(file)
+    if stop is not None:
+        conn.set_progress_handler(stop, _STOP_EVERY)
     try:
         rows = conn.execute(f"SELECT seq FROM events WHERE {sql} ORDER BY seq", params)
         return [int(r[0]) for r in rows]
@@ -340,9 +357,15 @@ def _exclusive(file: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _connect(file: Path, busy_timeout: float) -> sqlite3.Connection:
+def _connect(
+    file: Path, busy_timeout: float, stop: Callable[[], bool] | None
+) -> sqlite3.Connection:
+    if stop is not None and stop():
+        raise JournalUnavailable("io_error", f"{file.name}: the erasure was stopped")
     conn = connect_writer(file, busy_timeout=busy_timeout)
     conn.execute("PRAGMA secure_delete=ON")
+    if stop is not None:  # a statement under way is interrupted (SQLITE_INTERRUPT), rolled back
+        conn.set_progress_handler(stop, _STOP_EVERY)
     return conn
 
 
@@ -374,10 +397,11 @@ def _erase_live(
     actor: str,
     key: SigningKey,
     busy_timeout: float,
+    stop: Callable[[], bool] | None,
 ) -> tuple[int | None, Any, list[int]]:
     """In one transaction of the live segment: the event naming every seq, its signed
     checkpoint, and this file's erasures. (None, None, []) when nothing is left to erase."""
-    conn = _connect(file, busy_timeout)
+    conn = _connect(file, busy_timeout, stop)
     try:
         meta = dict(conn.execute("SELECT key, value FROM journal_meta").fetchall())
         if meta.get("merkle_log") != MERKLE_LOG:
@@ -464,8 +488,14 @@ def _check_key(conn: sqlite3.Connection, key: SigningKey) -> None:
         )
 
 
-def _erase_sealed(file: Path, seqs: Sequence[int], erased_by: int, busy_timeout: float) -> None:
-    conn = _connect(file, busy_timeout)
+def _erase_sealed(
+    file: Path,
+    seqs: Sequence[int],
+    erased_by: int,
+    busy_timeout: float,
+    stop: Callable[[], bool] | None,
+) -> None:
+    conn = _connect(file, busy_timeout, stop)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -488,11 +518,11 @@ def _erase_sealed(file: Path, seqs: Sequence[int], erased_by: int, busy_timeout:
         conn.close()
 
 
-def _scrub(file: Path, busy_timeout: float) -> bool:
+def _scrub(file: Path, busy_timeout: float, stop: Callable[[], bool] | None) -> bool:
     """Checkpoint the file's WAL into it and truncate the WAL (the old page images go); a live
     writer's reads may hold it off for a while: retried, bounded. True when done."""
     try:
-        conn = _connect(file, busy_timeout)
+        conn = _connect(file, busy_timeout, stop)
     except JournalUnavailable:
         return False
     try:

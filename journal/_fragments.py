@@ -19,9 +19,14 @@ A secret re-encoded is found too, as a run of its **encoded forms** (``encoded_f
 it, e.g. ``Basic`` credentials holding it; the characters its own bits fix) and percent-escapes of
 every byte (``%61%74...``, either case of hex). An encoded form's run is as long as the run of
 the secret it spells: ``_B64_RUN`` (14) base64 characters (ten of its bytes), ``_PCT_RUN`` (30)
-escaped characters (ten bytes). Not found: a secret reversed, hex-encoded, percent-escaped only in
-part (``quote`` of a base64 token keeps its runs between escapes: those are found as
-fragments), or cut to fewer than ten letters and digits.
+escaped characters (ten bytes). A secret **percent-escaped in part** (what a URL or a form does
+to it: ``quote``, ``quote_plus``, ``encodeURIComponent`` escape its reserved characters only, so a
+base64 token's ``+``/``/``/``=`` or a password's ``&"<>!`` become ``%2B``... between runs too
+short to be fragments) is found in the text's **unescaped view**: each ``%XX`` of an ASCII byte
+(or ``%25XX``, escaped twice: a URL in another's query) read as that character (the run then
+covers the escape whole), looked at beside the text as it is wherever the text holds a ``%``.
+Not found: a secret reversed, hex-encoded, HTML-escaped, ``+`` for a space, or cut to fewer than
+ten letters and digits.
 
 Invariants: ``Fragments.hits(text)`` is False only if ``remove(text)`` leaves it unchanged (the
 probes below are a sufficient screen); ``remove`` replaces each maximal run, and the ``_``/``-``
@@ -37,7 +42,9 @@ no fragment; a probe found is extended left and right along the form to the whol
 from __future__ import annotations
 
 import base64
+import re
 from typing import Final
+from urllib.parse import unquote, unquote_to_bytes
 
 __all__ = ["FRAGMENT_RUN", "SHORTEST", "Fragments", "encoded_forms", "fold"]
 
@@ -49,6 +56,8 @@ assert FRAGMENT_RUN >= _PROBE + _STRIDE - 1 and SHORTEST > _PROBE
 _B64_RUN: Final = 14  # base64 characters: ten bytes of the secret at least
 _PCT_RUN: Final = 30  # `%XX` characters: ten bytes
 _SEPARATORS: Final = "_-\x00"
+# `%XX` of an ASCII byte; with the escape escaped once more (`%25XX`: a URL in a URL's query).
+_ESCAPES: Final = (re.compile(r"%([0-7][0-9A-Fa-f])"), re.compile(r"%(?:25)?([0-7][0-9A-Fa-f])"))
 
 
 def fold(text: str) -> str:
@@ -58,6 +67,15 @@ def fold(text: str) -> str:
 
 def _fold_bytes(raw: bytes) -> bytes:
     return raw.lower().translate(None, b"_-\x00")
+
+
+def _unescaped(folded: str) -> str:
+    """The unescaped views of a folded text holding a `%` (escapes read once, and twice), each
+    folded again, joined by U+0001 (no secret holds one)."""
+    once = unquote(folded, errors="surrogateescape")
+    if "%" not in once:
+        return fold(once)
+    return fold(once) + "\x01" + fold(unquote(once, errors="surrogateescape"))
 
 
 def encoded_forms(secret: str) -> list[tuple[str, int]]:
@@ -128,6 +146,11 @@ class Fragments:
             for probe in self._escaped:
                 if probe in folded:
                     return True
+            unescaped = _unescaped(folded)
+            for probes in (self.probes, self._escaped):  # a secret may begin with `%` too
+                for probe in probes:
+                    if probe in unescaped:
+                        return True
         return False
 
     def hits(self, text: str) -> bool:
@@ -148,37 +171,26 @@ class Fragments:
             for probe in self._escaped_bytes:
                 if probe in folded:
                     return True
+            once = unquote_to_bytes(folded)
+            unescaped = _fold_bytes(once)
+            if b"%" in once:
+                unescaped += b"\x01" + _fold_bytes(unquote_to_bytes(once))
+            for probes_bytes in (self._probes_bytes, self._escaped_bytes):
+                for probe in probes_bytes:
+                    if probe in unescaped:
+                        return True
         return False
 
     def remove(self, text: str, marker: str) -> str:
         """`text` with every run of FRAGMENT_RUN or more folded characters of a secret replaced by
-        `marker` (the run's own `_`/`-` with it)."""
+        `marker` (the run's own `_`/`-` with it), in the text as it is and in its unescaped
+        view (a run there covers its escapes whole)."""
         if not self.hits(text):
             return text
-        chars: list[str] = []
-        where: list[int] = []  # the index in `text` of each folded character
-        for index, char in enumerate(text):
-            if char in _SEPARATORS:
-                continue
-            for low in char.lower():
-                chars.append(low)
-                where.append(index)
-        folded = "".join(chars)
-        spans: list[tuple[int, int]] = []
-        for secret, run in self._folded:
-            for k in range(0, len(secret) - _PROBE + 1, run - _PROBE + 1):
-                probe = secret[k : k + _PROBE]
-                at = folded.find(probe)
-                while at >= 0:
-                    start, stop, s_start, s_stop = at, at + _PROBE, k, k + _PROBE
-                    while start > 0 and s_start > 0 and folded[start - 1] == secret[s_start - 1]:
-                        start, s_start = start - 1, s_start - 1
-                    end = len(folded)
-                    while stop < end and s_stop < len(secret) and folded[stop] == secret[s_stop]:
-                        stop, s_stop = stop + 1, s_stop + 1
-                    if stop - start >= run:
-                        spans.append((where[start], where[stop - 1] + 1))
-                    at = folded.find(probe, at + 1)
+        spans = self._spans(*_folded_view(text, escapes=0))
+        if "%" in text:
+            spans += self._spans(*_folded_view(text, escapes=1))
+            spans += self._spans(*_folded_view(text, escapes=2))
         if not spans:
             return text
         spans.sort()
@@ -192,3 +204,43 @@ class Fragments:
             end = stop
         out.append(text[end:])
         return "".join(out)
+
+    def _spans(self, folded: str, where: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The spans of the text (`where`: each folded character's) of every run in `folded`."""
+        spans: list[tuple[int, int]] = []
+        for secret, run in self._folded:
+            for k in range(0, len(secret) - _PROBE + 1, run - _PROBE + 1):
+                probe = secret[k : k + _PROBE]
+                at = folded.find(probe)
+                while at >= 0:
+                    start, stop, s_start, s_stop = at, at + _PROBE, k, k + _PROBE
+                    while start > 0 and s_start > 0 and folded[start - 1] == secret[s_start - 1]:
+                        start, s_start = start - 1, s_start - 1
+                    end = len(folded)
+                    while stop < end and s_stop < len(secret) and folded[stop] == secret[s_stop]:
+                        stop, s_stop = stop + 1, s_stop + 1
+                    if stop - start >= run:
+                        spans.append((where[start][0], where[stop - 1][1]))
+                    at = folded.find(probe, at + 1)
+        return spans
+
+
+def _folded_view(text: str, *, escapes: int) -> tuple[str, list[tuple[int, int]]]:
+    """`text` folded (`escapes` 1: each `%XX` of an ASCII byte read as its character first; 2:
+    each `%25XX` too), with the span of `text` each folded character came from."""
+    escape = _ESCAPES[escapes - 1] if escapes else None
+    chars: list[str] = []
+    where: list[tuple[int, int]] = []
+    index, size = 0, len(text)
+    while index < size:
+        char, stop = text[index], index + 1
+        if escape is not None and char == "%":
+            found = escape.match(text, index)
+            if found is not None:
+                char, stop = chr(int(found[1], 16)), found.end()
+        if char not in _SEPARATORS:
+            for low in char.lower():
+                chars.append(low)
+                where.append((index, stop))
+        index = stop
+    return "".join(chars), where

@@ -349,6 +349,41 @@ def test_sigkill_during_erase_leaves_the_old_or_the_new_state(tmp_path: Path) ->
         assert final.returncode == 0, final.stdout
 
 
+@pytest.mark.parametrize("looks", [1, 2, 3, 4, 6, 9])
+def test_a_stopped_erasure_ends_as_a_crash_would_and_the_next_run_finishes_it(
+    tmp_path: Path, looks: int
+) -> None:
+    """`stop` (a retention run at its session's end) says True from its `looks`-th look on:
+    before the live segment (nothing changed), before a sealed one (the event journaled, that
+    file as it was), or before a scrub; every file stays in its old or its new state."""
+    path = _segmented(tmp_path)
+    seen: list[bool] = []
+
+    def stop() -> bool:
+        seen.append(len(seen) + 1 >= looks)
+        return seen[-1]
+
+    try:
+        erase(path, Selector(matching=SECRET), reason="r", key=SIGNER, stop=stop)
+    except journal.JournalUnavailable:
+        pass
+    assert True in seen  # it was asked, and stopped
+    report = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+    assert report.returncode == 0, report.stdout
+    with journal.open_reader(files_of(path)[-1]) as reader:
+        journaled = list(reader.events(kind="payload_erased"))
+    if looks == 1:  # stopped before the live segment's transaction: nothing erased
+        assert journaled == []
+    for file in files_of(path):
+        with journal.open_reader(file) as reader:
+            erased = [r.seq for r in reader.events() if r.payload == {"erased": True}]
+        assert erased == [] or journaled, file  # nothing erased that no event names
+    erase(path, Selector(matching=SECRET), reason="r", key=SIGNER)
+    assert _leaks(tmp_path, SECRET) == []
+    final = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+    assert final.returncode == 0, final.stdout
+
+
 def _leaks_by_file(directory: Path, text: str) -> list[str]:
     return [hit.split(":")[0] for hit in _leaks(directory, text)]
 

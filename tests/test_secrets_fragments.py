@@ -3,7 +3,9 @@ whole, seen by the writer's screen through JSON; cuts that never leave part of w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from urllib.parse import quote, quote_plus, unquote
 
 import msgspec
 import pytest
@@ -109,6 +111,44 @@ def test_no_12_bytes_of_a_secret_survive_in_base64_at_any_alignment(
     text = around[0] + piece + around[1]
     redacted = redactor.redact_text(text)
     assert encoded_fragments(redacted, secret) == []
+    if redacted != text:
+        assert redactor.screen(msgspec.json.encode(text).decode())
+        assert redactor.holds_known(text) and redactor.holds_known_bytes(text.encode())
+
+
+# What URLs and forms escape (RFC 3986 reserved characters, quotes, brackets, space, `%`).
+_RESERVED = "+/=:@&?#!$'()*,;[] \"<>\\%"
+# Encoders as upstreams and proxies run them: Python's quote (keeping `/`, or nothing),
+# quote_plus (forms, Go's QueryEscape), JavaScript's encodeURIComponent; either case of hex.
+_URL_ENCODERS: dict[str, Callable[[str], str]] = {
+    "quote": lambda t: quote(t),
+    "quote, nothing safe": lambda t: quote(t, safe=""),
+    "quote_plus": lambda t: quote_plus(t),
+    "encodeURIComponent": lambda t: quote(t, safe="-_.!~*'()"),
+    "lower-case hex": lambda t: re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(t, safe="")),
+    "escaped twice (a URL in a URL's query)": lambda t: quote(quote(t, safe=""), safe=""),
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    secret=st.text(st.sampled_from(_ALPHABET[:62] + _RESERVED), min_size=12, max_size=48),
+    encoder=st.sampled_from(list(_URL_ENCODERS)),
+    start=st.integers(min_value=0, max_value=48),
+    size=st.integers(min_value=12, max_value=48),
+    around=st.tuples(st.text(max_size=8), st.text(max_size=8)),
+)
+def test_no_run_of_a_secret_survives_percent_escaping_of_its_reserved_characters(
+    secret: str, encoder: str, start: int, size: int, around: tuple[str, str]
+) -> None:
+    """A base64 token's `+`, `/`, `=` or a password's `&`, `"`, `!` escaped as a URL or a form
+    escapes them: no run of 12 of its characters is left once the text is unescaped."""
+    redactor = Redactor([secret])
+    piece = _URL_ENCODERS[encoder](secret[start : start + size])
+    text = around[0] + piece + around[1]
+    redacted = redactor.redact_text(text)
+    for unescaped in (unquote(redacted), unquote(unquote(redacted))):
+        assert fragments(unescaped, secret) == [], (piece, redacted)
     if redacted != text:
         assert redactor.screen(msgspec.json.encode(text).decode())
         assert redactor.holds_known(text) and redactor.holds_known_bytes(text.encode())
