@@ -89,6 +89,7 @@ from ._checkpoint import (
     load_legacy_key,
     note_key_text,
     origin_line,
+    read_key_text,
     sign_checkpoint,
 )
 from ._contract import (
@@ -291,6 +292,7 @@ __all__ = [
     "origin_line",
     "payload_digest",
     "private_opener",
+    "read_key_text",
     "record_from_row",
     "record_of_index",
     "row_hash",

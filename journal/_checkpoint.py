@@ -43,6 +43,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -502,7 +503,7 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
     """
     path = path or default_key_path()
     try:
-        return SigningKey.parse(path.read_text())
+        return SigningKey.parse(read_key_text(path))
     except FileNotFoundError:
         if not create:
             raise
@@ -511,7 +512,7 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:  # another process created it first: use theirs
-        return SigningKey.parse(path.read_text())
+        return SigningKey.parse(read_key_text(path))
     with os.fdopen(fd, "w") as file:
         os.fchmod(file.fileno(), 0o600)
         file.write(key.to_file_text())
@@ -520,6 +521,26 @@ def load_key(path: Path | None = None, *, create: bool = True, announce: bool = 
     if announce:
         announce_key(path, key)
     return key
+
+
+# A key file is a line or two; more than this is not one (and is not read on).
+_KEY_FILE_MAX: Final = 4096
+
+
+def read_key_text(path: Path) -> str:
+    """The key file's text, read without blocking and bounded: a FIFO, a device or a directory
+    at the key's path is ValueError at once (opened plainly, a FIFO waits for a writer and
+    ``/dev/zero`` never ends); FileNotFoundError when nothing is there."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = os.read(fd, _KEY_FILE_MAX + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _KEY_FILE_MAX:
+        raise ValueError(f"{path} is larger than a key file")
+    return data.decode("utf-8", errors="replace")
 
 
 def announce_key(path: Path, key: SigningKey) -> None:

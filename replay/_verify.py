@@ -170,11 +170,13 @@ def load_key_file(path: Path) -> Key:
     """A key file as a trust anchor: a signing key (its public half), a verifier key, or an
     HMAC-era key (hex), told apart by their text."""
     try:
-        text = path.read_text().strip()
+        text = journal.read_key_text(path).strip()
     except FileNotFoundError:
         raise ReplayInputError(f"no key file at {path}") from None
     except OSError as exc:
         raise ReplayInputError(f"cannot read the key file {path}: {exc.strerror}") from None
+    except ValueError as exc:  # a FIFO, a device, a directory, or far too long
+        raise ReplayInputError(f"cannot use the key file {path}: {exc}") from None
     try:
         if text.startswith("PRIVATE+KEY+"):
             return journal.SigningKey.parse(text).verifier
