@@ -7,11 +7,12 @@ live session writes too: the erasure takes SQLite's write lock, and that writer 
 next events after it). Each erasure is a signed ``payload_erased`` event (``selector:
 older_than``, ``actor: retention``); the envelope of every event (who, when, which tool, outcome,
 latency) stays. It runs in a worker thread, never in a call's path; a failure is logged to
-stderr and retried at the next period, and never ends the session. Nor does it hold the session's
-end: when the session ends (the task is cancelled) the thread is let go at once and told to stop
-(`journal.erase_payloads`' ``stop``: SQLite rolls back the erasure under way within a few
-thousand steps, as a crash would; the next session's run does it again), so an erasure of a
-large journal or pool never keeps the process past the end's deadline.
+stderr and retried at the next period (a journal its writer rolled over to a new segment under
+the run's plan is planned again at once), and never ends the session. Nor does it hold the
+session's end: when the session ends (the task is cancelled) the thread is let go at once and
+told to stop (`journal.erase_payloads`' ``stop``: SQLite rolls back the erasure under way within
+a few thousand steps, as a crash would; the next session's run does it again), so an erasure of
+a large journal or pool never keeps the process past the end's deadline.
 """
 
 from __future__ import annotations
@@ -54,23 +55,35 @@ def _run_once(
     key = journal.load_key(key_path, create=False, announce=False)
     erased = 0
     for target in targets:
-        if stop():
+        for attempt in (1, 2):
+            if stop():
+                return erased
+            try:
+                result = journal.erase_payloads(
+                    target,
+                    journal.EraseSelector(older_than_days=days),
+                    reason=f"retention: payloads older than {days:g} days",
+                    actor=RETENTION_ACTOR,
+                    key=key,
+                    stop=stop,
+                )
+            except journal.JournalUnavailable as exc:
+                # The journal moved under the plan (its writer rolled over to a new segment
+                # while this run read the old one): planned again at once, not in a period.
+                if attempt == 1 and exc.reason == "chain_conflict":
+                    continue
+                _not_trimmed(target, exc, stop)
+            except (journal.JournalError, OSError) as exc:
+                _not_trimmed(target, exc, stop)
+            else:
+                erased += len(result.seqs)
             break
-        try:
-            result = journal.erase_payloads(
-                target,
-                journal.EraseSelector(older_than_days=days),
-                reason=f"retention: payloads older than {days:g} days",
-                actor=RETENTION_ACTOR,
-                key=key,
-                stop=stop,
-            )
-        except (journal.JournalError, OSError) as exc:
-            if not stop():  # stopped by the session's end: nothing to report
-                _log.warning("retention: %s was not trimmed (%s)", target.name, _short(exc))
-            continue
-        erased += len(result.seqs)
     return erased
+
+
+def _not_trimmed(target: Path, exc: BaseException, stop: Callable[[], bool]) -> None:
+    if not stop():  # stopped by the session's end: nothing to report
+        _log.warning("retention: %s was not trimmed (%s)", target.name, _short(exc))
 
 
 def _short(exc: BaseException) -> str:

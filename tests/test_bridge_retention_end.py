@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 import trio
 
+from agentteam_task_bridge import journal
 from agentteam_task_bridge.bridge import _retention
+from agentteam_task_bridge.journal import _erase
 
-from .journal_helpers import VKEY
-from .journal_helpers.segmented import files_of
+from .journal_helpers import KEY, VKEY
+from .journal_helpers.segmented import call_events, files_of
 from .replay_helpers import replay_main
-from .test_journal_erase import SIGNER, _segmented
+from .test_journal_erase import SEGMENT, SIGNER, _segmented
 
 
 async def test_the_session_s_end_stops_an_erasure_waiting_for_the_journal(
@@ -53,5 +55,34 @@ async def test_the_session_s_end_stops_an_erasure_waiting_for_the_journal(
         holder.close()
     assert await trio.to_thread.run_sync(finished.wait, 30)  # let go, it ends by itself
     assert "not trimmed" not in caplog.text  # a stop is no failure to report
+    done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
+    assert done.returncode == 0, done.stdout
+
+
+def test_a_roll_over_during_the_run_is_planned_again_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session's writer rolls the journal over to a new segment while retention's run has
+    planned on the old one (a journal over its segment cap when `serve` starts): the closed
+    segment refuses the erasure's event (chain_conflict); the run plans again at once, not a
+    period later."""
+    path = _segmented(tmp_path)
+    monkeypatch.setattr(_retention.journal, "load_key", lambda *a, **k: SIGNER)
+    real_live = _erase._erase_live
+    rolled: list[int] = []
+    with journal.open_sync_writer(path, key=KEY, segment_bytes=SEGMENT) as writer:
+
+        def live_after_a_roll_over(*args: Any, **kwargs: Any) -> Any:
+            if not rolled:  # the first time: the live writer rolls over, then the erasure
+                before = len(files_of(path))
+                while len(files_of(path)) == before:
+                    writer.append_many(call_events(1000 + len(rolled)))
+                    rolled.append(1)
+            return real_live(*args, **kwargs)
+
+        monkeypatch.setattr(_erase, "_erase_live", live_after_a_roll_over)
+        erased = _retention._run_once([path], 0.0, None, lambda: False)
+    assert rolled and erased > 0
+    assert "not trimmed" not in caplog.text
     done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
     assert done.returncode == 0, done.stdout
