@@ -17,7 +17,6 @@ import trio
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.bridge import _retention
-from agentteam_task_bridge.journal import _erase
 
 from .journal_helpers import KEY, VKEY
 from .journal_helpers.segmented import call_events, files_of
@@ -65,24 +64,22 @@ def test_a_roll_over_during_the_run_is_planned_again_at_once(
     """The session's writer rolls the journal over to a new segment while retention's run has
     planned on the old one (a journal over its segment cap when `serve` starts): the closed
     segment refuses the erasure's event (chain_conflict); the run plans again at once, not a
-    period later."""
+    period later. The roll-over comes at the erasure's first look at ``stop``, after its plan."""
     path = _segmented(tmp_path)
     monkeypatch.setattr(_retention.journal, "load_key", lambda *a, **k: SIGNER)
-    real_live = _erase._erase_live
-    rolled: list[int] = []
+    looks: list[int] = []
     with journal.open_sync_writer(path, key=KEY, segment_bytes=SEGMENT) as writer:
 
-        def live_after_a_roll_over(*args: Any, **kwargs: Any) -> Any:
-            if not rolled:  # the first time: the live writer rolls over, then the erasure
+        def stop() -> bool:
+            looks.append(len(looks))
+            if len(looks) == 2:  # the run's own look, then the erasure's first: roll over
                 before = len(files_of(path))
                 while len(files_of(path)) == before:
-                    writer.append_many(call_events(1000 + len(rolled)))
-                    rolled.append(1)
-            return real_live(*args, **kwargs)
+                    writer.append_many(call_events(1000 + len(files_of(path))))
+            return False
 
-        monkeypatch.setattr(_erase, "_erase_live", live_after_a_roll_over)
-        erased = _retention._run_once([path], 0.0, None, lambda: False)
-    assert rolled and erased > 0
+        erased = _retention._run_once([path], 0.0, None, stop)
+    assert len(looks) > 2 and erased > 0
     assert "not trimmed" not in caplog.text
     done = replay_main("verify", path, "--trusted-key", VKEY.to_text(), "--json")
     assert done.returncode == 0, done.stdout
