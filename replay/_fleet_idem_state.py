@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._fleet_calls import is_int, text_of, truthy
+from ._fleet_idempotency import checked_fields
 from ._idempotency import REPEAT_WINDOW
 
 __all__ = ["IDEM_STATE_DDL", "STATE_TABLES"]
@@ -170,14 +171,7 @@ _LINE: Final = f"""
     coalesce(l.outcome_seq, l.last_seq) AS fseq,
     l.status IN ('result', 'error', 'rejected', 'cancelled') AS has_outcome,
     l.mutation, l.idem_workspace AS ws, l.idem_agent AS agent, l.idem_data IS NOT NULL AS ok,
-    CASE WHEN l.idem_key IS NOT NULL OR l.idem_claims IS NOT NULL THEN l.idem_data END AS data,
-    CASE WHEN NOT l.mutation THEN true
-         WHEN l.idem_data IS NULL THEN l.in_doubt IS NULL
-         WHEN l.tool IN ('task_update', 'task_set_claim')
-           THEN NOT {truthy("l.idem_data -> 'changed'")}
-         WHEN l.tool = 'task_create' THEN coalesce(l.idem_data -> 'reused' = 'true', false)
-         ELSE false END AS safe,
-    CASE WHEN l.idem_key IS NOT NULL THEN l.idem_body END AS body, l.idem_sig AS sig,
+    {checked_fields("l")}, l.idem_sig AS sig,
     l.error_code, l.idem_key AS key, l.idem_run AS run, l.idem_cb AS cb,
     l.idem_payload AS payload, l.idem_touches AS touches, l.idem_claims AS claims,
     l.closed_seq IS NOT NULL OR EXISTS (

@@ -51,6 +51,24 @@ from ._idempotency import (
 __all__ = ["IDEMPOTENCY_SQL", "REPEAT_WINDOW", "idempotency_from", "idempotency_query"]
 
 
+def checked_fields(line: str) -> str:
+    """A call line's ``data``, ``safe`` and ``body`` as the checks read them (``line``: the
+    line's alias), for the statement here and the kept state's fold (``_fleet_idem_state``):
+    the result's data only where a check reads more than whether it is there (keyed creates,
+    claims), the repeat check's verdict on the call, the upstream body of a keyed create."""
+    c = line
+    return f"""CASE WHEN {c}.idem_key IS NOT NULL OR {c}.idem_claims IS NOT NULL
+      THEN {c}.idem_data END AS data,
+    CASE WHEN NOT {c}.mutation THEN true
+         WHEN {c}.idem_data IS NULL THEN {c}.in_doubt IS NULL
+         WHEN {c}.tool IN ('task_update', 'task_set_claim')
+           THEN NOT {_truthy(f"{c}.idem_data -> 'changed'")}
+         WHEN {c}.tool = 'task_create'
+           THEN coalesce({c}.idem_data -> 'reused' = 'true', false)
+         ELSE false END AS safe,
+    CASE WHEN {c}.idem_key IS NOT NULL THEN {c}.idem_body END AS body"""
+
+
 # Where the report's filter goes (a condition on the call lines ``c``).
 _LINES: Final = "{lines}"
 
@@ -67,14 +85,7 @@ WITH placed AS (
     END AS outcome_kind,
     c.mutation, c.idem_workspace AS ws, c.idem_agent AS agent,
     c.idem_data IS NOT NULL AS ok,
-    CASE WHEN c.idem_key IS NOT NULL OR c.idem_claims IS NOT NULL THEN c.idem_data END AS data,
-    CASE WHEN NOT c.mutation THEN true
-         WHEN c.idem_data IS NULL THEN c.in_doubt IS NULL
-         WHEN c.tool IN ('task_update', 'task_set_claim')
-           THEN NOT {_truthy("c.idem_data -> 'changed'")}
-         WHEN c.tool = 'task_create' THEN coalesce(c.idem_data -> 'reused' = 'true', false)
-         ELSE false END AS safe,
-    CASE WHEN c.idem_key IS NOT NULL THEN c.idem_body END AS body, c.idem_sig AS sig,
+    {checked_fields("c")}, c.idem_sig AS sig,
     c.error_code, c.idem_key AS key,
     c.idem_run AS run, c.idem_cb AS cb, c.idem_payload AS payload, c.idem_touches AS touches,
     c.idem_claims AS claims,
