@@ -69,6 +69,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from agentteam_task_bridge import journal
+
 from . import _inputs as inp
 from ._errors import ToolError
 from ._exceptions import BridgeError
@@ -499,27 +501,20 @@ def _read_key_file(path: Path) -> str:
     followed), at most _KEY_FILE_LIMIT bytes of it ("" when it is not ASCII: no key); raises
     FileNotFoundError, ValueError (another user's, not owner-only, not a regular file) or
     OSError."""
-    # Non-blocking: opening a FIFO for reading must not wait for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(
-                f"the cursor key file {path} is not a regular file; remove it and a new key "
-                "is created"
-            )
-        if info.st_uid != os.geteuid():  # its owner could read it, and forge cursors
-            raise ValueError(
-                f"the cursor key file {path} belongs to another user; remove it and a new key "
-                "is created"
-            )
-        if info.st_mode & 0o077:  # refused, not tightened, as the signing key is
-            raise ValueError(
-                f"the cursor key file {path} is readable by other users; run `chmod 600 {path}`"
-            )
-        data = os.read(fd, _KEY_FILE_LIMIT + 1)
-    finally:
-        os.close(fd)
+    info, data = journal.read_small(path, _KEY_FILE_LIMIT)  # a FIFO does not block it
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(
+            f"the cursor key file {path} is not a regular file; remove it and a new key is created"
+        )
+    if info.st_uid != os.geteuid():  # its owner could read it, and forge cursors
+        raise ValueError(
+            f"the cursor key file {path} belongs to another user; remove it and a new key "
+            "is created"
+        )
+    if info.st_mode & 0o077:  # refused, not tightened, as the signing key is
+        raise ValueError(
+            f"the cursor key file {path} is readable by other users; run `chmod 600 {path}`"
+        )
     if len(data) > _KEY_FILE_LIMIT or not data.isascii():
         return ""
     return data.decode()

@@ -148,7 +148,7 @@ from ._events import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from ._files import make_private_dir, open_private, private_opener
+from ._files import make_private_dir, open_private, private_opener, read_small
 from ._merkle import (
     EMPTY_ROOT,
     Frontier,
@@ -293,6 +293,7 @@ __all__ = [
     "payload_digest",
     "private_opener",
     "read_key_text",
+    "read_small",
     "record_from_row",
     "record_of_index",
     "row_hash",

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self, TypeAlias
 
 import msgspec
 
-from ._files import make_private_dir
+from ._files import make_private_dir, read_small
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -531,13 +531,9 @@ def read_key_text(path: Path) -> str:
     """The key file's text, read without blocking and bounded: a FIFO, a device or a directory
     at the key's path is ValueError at once (opened plainly, a FIFO waits for a writer and
     ``/dev/zero`` never ends); FileNotFoundError when nothing is there."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        data = os.read(fd, _KEY_FILE_MAX + 1)
-    finally:
-        os.close(fd)
+    info, data = read_small(path, _KEY_FILE_MAX)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file")
     if len(data) > _KEY_FILE_MAX:
         raise ValueError(f"{path} is larger than a key file")
     return data.decode("utf-8", errors="replace")

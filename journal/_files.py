@@ -56,3 +56,18 @@ def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.close(fd)
         raise
     return fd
+
+
+def read_small(path: Path, limit: int) -> tuple[os.stat_result, bytes]:
+    """What stands at ``path`` (links followed) and, when it is a regular file, its first
+    ``limit + 1`` bytes (more than ``limit``: longer than the caller reads); b"" for anything
+    else. Opened without blocking, so a FIFO does not wait for a writer, and a device is not
+    read: the caller names what is wrong (``stat.S_ISREG`` of the result). FileNotFoundError
+    when nothing is there."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, limit + 1) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
+    return info, data
