@@ -233,11 +233,26 @@ class Scope(NamedTuple):
 def _audit_query(lines: str, extra: Mapping[str, str] | None = None) -> str:
     """One statement (so it runs on a read-only replica): the call lines read once, every
     aggregate (the audit's, then ``extra``'s, over ``lines``) a JSON array of rows."""
+    return _aggregate_query(lines, {**_AUDIT_SQL, **(extra or {})})
+
+
+def _aggregate_query(lines: str, aggregates: Mapping[str, str]) -> str:
     parts = ",\n".join(
         f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
-        for name, sql in {**_AUDIT_SQL, **(extra or {})}.items()
+        for name, sql in aggregates.items()
     )
     return f"WITH lines AS MATERIALIZED ({CALL_LINES} WHERE {lines}) SELECT {parts}"
+
+
+def _rows_of(
+    aggregates: Mapping[str, str], row: tuple[Any, ...] | None
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Each aggregate's rows, from the statement's one row of JSON arrays."""
+    assert row is not None
+    return {
+        name: [tuple(item.values()) for item in value]
+        for name, value in zip(aggregates, row, strict=True)
+    }
 
 
 def audit_from(store_url: str, scope: Scope | None = None) -> AuditReport:
@@ -251,16 +266,13 @@ def audit_and(
     """:func:`audit_from`, and the rows of each ``extra`` aggregate (a query over ``lines``,
     its columns named a, b, c...) from the same read of the call lines."""
     assert not set(extra or {}) & set(_AUDIT_SQL), "an extra aggregate is named as the audit's"
+    aggregates = {**_AUDIT_SQL, **(extra or {})}
     with connect(store_url, autocommit=True) as conn:
-        row = conn.execute(_audit_query(scope.lines, extra), scope.line_params).fetchone()
+        row = conn.execute(_aggregate_query(scope.lines, aggregates), scope.line_params)
+        got = _rows_of(aggregates, row.fetchone())
         sessions = conn.execute(
             f"{_SESSIONS} AND {scope.sessions}", scope.session_params
         ).fetchall()
-    assert row is not None
-    got = {
-        name: [tuple(item.values()) for item in value]
-        for name, value in zip({**_AUDIT_SQL, **(extra or {})}, row, strict=True)
-    }
     return _audit_report(got, sessions), {name: got[name] for name in extra or {}}
 
 
@@ -269,18 +281,9 @@ def aggregates_from(
 ) -> dict[str, list[tuple[Any, ...]]]:
     """The rows of each ``extra`` aggregate (as for :func:`audit_and`) from a read of the call
     lines of their own, on a connection of their own."""
-    parts = ",\n".join(
-        f"(SELECT coalesce(json_agg(q), '[]') FROM ({sql}) q) AS {name}"
-        for name, sql in extra.items()
-    )
-    query = f"WITH lines AS MATERIALIZED ({CALL_LINES} WHERE {scope.lines}) SELECT {parts}"
     with connect(store_url, autocommit=True) as conn:
-        row = conn.execute(query, scope.line_params).fetchone()
-    assert row is not None
-    return {
-        name: [tuple(item.values()) for item in value]
-        for name, value in zip(extra, row, strict=True)
-    }
+        row = conn.execute(_aggregate_query(scope.lines, extra), scope.line_params).fetchone()
+    return _rows_of(extra, row)
 
 
 def _audit_report(
