@@ -41,7 +41,7 @@ from agentteam_task_bridge.journal import (
 
 from ._findings import Finding
 from ._source import Progress, open_journals
-from ._story import CallStory, is_mutation, iter_stories
+from ._story import CallStory, iter_stories
 
 __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
@@ -437,7 +437,7 @@ class _Call:
         if isinstance(result, CallResult) and isinstance(result.result, dict):
             data = result.result.get("data")
         self.data: dict[str, Any] | None = data if isinstance(data, dict) else None
-        self.mutation = any(is_mutation(req) for req in requests)
+        self.mutation = scan.mutation
 
 
 def _key_of(call: _Call) -> str | None:

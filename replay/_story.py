@@ -302,7 +302,7 @@ class CallStory:
                 agent_id = field.value
             elif field.name == "workspace_id":
                 workspace_id = field.value
-        mutation = any(is_mutation(req) for req in requests)
+        mutation = scan.mutation
         opayload = outcome.payload if outcome is not None else None
         error_code = opayload.error_code if isinstance(opayload, CallError | CallRejected) else None
         result = opayload if isinstance(opayload, CallResult) else None
@@ -356,7 +356,8 @@ class CallStory:
 class Scan(NamedTuple):
     """A call's events read once: the tool the last named, the first ``call_received`` and
     ``context_injected``, the last outcome, every upstream request and response payload, the
-    kind of the last ``upstream_*`` event, and the counts the call's line gives."""
+    kind of the last ``upstream_*`` event, whether a request can change state, and the counts
+    the call's line gives."""
 
     tool: str | None
     received: Record | None
@@ -365,6 +366,7 @@ class Scan(NamedTuple):
     requests: list[UpstreamRequest]
     responses: list[UpstreamResponse]
     last_upstream: str
+    mutation: bool
     sent: int
     refreshes: int
     deprecated: int
@@ -412,6 +414,7 @@ class Scan(NamedTuple):
             requests,
             responses,
             last_upstream,
+            any(is_mutation(req) for req in requests),
             sent,
             refreshes,
             deprecated,
