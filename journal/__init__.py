@@ -149,6 +149,7 @@ from ._events import (
     UpstreamResponse,
 )
 from ._files import make_private_dir, open_private, private_opener, read_small
+from ._integrity import IntegrityPass
 from ._merkle import (
     EMPTY_ROOT,
     Frontier,
@@ -226,6 +227,7 @@ __all__ = [
     "Grammar",
     "HmacKey",
     "InjectedField",
+    "IntegrityPass",
     "JournalError",
     "JournalFormatError",
     "JournalGap",

@@ -150,6 +150,17 @@ class Reader:
         )
         return stored
 
+    def stored_values(
+        self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = True
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows of :meth:`stored_rows` as sqlite3 reads them: the 17 COLUMNS, then salt,
+        payload digest and stored hashes (NULL where :meth:`stored_rows` gives no leaf), for
+        :class:`journal.IntegrityPass`."""
+        if not (leaves and self.merkle):
+            select = f"SELECT {', '.join(COLUMNS)}, NULL, NULL, NULL FROM events e"
+            return self._range(select, "e.seq", since_seq, until_seq)
+        return self._range(self._select_leaves, "e.seq", since_seq, until_seq)
+
     def _range(
         self,
         select: str,

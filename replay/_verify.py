@@ -55,6 +55,7 @@ calls are checked in :mod:`replay._invariants`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -456,16 +457,12 @@ class _FileCheck:
         pending = 0
         previous: Reader | None = None
         check_event = self.events.check_event
+        fused = journal.IntegrityPass(chain, checkpoints, tree)
         for reader in segments:
-            linked = previous is None
-            for row, leaf in reader.stored_rows(leaves=tree is not None):
-                if not linked:
-                    self._check_link(chain, previous, reader, row)
-                    linked = True
-                chain.feed(row, leaf)
-                checkpoints.see(row)
-                if tree is not None:
-                    tree.feed(row, leaf)
+            follows = None  # a later segment's first row must follow the previous one's last
+            if previous is not None:
+                follows = functools.partial(self._check_link, chain, previous, reader)
+            for row in fused.rows(reader.stored_values(leaves=tree is not None), follows):
                 check_event(row)
                 if row[6] in _NOTED:
                     self._note(row, checkpoints)
