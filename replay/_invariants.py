@@ -53,11 +53,26 @@ def _may_hold_secret(text: str) -> bool:
     """Whether a secret's shape may start in ``text`` (only then is :data:`_SECRET` run): an
     ``earer`` or an ``atk_`` in any letter case (``BeArEr`` too: a scheme is case-insensitive),
     an ``eyJ``. Plain ``in`` tests over one lower-cased copy, no generator: verify runs this for
-    every event."""
+    every event.
+
+    An ``earer`` is a trigger only before whitespace (``\\s`` is ``str.isspace``): a ``bearer``
+    shape needs it there, and every call's ``context_injected`` names a ``bearer_token``. Where
+    lower-casing changed the text's length the offsets differ: any ``earer`` is one."""
     if "eyJ" in text:
         return True
     lowered = text.lower()
-    return "earer" in lowered or "atk_" in lowered
+    if "atk_" in lowered:
+        return True
+    at = lowered.find("earer")
+    if at < 0:
+        return False
+    if len(lowered) != len(text):
+        return True
+    while at >= 0:
+        if text[at + 5 : at + 6].isspace():
+            return True
+        at = lowered.find("earer", at + 5)
+    return False
 
 
 # Where each shape of :data:`_SECRET` can start, found with plain ``find`` in the lower-cased
