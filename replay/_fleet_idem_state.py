@@ -11,7 +11,9 @@ answers (``_fleet_idem_kept``). Invariants:
   transaction as the store's owner (called by ``fold_calls`` and ``refold_erased``, not granted
   to anyone); the shipping and reading logins may only SELECT the ``idem_*`` tables.
 * **A frontier.** A journal's calls are folded in ``first_seq`` order up to the first call not
-  yet *settled* (no outcome, and its session not ended): a new call's first event always
+  yet *settled* (no outcome, its session not ended, and no other session begun after it in the
+  journal: a journal has one writer at a time, so a later session means the call's writer is
+  gone, killed before it could end its session): a new call's first event always
   follows the ones the store holds, so the numbering ``jo`` (the call's place in its journal,
   every call line counted) never changes, and ``idem_journals.calls`` equals the journal's
   ``call_counts`` exactly when its tail is empty. A refold that touches a call already folded
@@ -31,8 +33,9 @@ answers (``_fleet_idem_kept``). Invariants:
 * The repeat window (``REPEAT_WINDOW``) is kept with the state; a report with another one
   does not use it.
 * Costs, by construction: about 49 us of server CPU a call at ingest (docs/performance.md);
-  a frontier held back by a call never answered in a session never ended keeps the journal's
-  reports on the statement, and each batch re-reads its calls from that call on; a reset folds
+  a frontier held back by a call never answered in a session still open (the journal's last)
+  keeps the journal's reports on the statement until that session ends or another begins, and
+  each batch re-reads its calls from that call on; a reset folds
   the journal again from its first call, in the transaction that caused it. A scope's run and
   callback ids are compared as ``jsonb`` text (``1`` and ``1.0`` differ here, not in the
   statement; the bridge writes strings).
@@ -177,7 +180,12 @@ _LINE: Final = f"""
     l.closed_seq IS NOT NULL OR EXISTS (
       SELECT 1 FROM agentteam.events x
       WHERE x.journal_id = l.journal_id AND x.session_id = l.session_id
-        AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > l.first_seq) AS settled
+        AND x.kind = 'session_ended' AND x.call_id IS NULL AND x.seq > l.first_seq)
+    -- or another session began after it: one writer holds a journal, so the call's is gone
+    OR EXISTS (
+      SELECT 1 FROM agentteam.events x
+      WHERE x.journal_id = l.journal_id AND x.session_id <> l.session_id
+        AND x.kind = 'session_started' AND x.call_id IS NULL AND x.seq > l.first_seq) AS settled
   FROM agentteam.call_lines l
   -- the calls after the frontier, found by their events' seqs (the events' key), not by a
   -- scan of every line of the journal at every batch

@@ -287,6 +287,46 @@ def test_a_report_over_calls_never_settled_falls_back_to_the_statement(pg_url: s
         assert _same(pg_url)
 
 
+def test_a_call_whose_session_died_is_settled_by_the_next_session(pg_url: str) -> None:
+    """A bridge killed with a call in flight never ends its session; the journal's next session
+    (its writer gone: one writer holds a journal) settles that call, so the journal is folded
+    to its end and the kept state serves. An outcome shipped for it later resets the journal's
+    state and it is folded again: still the statement's check."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "killed.db"
+        killed = _Calls("killed-s0")
+        killed.started()
+        _call(killed, ("update", 4, True, True, False))
+        _call(killed, ("update", 4, True, False, False))  # in flight when the bridge was killed
+        after = _Calls("killed-s1")
+        after.started()
+        _call(after, ("update", 4, False, True, False))
+        _call(after, ("create", "k-1", "t", [7], False, None, True, True))
+        after.ended()
+        with journal.open_sync_writer(path, key=KEY, journal_id="killed") as writer:
+            writer.append_many(killed.events)
+        assert replay.ship([path], pg_url).ok
+        assert idempotency_kept(pg_url, journal="killed", window=REPEAT_WINDOW) is None
+        with journal.open_sync_writer(path, key=KEY, journal_id="killed") as writer:
+            writer.append_many(after.events)
+        assert replay.ship([path], pg_url).ok
+        assert idempotency_kept(pg_url, journal="killed", window=REPEAT_WINDOW) is not None
+        assert _same(pg_url, "killed")
+        # The killed call's outcome, late (an author of the journal, or a clock): a reset.
+        late = Event(
+            session_id="killed-s0",
+            call_id="killed-s0.2",
+            mcp_method_name="tools/call",
+            gen_ai_tool_name="task_update",
+            payload=journal.CallResult(result={"data": {"changed": True}, "meta": {}}),
+        )
+        with journal.open_sync_writer(path, key=KEY, journal_id="killed") as writer:
+            writer.append_many([late])
+        assert replay.ship([path], pg_url).ok
+        assert idempotency_kept(pg_url, journal="killed", window=REPEAT_WINDOW) is not None
+        assert _same(pg_url, "killed")
+
+
 @pytest.mark.parametrize("table", STATE_TABLES)
 def test_a_shipping_login_cannot_write_the_state(
     pg_url: str, shipping_login: Any, table: str
