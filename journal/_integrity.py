@@ -2,14 +2,15 @@
 
 :class:`IntegrityPass` feeds raw ``Reader.stored_values`` rows (the 17 ``COLUMNS`` then salt,
 payload digest and stored hashes) to a :class:`journal.ChainVerifier`, its
-:class:`journal.CheckpointCheck` and a :class:`journal._tlog.TreeCheck`, and yields each row as
-a :class:`journal.Row` for the caller's own checks. The findings, the counts and the state it
-leaves are theirs exactly: a row is checked here, in one function, only while it is *regular*
-(the columns of the writer's types, a ``ts_wall`` of the writer's shape in a second already
-parsed, the next seq after the previous row's hash, the journal's id, a salt that is not the
-erased one, its hash, payload digest and stored tree hashes all recomputing); every other row,
-and every row once the tree is broken, goes through their own ``feed`` (which names what is
-wrong), before any state is changed for it.
+:class:`journal.CheckpointCheck` and a :class:`journal._tlog.TreeCheck`, and gives each row's
+values back, unchanged, for the caller's own checks (by position: the first 17 are a
+:class:`journal.Row`'s). The findings, the counts and the state it leaves are theirs exactly: a
+row is checked here, in one function, only while it is *regular* (the values of the writer's
+types, a ``ts_wall`` of the writer's shape in a second already parsed, the next seq after the
+previous row's hash, the journal's id, a salt that is not the erased one, its hash, payload
+digest and stored tree hashes all recomputing); every other row, and every row once the tree
+is broken, goes through their own ``feed`` (which names what is wrong), before any state is
+changed for it.
 
 Why: ``verify`` spent about 10.5 us an event in the three (the row read with a row factory
 written in Python, the row's checks, two encodings built from 31 attribute reads, four
@@ -27,7 +28,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._canonical import _ROW_TYPES, COLUMNS, ROW_OF, Row, _Canonical, _last_second, row_problem
+from ._canonical import _ROW_TYPES, COLUMNS, ROW_OF, _Canonical, _last_second, row_problem
 from ._merkle import Frontier
 from ._tlog import _LEAF_OF, TreeCheck, _Leaf
 from ._tlog import _encoder as _leaf_encoder
@@ -36,6 +37,8 @@ from ._verify import ChainVerifier, CheckpointCheck
 __all__ = ["IntegrityPass"]
 
 _WIDTH: Final = len(COLUMNS)
+# The types of a regular row's values: a Row's (row_problem's set), then salt, digest, hashes.
+_VALUE_TYPES: Final = frozenset((*types, str, str, bytes) for types in _ROW_TYPES)
 _SALT, _DIGEST, _STORED = _WIDTH, _WIDTH + 1, _WIDTH + 2
 # A raw row's values in each image's field order (sorted names): made in C, not 31 reads.
 _CANONICAL_VALUES: Final = operator.itemgetter(
@@ -64,33 +67,32 @@ class IntegrityPass:
         self.tree = tree
 
     def rows(
-        self, values: Iterable[tuple[Any, ...]], first: Callable[[Row], None] | None = None
-    ) -> Iterator[Row]:
-        """Each raw row in ``values`` checked, as a Row; ``first(row)`` before the first is."""
+        self,
+        values: Iterable[tuple[Any, ...]],
+        first: Callable[[tuple[Any, ...]], None] | None = None,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Each raw row in ``values`` checked and given back as it is (its first 17 values a
+        Row's, by position); ``first(value)`` before the first is checked."""
         chain, tree, checkpoints = self.chain, self.tree, self.checkpoints
         expected = checkpoints._expected
         roots = tree._roots if tree is not None else {}
         frontier = tree.frontier if tree is not None else Frontier()
         hashes = frontier.hashes
-        row_types, last_second = _ROW_TYPES, _last_second
+        value_types, last_second = _VALUE_TYPES, _last_second
         # One function, its names local: this runs for every event verified.
         for value in values:
-            row = ROW_OF(value[:_WIDTH])
             if first is not None:
-                first(row)
+                first(value)
                 first = None
             regular = False
-            if tree is not None and not tree.broken and tuple(map(type, row)) in row_types:
+            if tree is not None and not tree.broken and tuple(map(type, value)) in value_types:
                 seq, wall, salt, digest = value[0], value[5], value[_SALT], value[_DIGEST]
                 if (
                     seq == chain.seq + 1
                     and seq == frontier.size + 1
                     and value[15] == chain.hash
                     and value[1] == chain.journal_id
-                    and type(salt) is str
                     and salt != ""  # an erased row's (ChainVerifier.feed and TreeCheck.feed's)
-                    and type(digest) is str
-                    and type(value[_STORED]) is bytes
                     and (
                         (  # the writer's shape in a second already parsed, as row_problem's
                             wall[:19] == last_second[0]
@@ -100,7 +102,7 @@ class IntegrityPass:
                             and wall[20:26].isdigit()
                             and wall[20:26].isascii()
                         )
-                        or row_problem(row) is None
+                        or row_problem(ROW_OF(value[:_WIDTH])) is None
                     )
                 ):
                     try:
@@ -132,13 +134,14 @@ class IntegrityPass:
                             chain.count += 1
                             chain.seq, chain.hash = seq, value[16]
                             if seq in expected:
-                                checkpoints.see(row)
+                                checkpoints.see(ROW_OF(value[:_WIDTH]))
                             if seq in roots:
                                 tree.check_roots_at(seq)
             if not regular:
+                row = ROW_OF(value[:_WIDTH])
                 leaf = None if value[_SALT] is None else _LEAF_OF(value[_WIDTH:])
                 chain.feed(row, leaf)
                 checkpoints.see(row)
                 if tree is not None:
                     tree.feed(row, leaf)
-            yield row
+            yield value
