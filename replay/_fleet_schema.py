@@ -48,7 +48,7 @@ from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -105,8 +105,13 @@ CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
   signature text NOT NULL,
   received_at timestamptz NOT NULL DEFAULT now(),
   root_hash text,
+  -- The transaction that added it (schema 8): the witness's queue, read from where its last
+  -- tick left off (_fleet_cosign.due_journals), so a journal with nothing new costs nothing.
+  queued xid8 NOT NULL DEFAULT pg_current_xact_id(),
   PRIMARY KEY (journal_id, seq, key_id)
 );
+CREATE INDEX IF NOT EXISTS checkpoints_queued ON agentteam.checkpoints (queued)
+  INCLUDE (journal_id);
 CREATE TABLE IF NOT EXISTS agentteam.findings (
   journal_id text NOT NULL,
   id bigint GENERATED ALWAYS AS IDENTITY,
