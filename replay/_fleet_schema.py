@@ -44,6 +44,7 @@ from typing import Final
 from agentteam_task_bridge import journal
 
 from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
+from ._fleet_register import DEFAULT_JOURNALS_PER_LOGIN, JOURNALS_PER_LOGIN
 
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
@@ -77,6 +78,8 @@ CREATE TABLE IF NOT EXISTS agentteam.journals (
   registered_from text,
   owner name NOT NULL DEFAULT session_user
 );
+-- A login's journals, counted against its cap when it registers one (register_journal).
+CREATE INDEX IF NOT EXISTS journals_owner ON agentteam.journals (owner);
 CREATE TABLE IF NOT EXISTS agentteam.heads (
   journal_id text PRIMARY KEY REFERENCES agentteam.journals,
   seq bigint NOT NULL,
@@ -362,5 +365,6 @@ def ddl() -> list[str]:
         COSIGN_DDL,
         f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",
         "INSERT INTO agentteam.store_meta (key, value) VALUES"
-        f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING;",
+        f" ('schema_version', '{SCHEMA_VERSION}'),"
+        f" ('{JOURNALS_PER_LOGIN}', '{DEFAULT_JOURNALS_PER_LOGIN}') ON CONFLICT (key) DO NOTHING;",
     ]
