@@ -23,6 +23,14 @@ takes the newest checkpoint the ingest accepted (a v2 journal's: a Merkle tree),
   checks a log's proof. A journal whose history contradicts what it cosigned is never cosigned
   again: the witness says so and exits 1.
 
+A tick visits only the journals with a checkpoint added since this witness's last tick, and
+those its operator approved a key for (:func:`due_journals`): ``checkpoints.queued`` (the adding
+transaction's id, indexed) is a queue, and ``agentteam.witness_cursors`` keeps, per login and
+key, the oldest transaction still running when its last tick began (moved only by that login,
+``witness_moved``, once every journal due was visited). A journal with nothing new costs
+nothing; the cursor decides only what is visited, never what is cosigned. The first tick of a
+login and key, and ``every`` (``--all``), visit every journal.
+
 Readers trust a cosignature only under a witness key they name (``verify --witness-key``,
 ``prune --witness-key``): :func:`trusted_cosignature` checks each row's signature, so who wrote
 a row never matters. A v1 journal (hash chain, no tree) is not cosigned.

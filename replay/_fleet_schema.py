@@ -13,13 +13,18 @@ Everything lives in the schema ``agentteam``:
   indexes besides the key: a call's events, the few events outside a call (sessions' starts,
   handshakes and ends, key rotations) and the deprecated uses, both partial: the events of
   other kinds add no entry.
+* ``store_meta``: the schema version and the store's settings (``journals_per_login``, the cap
+  of journals a login registers, ``_fleet_register``), written by the owner only.
 * ``journals``: the registry (journal id, when first shipped, from where, the login that owns
-  it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
+  it, indexed: a login's journals are counted against its cap); ``heads``: each journal's
+  last seq and hash, keyed by journal id alone, moved only by
   the ingest, with the earliest and latest ``ts_wall`` of its events; ``journal_keys``: the
   signing keys each journal named (its key at creation, then each ``key_rotated`` event
   ingested), the keys its checkpoints must verify under;
   ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
-  witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
+  witness, each with the id of the transaction that added it (``queued``, indexed: the
+  witness's queue, ``_fleet_cosign``); ``findings``: forks, bad signatures, broken chains
+  refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
   what the reports read instead of the events.
 * ``erasures_pending``: each shipped ``payload_erased`` event, applied once a witness cosignature

@@ -1,8 +1,9 @@
 """The witness's part of the command line: ``witness``, and ``--witness-key`` on verify and prune.
 
 ``agentteam-replay witness --from postgresql://WITNESS_LOGIN@... --key FILE [--name NAME]
-[--approve-key JOURNAL_ID=VKEY ...] [--follow [--interval S]] [--json]`` cosigns
-(:mod:`replay._fleet_cosign`); the key file is created on first use (0600) and its verifier key
+[--approve-key JOURNAL_ID=VKEY ...] [--all] [--follow [--interval S]] [--json]`` cosigns
+(:mod:`replay._fleet_cosign`) the journals with a checkpoint added since its last run (``--all``:
+every journal); the key file is created on first use (0600) and its verifier key
 said on stderr. Exit 0, or 1 when a journal was refused (its history contradicts what this
 witness cosigned, its checkpoint does not verify, or it is signed by a key the journal rotated to
 that the operator has not approved), 2 on bad usage or an unusable store.
