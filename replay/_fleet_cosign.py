@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COSIGN_DDL",
+    "QUEUE_FIRST",
+    "QUEUE_NEXT",
     "WITNESS_ROLE",
     "CosignReport",
     "JournalCosigned",
@@ -422,6 +424,18 @@ def _cosign_journal(
     )
 
 
+# A page of the checkpoints' queue (queued, journal_id), first from a cursor, then after a row;
+# the output's name is not ``queued``, which ORDER BY would take for the text, not the xid8.
+QUEUE_FIRST: Final = (
+    "SELECT queued::text AS at, journal_id FROM agentteam.checkpoints WHERE queued >= %s::xid8"
+    " ORDER BY queued, journal_id LIMIT %s"
+)
+QUEUE_NEXT: Final = (
+    "SELECT queued::text AS at, journal_id FROM agentteam.checkpoints"
+    " WHERE (queued, journal_id) > (%s::xid8, %s) ORDER BY queued, journal_id LIMIT %s"
+)
+
+
 def due_journals(
     conn: psycopg.Connection[Any], key: WitnessKey, extra: Collection[str], *, every: bool = False
 ) -> tuple[list[str], int]:
@@ -442,14 +456,33 @@ def due_journals(
         (key.key_id,),
     ).fetchone()
     if every or row is None:
-        ids = conn.execute("SELECT journal_id FROM agentteam.journals").fetchall()
+        ids = {str(i) for (i,) in conn.execute("SELECT journal_id FROM agentteam.journals")}
     else:
-        ids = conn.execute(
-            "SELECT DISTINCT journal_id FROM agentteam.checkpoints WHERE queued >= %s::xid8"
-            " UNION SELECT journal_id FROM agentteam.journals WHERE journal_id = ANY(%s)",
-            (row[0], list(extra)),
-        ).fetchall()
-    return sorted(str(i) for (i,) in ids), settled
+        ids = _queued_since(conn, str(row[0]))
+        ids.update(
+            str(i)
+            for (i,) in conn.execute(
+                "SELECT journal_id FROM agentteam.journals WHERE journal_id = ANY(%s)",
+                (list(extra),),
+            )
+        )
+    return sorted(ids), settled
+
+
+def _queued_since(conn: psycopg.Connection[Any], since: str, page: int = 5_000) -> set[str]:
+    """The journals with a checkpoint queued at or after ``since`` (an xid8's text): pages in
+    the order of the index ``checkpoints_queued`` (queued, journal_id), so the plan walks the
+    index whatever the table's statistics (before its first ANALYZE the planner chose to scan
+    the whole table for a range)."""
+    found: set[str] = set()
+    rows = conn.execute(QUEUE_FIRST, (since, page)).fetchall()
+    while rows:
+        found.update(str(j) for _, j in rows)
+        if len(rows) < page:
+            break
+        last, journal_id = rows[-1]
+        rows = conn.execute(QUEUE_NEXT, (last, journal_id, page)).fetchall()
+    return found
 
 
 def cosign_once(

@@ -118,8 +118,7 @@ CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
   queued xid8 NOT NULL DEFAULT pg_current_xact_id(),
   PRIMARY KEY (journal_id, seq, key_id)
 );
-CREATE INDEX IF NOT EXISTS checkpoints_queued ON agentteam.checkpoints (queued)
-  INCLUDE (journal_id);
+CREATE INDEX IF NOT EXISTS checkpoints_queued ON agentteam.checkpoints (queued, journal_id);
 CREATE TABLE IF NOT EXISTS agentteam.findings (
   journal_id text NOT NULL,
   id bigint GENERATED ALWAYS AS IDENTITY,

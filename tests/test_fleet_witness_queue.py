@@ -167,3 +167,41 @@ def test_a_version_7_store_is_refused_not_patched(pg_url: str, tmp_path: Path) -
         owner.execute("UPDATE agentteam.store_meta SET value = '7' WHERE key = 'schema_version'")
     with pytest.raises(replay.StoreError, match="schema version 7 is older"):
         replay.ship([path], pg_url)
+
+
+def test_the_queue_is_read_in_pages_along_its_index_whatever_the_statistics(
+    pg_url: str,
+    logins: Any,  # noqa: F811
+) -> None:
+    """Before its first ANALYZE the planner scanned the whole table for a range of ``queued``;
+    read in the index's order with a limit, each page walks the index. Several checkpoints of
+    one journal in one transaction straddle a page's end: every journal is found once."""
+    from agentteam_task_bridge.replay._fleet_cosign import QUEUE_FIRST, QUEUE_NEXT, _queued_since
+
+    logins("agentteam_ship")  # the store's schema
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        start = owner.execute("SELECT pg_current_xact_id()::text").fetchone()
+        _register_quiet_journals(pg_url, 7)
+        owner.execute(
+            "INSERT INTO agentteam.checkpoints"
+            " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+            " SELECT 'quiet-' || i, s, repeat('a', 64), '', 'k+1', 's'"
+            " FROM generate_series(1, 7) i, generate_series(2, 4) s"
+        )
+        assert start is not None
+        for page in (1, 2, 3, 5, 100):
+            assert _queued_since(owner, start[0], page) == {f"quiet-{i}" for i in range(1, 8)}
+        owner.execute(  # a table of some size (the planner scans one of a few pages, rightly)
+            "INSERT INTO agentteam.checkpoints"
+            " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+            " SELECT 'quiet-' || (i % 7 + 1), 10 + i, repeat('a', 64), '', 'k+1', 's'"
+            " FROM generate_series(1, 20000) i"
+        )
+        plans = [
+            "\n".join(r[0] for r in owner.execute(f"EXPLAIN {query}", args))
+            for query, args in (
+                (QUEUE_FIRST, (start[0], 5000)),
+                (QUEUE_NEXT, (start[0], "quiet-1", 5000)),
+            )
+        ]
+    assert all("checkpoints_queued" in plan and "Seq Scan" not in plan for plan in plans), plans
