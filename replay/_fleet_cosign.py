@@ -23,6 +23,14 @@ takes the newest checkpoint the ingest accepted (a v2 journal's: a Merkle tree),
   checks a log's proof. A journal whose history contradicts what it cosigned is never cosigned
   again: the witness says so and exits 1.
 
+A tick visits only the journals with a checkpoint added since this witness's last tick, and
+those its operator approved a key for (:func:`due_journals`): ``checkpoints.queued`` (the adding
+transaction's id, indexed) is a queue, and ``agentteam.witness_cursors`` keeps, per login and
+key, the oldest transaction still running when its last tick began (moved only by that login,
+``witness_moved``, once every journal due was visited). A journal with nothing new costs
+nothing; the cursor decides only what is visited, never what is cosigned. The first tick of a
+login and key, and ``every`` (``--all``), visit every journal.
+
 Readers trust a cosignature only under a witness key they name (``verify --witness-key``,
 ``prune --witness-key``): :func:`trusted_cosignature` checks each row's signature, so who wrote
 a row never matters. A v1 journal (hash chain, no tree) is not cosigned.
@@ -50,11 +58,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COSIGN_DDL",
+    "QUEUE_FIRST",
+    "QUEUE_NEXT",
     "WITNESS_ROLE",
     "CosignReport",
     "JournalCosigned",
     "cosign_once",
     "cosignatures",
+    "due_journals",
     "first_unheld_leaf",
     "store_reader",
     "trusted_cosignature",
@@ -108,6 +119,31 @@ GRANT USAGE ON SCHEMA agentteam TO {WITNESS_ROLE};
 GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {WITNESS_ROLE};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA agentteam FROM {WITNESS_ROLE};
 GRANT INSERT ON agentteam.cosignatures TO {WITNESS_ROLE};
+-- Where each witness (its login, its key) left off in the checkpoints' queue: every checkpoint
+-- added by a transaction below ``settled`` was settled (committed or rolled back) when its last
+-- tick began, and read by that tick. A login moves only its own (witness_moved).
+CREATE TABLE IF NOT EXISTS agentteam.witness_cursors (
+  login name NOT NULL,
+  key_id text NOT NULL,
+  settled xid8 NOT NULL,
+  moved_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (login, key_id)
+);
+CREATE OR REPLACE FUNCTION agentteam.witness_moved(a_key_id text, a_settled xid8) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
+BEGIN
+  IF NOT pg_has_role(session_user, '{WITNESS_ROLE}', 'USAGE') THEN
+    RAISE EXCEPTION 'only a witness login (a member of {WITNESS_ROLE}) has a cursor'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  INSERT INTO agentteam.witness_cursors (login, key_id, settled)
+  VALUES (session_user, a_key_id, a_settled)
+  ON CONFLICT (login, key_id) DO UPDATE SET settled = a_settled, moved_at = now();
+END $$;
+REVOKE ALL ON agentteam.witness_cursors FROM {WITNESS_ROLE}, agentteam_ship, agentteam_read, PUBLIC;
+GRANT SELECT ON agentteam.witness_cursors TO {WITNESS_ROLE}, agentteam_ship, agentteam_read;
+REVOKE ALL ON FUNCTION agentteam.witness_moved(text, xid8) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION agentteam.witness_moved(text, xid8) TO {WITNESS_ROLE};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON agentteam.cosignatures
   FROM agentteam_ship, agentteam_read, PUBLIC;
 GRANT SELECT ON agentteam.cosignatures TO agentteam_ship, agentteam_read;
@@ -388,19 +424,86 @@ def _cosign_journal(
     )
 
 
+# A page of the checkpoints' queue (queued, journal_id), first from a cursor, then after a row;
+# the output's name is not ``queued``, which ORDER BY would take for the text, not the xid8.
+QUEUE_FIRST: Final = (
+    "SELECT queued::text AS at, journal_id FROM agentteam.checkpoints WHERE queued >= %s::xid8"
+    " ORDER BY queued, journal_id LIMIT %s"
+)
+QUEUE_NEXT: Final = (
+    "SELECT queued::text AS at, journal_id FROM agentteam.checkpoints"
+    " WHERE (queued, journal_id) > (%s::xid8, %s) ORDER BY queued, journal_id LIMIT %s"
+)
+
+
+def due_journals(
+    conn: psycopg.Connection[Any], key: WitnessKey, extra: Collection[str], *, every: bool = False
+) -> tuple[list[str], int]:
+    """(the journals this tick visits, in id order; where the next one starts reading): those
+    with a checkpoint added since this witness's last tick began (the queue, read from its
+    cursor over the index ``checkpoints_queued``: a journal with nothing new is not read), and
+    ``extra`` (the journals its operator approved a key for) that the store holds. Every journal
+    on the first tick of this login and key, or with ``every``.
+
+    The queue is ordered by transaction id, not by commit: a checkpoint below the oldest
+    transaction still running when the tick began (``pg_snapshot_xmin``) can no longer appear,
+    so the next tick starts there; one above it is read again until that transaction ends."""
+    xmin = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()
+    settled = 0 if xmin is None else int(xmin[0])
+    row = conn.execute(
+        "SELECT settled::text FROM agentteam.witness_cursors"
+        " WHERE login = session_user AND key_id = %s",
+        (key.key_id,),
+    ).fetchone()
+    if every or row is None:
+        ids = {str(i) for (i,) in conn.execute("SELECT journal_id FROM agentteam.journals")}
+    else:
+        ids = _queued_since(conn, str(row[0]))
+        ids.update(
+            str(i)
+            for (i,) in conn.execute(
+                "SELECT journal_id FROM agentteam.journals WHERE journal_id = ANY(%s)",
+                (list(extra),),
+            )
+        )
+    return sorted(ids), settled
+
+
+def _queued_since(conn: psycopg.Connection[Any], since: str, page: int = 5_000) -> set[str]:
+    """The journals with a checkpoint queued at or after ``since`` (an xid8's text): pages in
+    the order of the index ``checkpoints_queued`` (queued, journal_id), so the plan walks the
+    index whatever the table's statistics (before its first ANALYZE the planner chose to scan
+    the whole table for a range)."""
+    found: set[str] = set()
+    rows = conn.execute(QUEUE_FIRST, (since, page)).fetchall()
+    while rows:
+        found.update(str(j) for _, j in rows)
+        if len(rows) < page:
+            break
+        last, journal_id = rows[-1]
+        rows = conn.execute(QUEUE_NEXT, (last, journal_id, page)).fetchall()
+    return found
+
+
 def cosign_once(
-    store_url: str, key: WitnessKey, *, now: int | None = None, approved: Approved | None = None
+    store_url: str,
+    key: WitnessKey,
+    *,
+    now: int | None = None,
+    approved: Approved | None = None,
+    every: bool = False,
 ) -> CosignReport:
-    """Cosign the newest accepted checkpoint of every journal in the store (see the module);
-    ``approved``: the keys the operator approved for journals that rotated theirs."""
+    """Cosign the newest accepted checkpoint of each journal with a checkpoint added since this
+    witness's last tick (:func:`due_journals`; ``every``: of every journal), see the module;
+    ``approved``: the keys the operator approved for journals that rotated theirs (visited on
+    every tick). The cursor moves once every journal due was visited."""
     stamp = int(time.time()) if now is None else now
     done = []
     with connect(store_url, autocommit=True) as conn:
-        ids = conn.execute(
-            "SELECT journal_id FROM agentteam.journals ORDER BY journal_id"
-        ).fetchall()
-        for (journal_id,) in ids:
-            done.append(_cosign_journal(conn, key, str(journal_id), stamp, approved or {}))
+        ids, settled = due_journals(conn, key, list(approved or {}), every=every)
+        for journal_id in ids:
+            done.append(_cosign_journal(conn, key, journal_id, stamp, approved or {}))
+        conn.execute("SELECT agentteam.witness_moved(%s, %s::xid8)", (key.key_id, str(settled)))
     return CosignReport(
         store=redact_store_url(store_url), witness_key=key.verifier.to_text(), journals=done
     )
@@ -413,6 +516,7 @@ def witness_follow(
     interval: float,
     stop: Event | None = None,
     approved: Approved | None = None,
+    every: bool = False,
 ) -> CosignReport:
     """Cosign every ``interval`` seconds until SIGTERM/SIGINT (or ``stop``); an outage of the
     store is said once on stderr and waited out. The last round's report."""
@@ -428,7 +532,7 @@ def witness_follow(
     try:
         while not stop.is_set():
             try:
-                report = cosign_once(store_url, key, approved=approved)
+                report = cosign_once(store_url, key, approved=approved, every=every)
                 if down:
                     print("agentteam-replay witness: the store is back", file=sys.stderr)
                 down = False

@@ -7,7 +7,9 @@ and refuse what breaks a rule, whatever the client sent:
 * ``register_journal(journal_id, created_at, registered_from, vkey)``: the first ship of a
   journal registers it to the calling login (``session_user``), with its head at seq 0 and its
   creation key (trust on first use). Every later call by another login is refused
-  (``insufficient_privilege``): a login writes only the journals registered to it.
+  (``insufficient_privilege``): a login writes only the journals registered to it. A new id must
+  be NFC (``journal_id_malformed``) and its login under its cap of journals (``journals_capped``,
+  ``store_meta``'s ``journals_per_login``, which only the owner may change): ``_fleet_register``.
 * ``stage_batch()``: this session's staging table ``pg_temp.ship_batch``, made by the owner
   (rows gone at commit); the login may only INSERT (COPY) into it, so nothing it adds runs as
   the owner. A relation of that name the login made itself is refused, never read.
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from agentteam_task_bridge import journal
+from ._fleet_register import MAX_JOURNAL_ID, REGISTER
 
 __all__ = [
     "ERASED_ROW",
@@ -235,34 +237,10 @@ BEGIN
 END $$;
 """
 
-# Bytes of the indexed texts a login chooses (a btree entry holds 2,704): a journal id, and a
-# row's session_id, call_id and kind together; past them a refusal, not program_limit_exceeded.
-MAX_JOURNAL_ID: Final = 1024
+# Bytes of the indexed texts a login chooses (a btree entry holds 2,704): a journal id
+# (MAX_JOURNAL_ID, _fleet_register), and a row's session_id, call_id and kind together; past
+# them a refusal, not program_limit_exceeded.
 MAX_ROW_KEYS: Final = 1024
-
-# A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space.
-_REGISTER: Final = f"""
-CREATE OR REPLACE FUNCTION agentteam.register_journal(
-  a_journal text, a_created_at text, a_from text, a_vkey text) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, agentteam, pg_temp AS $$
-BEGIN
-  IF coalesce(a_journal, '') = '' OR a_journal ~ '{journal.ORIGIN_FORBIDDEN}'
-     OR octet_length(a_journal) > {MAX_JOURNAL_ID} THEN
-    RAISE EXCEPTION 'a journal id is 1-{MAX_JOURNAL_ID} bytes, no control character nor space: %',
-      left(quote_literal(a_journal), 200)
-      USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
-  END IF;
-  INSERT INTO agentteam.journals (journal_id, created_at, registered_from, owner)
-  VALUES (a_journal, a_created_at, a_from, session_user) ON CONFLICT (journal_id) DO NOTHING;
-  IF FOUND THEN
-    INSERT INTO agentteam.heads (journal_id, seq, hash) VALUES (a_journal, 0, repeat('0', 64));
-    IF a_vkey IS NOT NULL THEN
-      INSERT INTO agentteam.journal_keys (journal_id, seq, vkey) VALUES (a_journal, 0, a_vkey);
-    END IF;
-  END IF;
-  RETURN (agentteam.owned_head(a_journal, false)).seq;
-END $$;
-"""
 
 # The staging table of this session: created by the owner (so the shipping login, which may
 # only INSERT into it, can add no trigger, rule or policy that would run as the owner), its rows
@@ -612,5 +590,5 @@ SHIP_FUNCTIONS: Final = (
 )
 
 INGEST: Final = "\n".join(
-    (_CANONICAL, _CANONICAL_IMAGES, _OWNER, _REGISTER, _STAGE, _INGEST, _CHECKPOINT, _FINDING)
+    (_CANONICAL, _CANONICAL_IMAGES, _OWNER, REGISTER, _STAGE, _INGEST, _CHECKPOINT, _FINDING)
 )

@@ -13,13 +13,18 @@ Everything lives in the schema ``agentteam``:
   indexes besides the key: a call's events, the few events outside a call (sessions' starts,
   handshakes and ends, key rotations) and the deprecated uses, both partial: the events of
   other kinds add no entry.
+* ``store_meta``: the schema version and the store's settings (``journals_per_login``, the cap
+  of journals a login registers, ``_fleet_register``), written by the owner only.
 * ``journals``: the registry (journal id, when first shipped, from where, the login that owns
-  it); ``heads``: each journal's last seq and hash, keyed by journal id alone, moved only by
+  it, indexed: a login's journals are counted against its cap); ``heads``: each journal's
+  last seq and hash, keyed by journal id alone, moved only by
   the ingest, with the earliest and latest ``ts_wall`` of its events; ``journal_keys``: the
   signing keys each journal named (its key at creation, then each ``key_rotated`` event
   ingested), the keys its checkpoints must verify under;
   ``checkpoints``: the checkpoints received over rows the store holds, the latest being the
-  witness; ``findings``: forks, bad signatures, broken chains refused, with who reported them.
+  witness, each with the id of the transaction that added it (``queued``, indexed: the
+  witness's queue, ``_fleet_cosign``); ``findings``: forks, bad signatures, broken chains
+  refused, with who reported them.
 * ``call_lines`` and ``call_counts``: one line per call, kept by the ingest (``_fleet_calls``),
   what the reports read instead of the events.
 * ``erasures_pending``: each shipped ``payload_erased`` event, applied once a witness cosignature
@@ -44,11 +49,12 @@ from typing import Final
 from agentteam_task_bridge import journal
 
 from ._fleet_ingest import INGEST, SHIP_FUNCTIONS
+from ._fleet_register import DEFAULT_JOURNALS_PER_LOGIN, JOURNALS_PER_LOGIN
 
 __all__ = ["READ_ROLE", "SCHEMA", "SCHEMA_VERSION", "SHIP_ROLE", "ddl", "partition_function"]
 
 SCHEMA: Final = "agentteam"
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 SHIP_ROLE: Final = "agentteam_ship"
 READ_ROLE: Final = "agentteam_read"
 
@@ -77,6 +83,8 @@ CREATE TABLE IF NOT EXISTS agentteam.journals (
   registered_from text,
   owner name NOT NULL DEFAULT session_user
 );
+-- A login's journals, counted against its cap when it registers one (register_journal).
+CREATE INDEX IF NOT EXISTS journals_owner ON agentteam.journals (owner);
 CREATE TABLE IF NOT EXISTS agentteam.heads (
   journal_id text PRIMARY KEY REFERENCES agentteam.journals,
   seq bigint NOT NULL,
@@ -105,8 +113,12 @@ CREATE TABLE IF NOT EXISTS agentteam.checkpoints (
   signature text NOT NULL,
   received_at timestamptz NOT NULL DEFAULT now(),
   root_hash text,
+  -- The transaction that added it (schema 8): the witness's queue, read from where its last
+  -- tick left off (_fleet_cosign.due_journals), so a journal with nothing new costs nothing.
+  queued xid8 NOT NULL DEFAULT pg_current_xact_id(),
   PRIMARY KEY (journal_id, seq, key_id)
 );
+CREATE INDEX IF NOT EXISTS checkpoints_queued ON agentteam.checkpoints (queued, journal_id);
 CREATE TABLE IF NOT EXISTS agentteam.findings (
   journal_id text NOT NULL,
   id bigint GENERATED ALWAYS AS IDENTITY,
@@ -357,5 +369,6 @@ def ddl() -> list[str]:
         COSIGN_DDL,
         f"GRANT SELECT ON ALL TABLES IN SCHEMA agentteam TO {SHIP_ROLE}, {READ_ROLE};",
         "INSERT INTO agentteam.store_meta (key, value) VALUES"
-        f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING;",
+        f" ('schema_version', '{SCHEMA_VERSION}'),"
+        f" ('{JOURNALS_PER_LOGIN}', '{DEFAULT_JOURNALS_PER_LOGIN}') ON CONFLICT (key) DO NOTHING;",
     ]

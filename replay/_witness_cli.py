@@ -1,8 +1,9 @@
 """The witness's part of the command line: ``witness``, and ``--witness-key`` on verify and prune.
 
 ``agentteam-replay witness --from postgresql://WITNESS_LOGIN@... --key FILE [--name NAME]
-[--approve-key JOURNAL_ID=VKEY ...] [--follow [--interval S]] [--json]`` cosigns
-(:mod:`replay._fleet_cosign`); the key file is created on first use (0600) and its verifier key
+[--approve-key JOURNAL_ID=VKEY ...] [--all] [--follow [--interval S]] [--json]`` cosigns
+(:mod:`replay._fleet_cosign`) the journals with a checkpoint added since its last run (``--all``:
+every journal); the key file is created on first use (0600) and its verifier key
 said on stderr. Exit 0, or 1 when a journal was refused (its history contradicts what this
 witness cosigned, its checkpoint does not verify, or it is signed by a key the journal rotated to
 that the operator has not approved), 2 on bad usage or an unusable store.
@@ -129,6 +130,13 @@ def add_witness(sub: Any) -> None:
         help="cosign this journal under a key it rotated to (repeatable; nothing signs a"
         " rotation, so check the key with the journal's owner first)",
     )
+    p.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="check every journal, not only those with a checkpoint added since this witness's"
+        " last run (its cost grows with the store)",
+    )
     p.add_argument("--follow", action="store_true", help="keep cosigning until SIGTERM")
     p.add_argument(
         "--interval", type=_interval, default=5.0, metavar="SECONDS", help="with --follow (5)"
@@ -165,9 +173,11 @@ def run(args: argparse.Namespace, out: Console) -> int:
         approved.setdefault(journal_id, set()).add(vkey)
     with store_errors(args.store):
         if args.follow:
-            report = witness_follow(args.store, key, interval=args.interval, approved=approved)
+            report = witness_follow(
+                args.store, key, interval=args.interval, approved=approved, every=args.every
+            )
         else:
-            report = cosign_once(args.store, key, approved=approved)
+            report = cosign_once(args.store, key, approved=approved, every=args.every)
     if args.json:
         print(render.to_json(report), file=out.file)
     else:
@@ -177,7 +187,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
             detail = f": {item.detail}" if item.detail else ""
             out.print(f"{item.journal_id}: {item.outcome}{size}{was}{detail}", highlight=False)
         if not report.journals:
-            out.print("no journal in the store yet", highlight=False)
+            out.print("no new checkpoint since this witness's last run", highlight=False)
     for item in report.journals:
         if item.outcome in REFUSED:
             print(f"agentteam-replay witness: refused {item.journal_id}", file=sys.stderr)

@@ -166,7 +166,8 @@ def test_the_witness_cosigns_each_journal_once_it_extends_what_it_cosigned(
     first = cosign_once(witness, WITNESS, now=1_800_000_000)
     ((item),) = first.journals
     assert (item.outcome, item.tree_size, item.previous_size) == ("cosigned", head(path), None)
-    again = cosign_once(witness, WITNESS, now=1_800_000_001)
+    assert cosign_once(witness, WITNESS, now=1_800_000_001).journals == [], "nothing new"
+    again = cosign_once(witness, WITNESS, now=1_800_000_001, every=True)
     assert [j.outcome for j in again.journals] == ["current"]
     append_calls(path, jid, 9, 3)
     assert replay.ship([path], shipper).ok
@@ -319,7 +320,7 @@ def test_verify_witness_key_on_the_command_line(pg_url: str, logins: Any, tmp_pa
     assert "cosigned" in made.stdout
     vkey = CosignerKey.find(key_file.read_text()).to_text()
     again = subprocess.run(
-        [*cli, "witness", "--from", witness, "--key", str(key_file), "--json"],
+        [*cli, "witness", "--from", witness, "--key", str(key_file), "--json", "--all"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -442,7 +443,8 @@ def test_the_witness_refuses_a_history_that_contradicts_what_it_cosigned(
         )
     (refused,) = cosign_once(witness, WITNESS).journals
     assert (refused.outcome, refused.previous_size) == ("inconsistent", 3)
-    assert not cosign_once(witness, WITNESS).ok
+    assert cosign_once(witness, WITNESS).journals == [], "said once, not again every tick"
+    assert not cosign_once(witness, WITNESS, every=True).ok
     fresh = WitnessKey("witness.example/w3", bytes(range(60, 92)))
     assert [j.outcome for j in cosign_once(witness, fresh).journals] == ["cosigned"]
     with psycopg.connect(pg_url, autocommit=True) as owner:
@@ -463,7 +465,7 @@ def test_the_witness_refuses_a_history_that_contradicts_what_it_cosigned(
     key_file.chmod(0o600)
     cli = [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "witness"]
     done = subprocess.run(
-        [*cli, "--from", witness, "--key", str(key_file)],
+        [*cli, "--from", witness, "--key", str(key_file), "--all"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -145,7 +145,7 @@ def test_an_unsigned_payload_erased_shipped_by_the_shipping_login_erases_nothing
                 )
 
     # No checkpoint the journal's key signed covers it: nothing for the witness to cosign.
-    (item,) = cosign_once(witness, WITNESS).journals
+    (item,) = cosign_once(witness, WITNESS, every=True).journals
     assert item.outcome == "current" and _cosigned_sizes(pg_url, jid) == [head]
     # A checkpoint at that size the shipping login adds itself, naming the journal's key id
     # (the store cannot check Ed25519, the witness does): refused, not cosigned.

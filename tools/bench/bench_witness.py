@@ -9,7 +9,9 @@ recomputed from the store's stored hashes), then again with nothing new (one tic
 ``witness --follow`` on a quiet fleet). Last, the files' ``verify`` beside the part that
 ``verify --witness URL --witness-key VKEY`` adds (:func:`replay._fleet_witness.witness_findings`:
 the local trees at the cosigned sizes against the cosigned roots, and the store's rows against
-the files). Printed: seconds and events per second of each, and the witness check's share of
+the files). Then ``--quiet`` (10,000) journals more are registered, and three ticks timed:
+``--all``, one with nothing new, one with 3 new checkpoints (the journals each visits said).
+Printed: seconds and events per second of each, and the witness check's share of
 ``verify`` (its time over the local verify's, one run).
 """
 
@@ -35,8 +37,9 @@ def _row(case: str, seconds: float, events: int, ratio: str = "") -> None:
     print(f"{case:<58} {seconds:8.2f} {events / seconds:>10,.0f} {ratio:>8}", flush=True)
 
 
-def run(store: str, paths: list[Path], events: int) -> None:
-    """Ship ``paths`` into ``store`` (its owner's URL), then time the witness's parts."""
+def run(store: str, paths: list[Path], events: int, quiet: int = 10_000) -> None:
+    """Ship ``paths`` into ``store`` (its owner's URL), then time the witness's parts; then
+    with ``quiet`` more journals registered."""
     import psycopg
 
     assert replay.ship(paths, store).ok
@@ -52,7 +55,7 @@ def run(store: str, paths: list[Path], events: int) -> None:
     started = time.perf_counter()
     again = cosign_once(witness, _KEY)
     tick_s = time.perf_counter() - started
-    assert [j.outcome for j in again.journals] == ["current"] * len(paths), again
+    assert again.journals == [], again
     _row("witness: a tick with nothing new (--follow)", tick_s, events)
     started = time.perf_counter()
     verified = replay.verify(paths, key=KEY)
@@ -65,6 +68,52 @@ def run(store: str, paths: list[Path], events: int) -> None:
     assert found == [], found
     ratio = f"{check_s / verify_s:.2f}x"
     _row("verify --witness-key's check of the cosignatures", check_s, events, ratio)
+    _quiet_ticks(store, witness, len(paths), quiet)
+
+
+def _quiet_ticks(store: str, witness: str, shipped: int, quiet: int) -> None:
+    """``quiet`` more journals registered, each with a checkpoint (the owner's rows, not
+    signed: the witness refuses each it visits, checkpoint_unverified); then the ticks timed:
+    ``--all`` (every journal, as each tick did before schema 8), one with nothing new, one with
+    3 new checkpoints."""
+    import psycopg
+
+    if not quiet:
+        return
+    with psycopg.connect(store, autocommit=True) as owner, owner.transaction():
+        for table, columns, values in (
+            ("journals", "journal_id", "'quiet-' || i"),
+            ("heads", "journal_id, seq, hash", "'quiet-' || i, 1, repeat('a', 64)"),
+            (
+                "checkpoints",
+                "journal_id, seq, head_hash, ts_wall, key_id, signature",
+                "'quiet-' || i, 1, repeat('a', 64), '', 'k+1', 's'",
+            ),
+        ):
+            owner.execute(
+                f"INSERT INTO agentteam.{table} ({columns})"
+                f" SELECT {values} FROM generate_series(1, %s) i",
+                (quiet,),
+            )
+    total = shipped + quiet
+    for case, every, expected in (
+        (f"witness --all over {total:,} journals", True, total),
+        (f"witness: a tick with nothing new, {total:,} journals", False, 0),
+        (f"witness: a tick with 3 new checkpoints, {total:,} journals", False, 3),
+    ):
+        if expected == 3:
+            with psycopg.connect(store, autocommit=True) as owner:
+                owner.execute(
+                    "INSERT INTO agentteam.checkpoints"
+                    " (journal_id, seq, head_hash, ts_wall, key_id, signature)"
+                    " SELECT 'quiet-' || i, 2, repeat('a', 64), '', 'k+1', 's'"
+                    " FROM generate_series(1, 3) i"
+                )
+        started = time.perf_counter()
+        done = cosign_once(witness, _KEY, every=every)
+        seconds = time.perf_counter() - started
+        assert len(done.journals) == expected, (case, len(done.journals))
+        print(f"{case:<58} {seconds:8.3f} s, {len(done.journals):,} visited", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="10 journals of 10,000 events")
     parser.add_argument("--url", help="a PostgreSQL server to use (a database is created on it)")
     parser.add_argument("--keep", type=Path, default=None, help="as bench_fleet's --keep")
+    parser.add_argument(
+        "--quiet", type=int, default=10_000, help="journals registered for the last ticks"
+    )
     return parser
 
 
@@ -84,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     journals, per = (10, 10_000) if args.quick else (args.journals, args.events)
     with cluster_and_journals(args.url, args.keep, journals, per) as (cluster, paths, events):
-        run(cluster.create_database("witness"), paths, events)
+        run(cluster.create_database("witness"), paths, events, args.quiet)
 
 
 if __name__ == "__main__":
