@@ -12,6 +12,7 @@ batches, its parts count the same calls and sessions, and a report made after th
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from agentteam_task_bridge.replay._report_html import write_html
 from .fleet_helpers import append_calls, write_fleet, write_fleet_journal, write_idempotency_fleet
 from .journal_helpers import KEY
 from .pg_cluster import Cluster
+from .replay_helpers import replay_main
 
 SIGNER: Final = journal.SigningKey("agentteam-bridge/seed", KEY)
 WITNESS: Final = WitnessKey("witness.example/snapshot", bytes(range(80, 112)))
@@ -234,3 +236,31 @@ def test_the_other_reports_from_the_store_read_one_instant(
         assert during.scanned == during.matched == len(during.calls)
     after = command(fleet.url)
     assert to_json(after) != to_json(before)
+
+
+def test_a_proof_from_the_store_reads_one_instant(
+    fleet: Fleet, shipping: Callable[[Fleet], None]
+) -> None:
+    """``prove --from`` reads the head, the stored hashes and the checkpoints in several
+    statements: the journal's next batches (a new signed checkpoint each) landing between them
+    change nothing in the proof."""
+    store = ("--from", fleet.url, "--journal", "fleet-0000")
+    asked = [(*store, "--seq", "5"), (*store, "--consistency", "3", "40")]
+    before = [_proof(*args) for args in asked]
+    for args, was in zip(asked, before, strict=True):
+        fleet.batches = [
+            fleet.more_calls(fleet.written[0], "fleet-0000", 60 + 10 * fleet.shipped + n, 3)
+            for n in range(4)
+        ]
+        shipping(fleet)
+        shipped = fleet.shipped
+        assert _proof(*args) == was, args
+        assert fleet.shipped > shipped, "a batch landed between its statements"
+    assert _proof(*asked[0])["tree_size"] > before[0]["tree_size"]
+
+
+def _proof(*args: str) -> dict[str, Any]:
+    done = replay_main("prove", *args, "--json")
+    assert done.returncode == 0, done.stderr + done.stdout
+    proof: dict[str, Any] = json.loads(done.stdout)
+    return proof
