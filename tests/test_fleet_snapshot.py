@@ -264,3 +264,31 @@ def _proof(*args: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr + done.stdout
     proof: dict[str, Any] = json.loads(done.stdout)
     return proof
+
+
+def test_the_witness_reads_the_store_before_the_files(
+    fleet: Fleet, shipping: Callable[[Fleet], None], tmp_path: Path
+) -> None:
+    """``verify --witness`` beside a shipper that keeps shipping the same files: batches landing
+    between its statements are no finding (the store read first, at one instant, holds only
+    what the files held), and the erasures pending are read in the same instant."""
+    from agentteam_task_bridge.replay._fleet_witness import witness_findings
+
+    paths = fleet.written[:2]
+    assert witness_findings(fleet.url, paths) == []
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "auditor")}
+    for n in range(2):
+        fleet.batches = [
+            fleet.more_calls(fleet.written[0], "fleet-0000", 100 + 10 * fleet.shipped + i, 4)
+            for i in range(3)
+        ] + [fleet.more_calls(fleet.written[1], "fleet-0001", 300 + fleet.shipped, 4)]
+        shipping(fleet)
+        shipped = fleet.shipped
+        if n == 0:
+            assert witness_findings(fleet.url, paths) == []
+        else:
+            done = replay_main("verify", *paths, "--witness", fleet.url, "--json", env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            verified = json.loads(done.stdout)
+            assert verified["ok"] and not verified["findings"], verified["findings"]
+        assert fleet.shipped > shipped, "a batch landed while the store was read"
