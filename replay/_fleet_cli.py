@@ -158,13 +158,14 @@ def apply_witness(args: argparse.Namespace, paths: list[Path], verified: Any) ->
         return verified
     import msgspec
 
+    from ._fleet_store import one_instant
     from ._fleet_witness import pending_erasures, witness_findings
     from ._witness_cli import witness_keys
 
     keys = witness_keys(args.witness_key)
-    with store_errors(args.witness):
-        found = witness_findings(args.witness, paths, witness_keys=keys)
-        pending = pending_erasures(args.witness, paths)
+    with store_errors(args.witness), one_instant(args.witness) as instant:
+        found = witness_findings(instant, paths, witness_keys=keys)
+        pending = pending_erasures(instant, paths)
     journals = [
         msgspec.structs.replace(
             j,

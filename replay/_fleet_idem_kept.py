@@ -30,7 +30,7 @@ from typing import Any
 
 from ._findings import Finding
 from ._fleet_idempotency import _detail, _group
-from ._fleet_store import connect
+from ._fleet_store import Instant, read_only
 from ._idempotency import HintCheck, IdempotencyResult, declared_hints
 
 __all__ = ["idempotency_kept"]
@@ -86,7 +86,7 @@ class _Offsets:
 
 
 def idempotency_kept(
-    store_url: str,
+    store_url: str | Instant,
     *,
     hints: dict[str, bool] | None = None,
     journal: str | None = None,
@@ -96,8 +96,7 @@ def idempotency_kept(
     kept state; None when the state cannot serve (module docstring)."""
     hints = declared_hints() if hints is None else hints
     declared = sorted(tool for tool, on in hints.items() if on)
-    with connect(store_url, autocommit=True) as conn, conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    with read_only(store_url) as conn:
         journals = conn.execute(
             "SELECT c.journal_id, c.calls, i.calls, i.keyed, i.claim_calls, i.claim_repeats,"
             " i.repeat_window FROM agentteam.call_counts c"
@@ -367,7 +366,7 @@ FROM agentteam.idem_sigs g JOIN s USING (sig) WHERE g.journal_id = ANY (%(j)s)""
 
 
 def idempotency_for_report(
-    store_url: str,
+    store_url: str | Instant,
     *,
     whole: bool,
     journal: str | None,

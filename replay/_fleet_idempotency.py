@@ -38,7 +38,7 @@ from ._findings import Finding
 from ._fleet_calls import is_int as _int
 from ._fleet_calls import text_of as _text
 from ._fleet_calls import truthy as _truthy
-from ._fleet_store import connect
+from ._fleet_store import Instant, read_only
 from ._idempotency import (
     REPEAT_WINDOW,
     HintCheck,
@@ -305,7 +305,7 @@ def idempotency_query(
 
 
 def idempotency_from(
-    store_url: str,
+    store_url: str | Instant,
     *,
     hints: dict[str, bool] | None = None,
     calls: str | None = None,
@@ -321,7 +321,7 @@ def idempotency_from(
     sql, params = idempotency_query(
         hints=hints, calls=calls, call_params=call_params, in_order=in_order
     )
-    with connect(store_url, autocommit=True) as conn:
+    with read_only(store_url) as conn:
         # Compiling the plan's ~300 expressions costs seconds (3.6 s of 4.7 on 100,000 events)
         # and saves little: the work is sorts and windows.
         conn.execute("SET jit = off")

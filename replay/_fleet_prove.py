@@ -10,14 +10,14 @@ implementation. Reads O(log n) rows per proof; it trusts nothing the shipper sen
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Checkpoint
 
 from . import _prove
-from ._fleet_store import connect
+from ._fleet_store import read_only
 from ._source import ReplayInputError
 
 if TYPE_CHECKING:
@@ -112,8 +112,10 @@ class _StoreLog(_prove._Journal):
 
 @contextmanager
 def open_store_log(url: str, journal_id: str) -> Iterator[_prove._Journal]:
-    """The store's copy of a v2 journal's Merkle log (ReplayInputError when it holds none)."""
-    with closing(connect(url, autocommit=True)) as conn:
+    """The store's copy of a v2 journal's Merkle log (ReplayInputError when it holds none), as
+    one instant of the store: its head, hashes and checkpoints read in one snapshot (a ship
+    landing meanwhile would give a checkpoint past the head read)."""
+    with read_only(url) as conn:
         row = conn.execute(
             "SELECT tree_size FROM agentteam.heads WHERE journal_id = %s", (journal_id,)
         ).fetchone()

@@ -13,9 +13,13 @@ The page is the local ``report``'s (:mod:`replay._report_html`), from the same :
   the idempotency check and the deprecations each on a connection of its own at the same time
   (another server process, another core), so on free cores the page costs about the longest
   of them; over whole journals the idempotency check combines the state the ingest keeps per
-  journal (``_fleet_idem_kept``) instead of running over every line. Each part reads the store
-  as its own statement finds it: on a store taking batches as the page is made, two parts can
-  count a batch the other has not seen yet;
+  journal (``_fleet_idem_kept``) instead of running over every line;
+* the page is one instant of the store: every part, on every connection, reads the snapshot
+  one transaction exported before the first of them (``one_instant``), so a batch shipped (new
+  calls, sessions, errors, an erasure applied) while the page is made is in none of its
+  figures. The exporting transaction reads no table, and no reader waits for another while its
+  transaction holds locks (the verdict and the stories each on a connection of their own): a
+  ship that must wait for the readers' locks (a new month's partition) never waits in a circle;
 * the stories (the first ``stories`` calls in journal order, and the calls the page names, at
   most ``MAX_NAMED_STORIES``) are read back from the events, a few queries for them all (their
   events by the ``events_call`` index, then their sessions' starts, handshakes and ends).
@@ -39,7 +43,8 @@ from ._deprecations import DEFAULT_GATE_DAYS
 from ._findings import Finding
 from ._fleet_idem_kept import idempotency_for_report
 from ._fleet_reports import Scope, aggregates_from, audit_from, deprecations_from
-from ._fleet_store import connect, redact_store_url
+from ._fleet_store import Instant, one_instant, read_only, redact_store_url
+from ._idempotency import IdempotencyResult
 from ._invariants import InDoubtCall
 from ._report import (
     DEFAULT_STORIES,
@@ -140,49 +145,36 @@ def report_from(
     # the audit: psycopg waits for a result without the GIL. The aggregates read the call
     # lines again rather than in the audit's statement: on two free cores that read (about a
     # tenth of the audit's time) is cheaper than the aggregates after the audit (1.25x the
-    # audit's time against 1.64x, at a million events).
+    # audit's time against 1.64x, at a million events). Every part reads ``instant``, kept
+    # open until the pool is done.
     with (
+        one_instant(store_url) as instant,
         ThreadPoolExecutor(max_workers=3, thread_name_prefix="report-from") as pool,
-        connect(store_url, autocommit=True) as conn,
     ):
         checking = pool.submit(
             idempotency_for_report,
-            store_url,
+            instant,
             whole=where.session is None and where.since is None and where.until is None,
             journal=where.journal,
             calls=named,
             call_params=named_params,
         )
-        deprecating = pool.submit(deprecations_from, store_url, gate_days=gate_days, scope=scope)
-        aggregating = pool.submit(aggregates_from, store_url, scope, _extra(stories))
-        audit = audit_from(store_url, scope)
+        deprecating = pool.submit(deprecations_from, instant, gate_days=gate_days, scope=scope)
+        aggregating = pool.submit(aggregates_from, instant, scope, _extra(stories))
+        audit = audit_from(instant, scope)
         rows = aggregating.result()
         width, timeline = _timeline(rows["page_timeline"])
         errors = _errors(rows["page_errors"])
-        verified = _verdict(conn, store_url)
+        # A connection of their own each (closed before this thread waits for another part).
+        with read_only(instant) as conn:
+            verified = _verdict(conn, store_url)
+            first = _stories(conn, [(j, c) for j, c in rows["page_first"]], True)
         kept: dict[str, CallDetail] = {}
-        for (_, call_id), detail in _stories(
-            conn, [(j, c) for j, c in rows["page_first"]], True
-        ).items():
+        for (_, call_id), detail in first.items():
             kept.setdefault(call_id, detail)
         deprecations, checked = deprecating.result(), checking.result()
-        matched = audit.calls
-        by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
-        named_calls = _named_calls(verified, checked, by_code)
-        wanted = [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]
-        # A named call is read from the first journal holding its id, as the local report does.
-        holders = dict(
-            conn.execute(
-                "SELECT DISTINCT ON (call_id) call_id, journal_id FROM agentteam.call_lines"
-                " WHERE call_id = ANY (%s) ORDER BY call_id, journal_id",
-                (wanted,),
-            ).fetchall()
-            if wanted
-            else []
-        )
-        named_stories = _stories(conn, [(holders[c], c) for c in wanted if c in holders], False)
-        for (_, call_id), detail in named_stories.items():
-            kept[call_id] = detail
+        kept |= _named_stories(instant, kept, verified, checked, errors)
+    matched = audit.calls
     ordered = sorted(kept.values(), key=lambda d: (d.summary.journal_id, d.summary.first_seq))
     shown = min(stories, matched)
     return Report(
@@ -229,6 +221,33 @@ JOIN LATERAL (
 WHERE l.in_doubt IS NOT NULL
 ORDER BY l.journal_id, l.first_seq
 """
+
+
+def _named_stories(
+    instant: Instant,
+    kept: dict[str, CallDetail],
+    verified: VerifyResult,
+    checked: IdempotencyResult,
+    errors: list[ErrorExample],
+) -> dict[str, CallDetail]:
+    """The stories of the calls the verdict, the idempotency check and the error examples name
+    that ``kept`` (the first calls') does not hold, by call id."""
+    with read_only(instant) as conn:
+        by_code = {e.error_code: (e.calls, set(e.tools), e.example_call) for e in errors}
+        named_calls = _named_calls(verified, checked, by_code)
+        wanted = [c for c in named_calls if c not in kept][:MAX_NAMED_STORIES]
+        # A named call is read from the first journal holding its id, as the local report does.
+        holders = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (call_id) call_id, journal_id FROM agentteam.call_lines"
+                " WHERE call_id = ANY (%s) ORDER BY call_id, journal_id",
+                (wanted,),
+            ).fetchall()
+            if wanted
+            else []
+        )
+        named = _stories(conn, [(holders[c], c) for c in wanted if c in holders], False)
+    return {call_id: detail for (_, call_id), detail in named.items()}
 
 
 def _verdict(conn: Any, store_url: str) -> VerifyResult:

@@ -10,6 +10,10 @@ Exactness: latencies are fetched as exact integers (nanoseconds, or whole micros
 rounded) and turned into the same floats the local code computes; text sorts bytewise
 (``COLLATE "C"``). The local reader folds at most ``MAX_EVENTS_PER_CALL`` events into a call,
 and so does the SQL. ``idempotency`` is computed in SQL too (``_fleet_idempotency``).
+
+One instant: each report's statements run in one read-only snapshot (``read_only``), the one
+an :class:`Instant` names when a page shares it among its parts, so a batch shipped meanwhile
+is in every figure or in none.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from ._deprecations import (
     _report,
 )
 from ._fleet_idempotency import idempotency_from
-from ._fleet_store import SESSION_DOC, connect
+from ._fleet_store import SESSION_DOC, Instant, read_only
+from ._fleet_store import connect as connect  # the tests read the store through it
 from ._story import CallSummary
 
 if TYPE_CHECKING:
@@ -104,11 +109,11 @@ def _summary(row: tuple[Any, ...]) -> CallSummary:
 
 
 def calls_from(
-    store_url: str, where: CallFilter | None = None, *, limit: int | None = None
+    store_url: str | Instant, where: CallFilter | None = None, *, limit: int | None = None
 ) -> CallList:
     """``list_calls`` over the store: the filter, the order and the limit applied in SQL."""
     sql, params = calls_query(where or CallFilter(), limit)
-    with connect(store_url, autocommit=True) as conn:
+    with read_only(store_url) as conn:
         rows = conn.execute(sql, params).fetchall()
         total = conn.execute("SELECT sum(calls) FROM agentteam.call_counts").fetchone()
     return CallList(
@@ -255,19 +260,19 @@ def _rows_of(
     }
 
 
-def audit_from(store_url: str, scope: Scope | None = None) -> AuditReport:
+def audit_from(store_url: str | Instant, scope: Scope | None = None) -> AuditReport:
     """``audit`` over the store: every aggregate computed in SQL over the call lines."""
     return audit_and(store_url, scope or Scope())[0]
 
 
 def audit_and(
-    store_url: str, scope: Scope, extra: Mapping[str, str] | None = None
+    store_url: str | Instant, scope: Scope, extra: Mapping[str, str] | None = None
 ) -> tuple[AuditReport, dict[str, list[tuple[Any, ...]]]]:
     """:func:`audit_from`, and the rows of each ``extra`` aggregate (a query over ``lines``,
     its columns named a, b, c...) from the same read of the call lines."""
     assert not set(extra or {}) & set(_AUDIT_SQL), "an extra aggregate is named as the audit's"
     aggregates = {**_AUDIT_SQL, **(extra or {})}
-    with connect(store_url, autocommit=True) as conn:
+    with read_only(store_url) as conn:
         row = conn.execute(_aggregate_query(scope.lines, aggregates), scope.line_params)
         got = _rows_of(aggregates, row.fetchone())
         sessions = conn.execute(
@@ -277,11 +282,11 @@ def audit_and(
 
 
 def aggregates_from(
-    store_url: str, scope: Scope, extra: Mapping[str, str]
+    store_url: str | Instant, scope: Scope, extra: Mapping[str, str]
 ) -> dict[str, list[tuple[Any, ...]]]:
     """The rows of each ``extra`` aggregate (as for :func:`audit_and`) from a read of the call
     lines of their own, on a connection of their own."""
-    with connect(store_url, autocommit=True) as conn:
+    with read_only(store_url) as conn:
         row = conn.execute(_aggregate_query(scope.lines, extra), scope.line_params).fetchone()
     return _rows_of(extra, row)
 
@@ -430,7 +435,7 @@ def window_query(scope: Scope) -> tuple[str, tuple[Any, ...]]:
 
 
 def deprecations_from(
-    store_url: str,
+    store_url: str | Instant,
     *,
     gate_days: int = DEFAULT_GATE_DAYS,
     as_of: datetime | None = None,
@@ -441,7 +446,7 @@ def deprecations_from(
     moment = as_of or datetime.now(UTC)
     scope = scope or Scope(heads="true")
     where, params = scope.events, scope.event_params
-    with connect(store_url, autocommit=True) as conn:
+    with read_only(store_url) as conn:
         window = conn.execute(*window_query(scope)).fetchone()
         found = conn.execute(_NAMES.replace("{scope}", where), params).fetchall()
         users = conn.execute(_USERS.replace("{scope}", where), params).fetchall()

@@ -3,6 +3,13 @@
 ``contiguous_seq`` and ``witnessed_checkpoint`` are the store's answers other commands build on
 (``prune`` removes only what the store holds and has witnessed); their names are stable. Each
 takes a URL or an open psycopg connection.
+
+A report reads one instant of the store, however many statements and connections it uses:
+``read_only`` gives a connection whose statements all see one snapshot (a ``REPEATABLE READ,
+READ ONLY`` transaction), the snapshot an :class:`Instant` names when given one; ``one_instant``
+exports that snapshot from a transaction that reads no table (so it holds no lock a ship
+creating a partition would wait for while the report's readers wait for it) and keeps it open
+until the report is done.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -27,6 +34,7 @@ __all__ = [
     "MUTATION_FOLD",
     "OUTCOME_KINDS",
     "SESSION_STARTED_OF_CALL",
+    "Instant",
     "StoreError",
     "StoreFinding",
     "StoreUnreachable",
@@ -37,7 +45,9 @@ __all__ = [
     "findings",
     "first_unheld",
     "is_store_url",
+    "one_instant",
     "psycopg_module",
+    "read_only",
     "record_finding",
     "redact_store_url",
     "refusal",
@@ -189,6 +199,40 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         ) from None
     _read_exactly(conn)
     return conn
+
+
+class Instant(NamedTuple):
+    """One instant of the store several connections read: the snapshot ``one_instant``
+    exported (``pg_export_snapshot``), valid while it is kept open."""
+
+    url: str
+    snapshot: str
+
+
+@contextmanager
+def read_only(store: str | Instant) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a ``REPEATABLE READ, READ ONLY`` transaction: every statement on it (the
+    server's functions they call included) reads one snapshot of the store, ``store``'s when it
+    is an :class:`Instant`, else the one its first statement takes. Its locks last until the
+    block ends: a caller does not wait on another reader inside it."""
+    from psycopg import sql
+
+    url = store if isinstance(store, str) else store.url
+    with connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        if isinstance(store, Instant):
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(store.snapshot)))
+        yield conn
+
+
+@contextmanager
+def one_instant(url: str) -> Iterator[Instant]:
+    """The store's present instant, for :func:`read_only` connections to import until the
+    block ends. The exporting transaction reads no table: it holds no lock."""
+    with read_only(url) as conn:
+        row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+        assert row is not None
+        yield Instant(url, str(row[0]))
 
 
 @contextmanager

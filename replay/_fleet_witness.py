@@ -51,12 +51,18 @@ the store held back because a key rotated, ``erasures_held``).
 
 Hash chains make the comparison cheap: two journals with the same hash at seq N hold the same
 events 1..N, so the first differing seq is found by a binary search over hashes.
+
+The store is read as one instant taken before the files are opened (``_store_then_files``): it
+holds only what a file held when it was shipped, so a batch shipped while the comparison runs
+(``ship --follow`` beside it) is no finding, neither a store "ahead" of the files nor a
+checkpoint past the head read. ``verify --witness`` reads the findings and the pending
+erasures in the same instant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,7 +73,7 @@ from ._cosign import CosignerKey
 from ._findings import Finding
 from ._fleet_cosign import store_reader, trusted_cosignature
 from ._fleet_ingest import ERASED_ROW, leaf_hash_sql, row_hash_sql
-from ._fleet_store import connect, stored_head, witnessed_checkpoint
+from ._fleet_store import Instant, connect, read_only, stored_head, witnessed_checkpoint
 from ._source import journal_files, open_reader
 
 if TYPE_CHECKING:
@@ -76,8 +82,17 @@ if TYPE_CHECKING:
 __all__ = ["pending_erasures", "registered_keys", "witness_findings"]
 
 
+@contextmanager
+def _store_then_files(store_url: str | Instant) -> Iterator[psycopg.Connection[Any]]:
+    """A read-only connection to one instant of the store, taken before the caller opens the
+    journal files (an :class:`Instant`'s is older still)."""
+    with read_only(store_url) as conn:
+        conn.execute("SELECT 1")  # the transaction's snapshot: its first statement's
+        yield conn
+
+
 def witness_findings(
-    store_url: str,
+    store_url: str | Instant,
     paths: Sequence[str | Path],
     *,
     witness_keys: Sequence[CosignerKey] | None = None,
@@ -88,7 +103,7 @@ def witness_findings(
     The files of one journal id (its segments) are compared as one journal.
     """
     found: list[Finding] = []
-    with ExitStack() as stack, connect(store_url, autocommit=True) as conn:
+    with _store_then_files(store_url) as conn, ExitStack() as stack:
         readers = [stack.enter_context(open_reader(p)) for p in journal_files(paths)]
         by_journal: dict[str | None, list[Reader]] = {}
         for reader in readers:
@@ -360,14 +375,14 @@ def _compare_cosigned(
 
 
 def pending_erasures(
-    store_url: str, paths: Sequence[str | Path]
+    store_url: str | Instant, paths: Sequence[str | Path]
 ) -> dict[str, tuple[list[int], list[int]]]:
     """Per journal id of ``paths``: the seqs of its own ``payload_erased`` events (held here
     with the store's hash) the store has not applied: (pending, no cosignature covering them
     yet; held, a key rotated since the journal was registered: the owner's ``erase --from``
     applies them). Information, not findings."""
     found: dict[str, tuple[list[int], list[int]]] = {}
-    with ExitStack() as stack, connect(store_url, autocommit=True) as conn:
+    with _store_then_files(store_url) as conn, ExitStack() as stack:
         readers = [stack.enter_context(open_reader(p)) for p in journal_files(paths)]
         by_journal: dict[str, list[Reader]] = {}
         for reader in readers:
