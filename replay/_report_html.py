@@ -4,7 +4,9 @@ Invariants:
 
 * every text from a journal (titles, arguments, error messages, ids) goes through
   :func:`html.escape`: a title holding ``<script>`` is shown, never run; text is UTF-8, so
-  4-byte characters render as themselves;
+  4-byte characters render as themselves; its control characters and bidirectional overrides
+  are shown as stand-ins (:func:`replay._terminal.shown`), so a name cannot reorder what the
+  reader sees (ids keep them in anchors, where they are not shown);
 * the page loads nothing: a Content-Security-Policy ``default-src 'none'`` allows only its own
   inline style and its one inline script (by hash); charts are inline SVG
   (:mod:`replay._report_svg`), each beside a table holding the same numbers;
@@ -43,6 +45,7 @@ from . import _report_svg as svg
 from ._calls import CallDetail
 from ._report import Report
 from ._source import ReplayInputError
+from ._terminal import shown
 
 __all__ = ["render_html", "write_html"]
 
@@ -149,8 +152,9 @@ def render_html(r: Report) -> str:
 
 
 def _e(value: object) -> str:
-    """A journal's text, escaped, shown up to ``MAX_TEXT_CHARS`` characters."""
-    return escape(_cut("" if value is None else str(value)))
+    """A journal's text, escaped, shown up to ``MAX_TEXT_CHARS`` characters, its control and
+    bidirectional characters as visible stand-ins (``shown``, as on a terminal)."""
+    return escape(shown(_cut("" if value is None else str(value)), one_line=True))
 
 
 def _cut(text: str) -> str:
@@ -172,7 +176,7 @@ def _table(
     numeric: frozenset[int] | set[int] = frozenset(),
 ) -> str:
     """A table of cells already escaped (or built of escaped parts)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"
         + "".join(
@@ -205,7 +209,7 @@ def _json(value: Any) -> str:
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode("utf-8")
     if len(text) > MAX_JSON_CHARS:
         text = text[:MAX_JSON_CHARS] + f"\n… {len(text) - MAX_JSON_CHARS} more characters"
-    return f"<pre>{escape(text)}</pre>"
+    return f"<pre>{escape(shown(text))}</pre>"
 
 
 def _trust(v: Any) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 import pytest
 
@@ -264,6 +265,34 @@ def test_the_page_stays_small_whatever_the_model_or_the_journal_names(
     else:
         big = "\U0001f980" * (1 << 18)
         assert f"<td>{big[:1000]}… {len(big) - 1000} more characters</td>" in page
+
+
+# The bidirectional embeddings, overrides and isolates: text that reorders what a reader sees.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def test_names_that_reorder_or_break_the_page_are_shown_not_obeyed(tmp_path: Path) -> None:
+    """Tool names, error codes, clients, sessions and call ids holding markup breakers, quotes,
+    `#`, spaces, bidirectional overrides and control characters: escaped, the overrides and
+    controls shown as stand-ins wherever the page shows text (in SVG labels too), and every
+    call id's link still finds its story."""
+    rlo = "\u202e"
+    session = f"s{rlo}live\u2066"
+    tool = f"t{rlo}</script></style>]]>\x1b[2J"
+    events = [session_started(session, client_name=f"cli{rlo}\x07</title>")]
+    for call in (f"c{rlo}1", 'c"2 #x', "c 3", "c\u20284", "c%41", "c" * 1024):
+        events += _rejected(call, tool, f"e{rlo}<svg onload=alert(1)>", session=session)
+    path = tmp_path / "multi-bidi" / "journal.db"
+    path.parent.mkdir()
+    write_events(path, events)
+    page = _report(path, tmp_path / "bidi.html", "--stories", "100")
+    links = _Links()
+    links.feed(page)
+    assert links.scripts == 1 and "<svg onload" not in page and "\x1b" not in page
+    assert links.hrefs and all(unquote(h[1:]) in links.ids for h in links.hrefs)
+    shown_text = re.sub(r' id="[^"]*"', "", page)  # ids are anchors, never shown
+    assert not _BIDI.search(shown_text), _BIDI.search(shown_text)
+    assert "t\ufffd&lt;/script&gt;&lt;/style&gt;]]&gt;\u241b[2J" in page
 
 
 def _verify_in(pids: Path) -> Any:
