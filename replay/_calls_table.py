@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Final
 
 import msgspec
+from rich import box
 from rich._emoji_replace import _emoji_replace
 from rich.console import Console, ConsoleOptions
 from rich.measure import Measurement
@@ -172,12 +173,15 @@ def _plain_lines(
 ) -> str | None:
     """The lines rich prints for this table (``names``' columns at ``widths``), made without
     rich's layout (about 300 us a row, nearly all of a long ``calls`` listing's time), without
-    the last newline; or None where only rich knows them: a console with colours, a table wider
+    the last newline; or None where only rich knows them: a console with colours or that draws
+    another box than ``SIMPLE_HEAD``'s (one whose encoding is not UTF: ASCII lines), a table wider
     than the console, a cell that is not printable ASCII or that rich would read as markup or
     an emoji code (``[b]``, ``:smile:``). A cell wider than its column is cut with an ellipsis,
     as rich cuts it. tests/test_replay_calls_stream.py holds these lines to rich's, byte for
     byte."""
     if console.color_system is not None:
+        return None
+    if box.SIMPLE_HEAD.substitute(console.options, safe=console.safe_box) is not box.SIMPLE_HEAD:
         return None
     right = [n.partition(":")[2].startswith(">") for n in names]
     titles = [n.partition(":")[0] for n in names]

@@ -3,11 +3,17 @@
 The parser (subcommands, options, help) is :mod:`replay._cli_parser`; the tables are
 :mod:`replay._render`'s; here each parsed command becomes one call of its ``replay`` function,
 under a progress bar on a terminal, and its exit status.
+
+An output whose encoding is not UTF (``PYTHONIOENCODING=ascii``, a Latin-1 locale, a pipe on
+Windows) gets each character it lacks as a JSON escape (``\\u4efb``; a pair past U+FFFF), so a
+journal's text never stops a command and ``--json`` stays JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import io
 import os
 import sqlite3
 import sys
@@ -382,7 +388,36 @@ def _fail(message: str) -> None:
     print(f"{PROG}: {shown(message, one_line=True)}", file=sys.stderr)
 
 
+_ESCAPE: Final = "agentteam-replay-escape"
+
+
+def _escaped(exc: UnicodeError) -> tuple[str, int]:
+    """The characters an output's encoding lacks, as JSON escapes (valid in a JSON string)."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for c in exc.object[exc.start : exc.end]:
+        n = ord(c)
+        if n > 0xFFFF:
+            n -= 0x10000
+            out.append(f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return "".join(out), exc.end
+
+
+codecs.register_error(_ESCAPE, _escaped)
+
+
+def _escape_what_the_output_cannot_encode() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        encoding = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name
+        if isinstance(stream, io.TextIOWrapper) and not encoding.startswith("utf"):
+            stream.reconfigure(errors=_ESCAPE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _escape_what_the_output_cannot_encode()
     args = build_parser().parse_args(argv)
     out, err = _console(), _console(stderr=True)
     try:

@@ -19,6 +19,14 @@ except through such a change. Memory is one small entry per key scope and per ta
 a bounded window of recent call signatures for repeats: a repeat is compared with the previous
 identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule ``idempotency
 --from`` computes the same way in SQL).
+
+What the upstream's results hold is read as the store's SQL reads it (``_fleet_calls``), whatever
+its shape: a list it names (``changed``, ``unchanged``, ``tasks``) is read only when it is a
+list; a task's number is an integer only when it is one (``true`` is not 1); two tasks are the
+same when their numbers are equal numbers (1 and 1.0 alike) or equal JSON texts otherwise
+(:func:`_number`); a payload and a set of identities are compared as ``jsonb`` compares them,
+numbers by their value (:func:`_by_value`). Only a number written with more digits than a float
+keeps (``0.30000000000000001``, ``1e400``) may be read otherwise than the store reads it.
 """
 
 from __future__ import annotations
@@ -26,9 +34,9 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import msgspec
 
@@ -49,7 +57,7 @@ REPEAT_WINDOW: Final = 65_536
 _KEY_FIELDS: Final = ("idempotencyKey", "workflowRunId", "callbackEffectId")
 _canonical = msgspec.json.Encoder(order="sorted").encode
 
-Task = tuple[str | None, str | None, int]  # workspace, channel, number
+Task = tuple[str | None, str | None, Hashable]  # workspace, channel, number (see _number)
 
 
 class KeyGroup(msgspec.Struct, kw_only=True):
@@ -230,14 +238,14 @@ class _Checker:
             return
         if data is None or body is None:
             return
-        digest = _digest({k: v for k, v in body.items() if k not in _KEY_FIELDS})
-        tasks = [t for t in data.get("tasks", []) if isinstance(t, dict)]
+        digest = _digest(_by_value({k: v for k, v in body.items() if k not in _KEY_FIELDS}))
+        tasks = [t for t in _listed(data, "tasks") if isinstance(t, dict)]
         identities = [(t.get("channel"), t.get("number"), t.get("scope_id")) for t in tasks]
         reused = data.get("reused") is True
         baseline = self.baselines.get(scope)
         if baseline is None:
-            self.baselines[scope] = (digest, _digest(identities))
-            group.numbers = [n for _, n, _ in identities if isinstance(n, int)]
+            self.baselines[scope] = (digest, _digest(_by_value(identities)))
+            group.numbers = [n for _, n, _ in identities if _is_int(n)]
             group.baseline_call, group.baseline_reused = story.call_id, reused
             group.created += 0 if reused else 1
             group.replays += 1 if reused else 0
@@ -251,7 +259,7 @@ class _Checker:
             )
             return
         group.replays += 1
-        new_numbers = [n for _, n, _ in identities if n not in group.numbers]
+        new_numbers = [n for _, n, _ in identities if isinstance(n, bool) or n not in group.numbers]
         if new_numbers:
             group.violations += 1
             self.report(
@@ -259,7 +267,7 @@ class _Checker:
                 "replay_allocated_numbers",
                 f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
             )
-        elif _digest(identities) != baseline[1]:
+        elif _digest(_by_value(identities)) != baseline[1]:
             group.violations += 1
             self.report(
                 story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
@@ -279,8 +287,8 @@ class _Checker:
         desired = agent if claimed else None
         repeated = False
         for field, listed in (("changed", True), ("unchanged", False)):
-            for number in data.get(field, []):
-                task = (workspace, channel, number)
+            for number in _listed(data, field):
+                task = (workspace, channel, _number(number))
                 known = self.claims.get(task)
                 if known is None or known[1] != self.epochs.get(task, 0):
                     continue  # state unknown, or changed since by an observed call
@@ -359,8 +367,8 @@ class _Checker:
                 self.epochs[task] = self.epochs.get(task, 0) + 1
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
             desired = agent if data["claimed"] else None
-            for number in [*data.get("changed", []), *data.get("unchanged", [])]:
-                task = (workspace, _intern(data.get("channel")), number)
+            for number in [*_listed(data, "changed"), *_listed(data, "unchanged")]:
+                task = (workspace, _intern(data.get("channel")), _number(number))
                 self.claims[task] = (desired, self.epochs.get(task, 0))
 
     def result(self) -> IdempotencyResult:
@@ -382,6 +390,38 @@ class _Checker:
 def _intern(value: Any) -> str | None:
     """Strings kept in per-task keys are shared, not one copy per call."""
     return sys.intern(value) if isinstance(value, str) else None
+
+
+def _listed(data: dict[str, Any], field: str) -> list[Any]:
+    """The list ``data`` holds under ``field``; an empty one for anything else (as the store's
+    ``jsonb_typeof(...) = 'array'`` reads it)."""
+    value = data.get(field)
+    return value if isinstance(value, list) else []
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer, as the store's ``is_int`` reads one: ``true`` is not 1 here."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> Hashable:
+    """A task's number as the store keys the task: a number by its value (1 and 1.0 alike),
+    any other JSON value (``true``, ``"3"``, ``[1]``) by its text, never equal to a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return ("json", _canonical(value))
+
+
+def _by_value(value: Any) -> Any:
+    """A JSON value as ``jsonb`` compares it: a float that is a whole number is that integer
+    (``{"a": 1.0}`` equals ``{"a": 1}``), members in any order (the digest sorts them)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, list | tuple):
+        return [_by_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    return value
 
 
 def _digest(value: Any) -> bytes:
@@ -456,17 +496,17 @@ def _tasks_touched(call: _Call, tool: str, workspace: str | None, data: Any) -> 
         return []
     channel = _intern(body.get("channel"))
     numbers: list[Any] = []
-    if isinstance(body.get("number"), int):
+    if _is_int(body.get("number")):
         numbers = [body["number"]]
     elif isinstance(body.get("numbers"), list):
         numbers = body["numbers"]
     elif tool == "task_create" and isinstance(data, dict):
         return [
             (workspace, _intern(t.get("channel")), t["number"])
-            for t in data.get("tasks", [])
-            if isinstance(t, dict) and isinstance(t.get("number"), int)
+            for t in _listed(data, "tasks")
+            if isinstance(t, dict) and _is_int(t.get("number"))
         ]
-    return [(workspace, channel, n) for n in numbers if isinstance(n, int)]
+    return [(workspace, channel, n) for n in numbers if _is_int(n)]
 
 
 def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
@@ -476,7 +516,7 @@ def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
     if tool == "task_update":
         return 1 if data.get("changed") else 0
     if tool == "task_set_claim":
-        return 1 if task[2] in data.get("changed", []) else 0
+        return 1 if any(_number(v) == task[2] for v in _listed(data, "changed")) else 0
     if tool in ("task_checkpoint", "task_delete"):
         return 1
     if tool == "task_create":

@@ -4,13 +4,19 @@ Invariants:
 
 * every text from a journal (titles, arguments, error messages, ids) goes through
   :func:`html.escape`: a title holding ``<script>`` is shown, never run; text is UTF-8, so
-  4-byte characters render as themselves;
+  4-byte characters render as themselves; its control characters and bidirectional overrides
+  are shown as stand-ins (:func:`replay._terminal.shown`), so a name cannot reorder what the
+  reader sees (ids keep them in anchors, where they are not shown);
 * the page loads nothing: a Content-Security-Policy ``default-src 'none'`` allows only its own
   inline style and its one inline script (by hash); charts are inline SVG
   (:mod:`replay._report_svg`), each beside a table holding the same numbers;
 * every call id shown links to that call's story (``show``) inside the page when the page holds
   it, and says the command that shows it otherwise; tables are bounded, with "N more" and the
   command that lists them all;
+* the page's size does not grow with what the model or a journal's writer chooses: a text from a
+  journal is shown up to ``MAX_TEXT_CHARS`` characters (then how many more), the calls per tool
+  chart names the ``MAX_SERIES`` busiest tools (the others summed in one series), a list of
+  tools in a cell names ``MAX_LISTED`` of them; ids in links and anchors are kept whole;
 * findings are rendered from their fields (rule, journal, seq, call, detail, and any other a
   newer check adds), so new kinds of finding need no change here.
 
@@ -39,11 +45,15 @@ from . import _report_svg as svg
 from ._calls import CallDetail
 from ._report import Report
 from ._source import ReplayInputError
+from ._terminal import shown
 
 __all__ = ["render_html", "write_html"]
 
 MAX_ROWS: Final = 200
 MAX_JSON_CHARS: Final = 8_000
+MAX_TEXT_CHARS: Final = 1_000  # a journal's text in a cell, a fact, a legend, a title
+MAX_SERIES: Final = 20  # tools named in the calls per tool chart, the busiest first
+MAX_LISTED: Final = 10  # tools named in one cell
 
 _CHECK: Final = """\
 (function () {
@@ -142,7 +152,22 @@ def render_html(r: Report) -> str:
 
 
 def _e(value: object) -> str:
-    return escape("" if value is None else str(value))
+    """A journal's text, escaped, shown up to ``MAX_TEXT_CHARS`` characters, its control and
+    bidirectional characters as visible stand-ins (``shown``, as on a terminal)."""
+    return escape(shown(_cut("" if value is None else str(value)), one_line=True))
+
+
+def _cut(text: str) -> str:
+    """The text up to ``MAX_TEXT_CHARS`` characters, then how many more."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    return f"{text[:MAX_TEXT_CHARS]}… {len(text) - MAX_TEXT_CHARS} more characters"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """Names, escaped, the first ``MAX_LISTED`` of them, then how many more."""
+    more = len(names) - MAX_LISTED
+    return ", ".join(_e(n) for n in names[:MAX_LISTED]) + (f", and {more} more" if more > 0 else "")
 
 
 def _table(
@@ -151,7 +176,7 @@ def _table(
     numeric: frozenset[int] | set[int] = frozenset(),
 ) -> str:
     """A table of cells already escaped (or built of escaped parts)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"
         + "".join(
@@ -184,7 +209,7 @@ def _json(value: Any) -> str:
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode("utf-8")
     if len(text) > MAX_JSON_CHARS:
         text = text[:MAX_JSON_CHARS] + f"\n… {len(text) - MAX_JSON_CHARS} more characters"
-    return f"<pre>{escape(text)}</pre>"
+    return f"<pre>{escape(shown(text))}</pre>"
 
 
 def _trust(v: Any) -> str:
@@ -215,12 +240,12 @@ class _Page:
         if call_id in self.known:
             return f'<a href="#call-{quote(call_id, safe="")}"><code>{_e(call_id)}</code></a>'
         command = f"agentteam-replay show {self.sources} {shlex.quote(call_id)}"
-        return f'<code title="{_e(command)}">{_e(call_id)}</code>'
+        return f'<code title="{escape(command)}">{_e(call_id)}</code>'
 
     def more(self, hidden: int, command: str) -> str:
         if hidden <= 0:
             return ""
-        return f'<p class="more">{hidden} more: <code>{_e(command)}</code></p>'
+        return f'<p class="more">{hidden} more: <code>{escape(command)}</code></p>'
 
     def header(self) -> str:
         r = self.r
@@ -295,7 +320,13 @@ class _Page:
     def activity(self) -> str:
         r = self.r
         labels = [b.start[:19].replace("T", " ") for b in r.buckets]
-        tools = sorted({t for b in r.buckets for t in b.by_tool})
+        calls_of: dict[str, int] = {}
+        for b in r.buckets:
+            for t, n in b.by_tool.items():
+                calls_of[t] = calls_of.get(t, 0) + n
+        busiest = sorted(calls_of, key=lambda t: (-calls_of[t], t))[:MAX_SERIES]
+        tools = sorted(busiest)
+        others = len(calls_of) - len(tools)
         seen = {s for b in r.buckets for s in b.by_status}
         statuses = [s for s in svg.OUTCOMES if s in seen] + sorted(seen - set(svg.OUTCOMES))
         out = [
@@ -305,14 +336,17 @@ class _Page:
             ("per tool", tools, "by_tool"),
             ("per outcome", statuses, "by_status"),
         ):
-            series = [(n, [getattr(b, field).get(n, 0) for b in r.buckets]) for n in names]
+            counts = [
+                [getattr(b, field).get(n, 0) for n in names] + [sum(getattr(b, field).values())]
+                for b in r.buckets
+            ]
+            if field == "by_tool" and others:  # the tools not named, summed
+                names = [*names, f"{others} other tools"]
+                counts = [[*c[:-1], c[-1] - sum(c[:-1]), c[-1]] for c in counts]
+            names = [_cut(n) for n in names]  # a table's head and a chart's titles, too
+            series = [(n, [c[k] for c in counts]) for k, n in enumerate(names)]
             rows = [
-                [
-                    _e(label),
-                    *(str(getattr(b, field).get(n, 0)) for n in names),
-                    str(sum(getattr(b, field).values())),
-                ]
-                for label, b in zip(labels, r.buckets, strict=True)
+                [_e(label), *(str(n) for n in c)] for label, c in zip(labels, counts, strict=True)
             ]
             table = _table(["from", *names, "total"], rows, set(range(1, len(names) + 2)))
             out.append(f"<h3>Calls {title}</h3>")
@@ -343,7 +377,7 @@ class _Page:
                 table,
             )
         )
-        latency = [*r.audit.latency, *r.audit.latency_by_tool]
+        latency = [*r.audit.latency, *r.audit.latency_by_tool[:MAX_ROWS]]
         out.append("<h3>Latency overall and per tool</h3>")
         out.append(
             _table(
@@ -363,6 +397,8 @@ class _Page:
                 {1, 2, 3, 4, 5, 6},
             )
         )
+        hidden = len(r.audit.latency_by_tool) - MAX_ROWS
+        out.append(self.more(hidden, f"agentteam-replay audit {self.sources} --json"))
         return "".join(out)
 
     def errors(self) -> str:
@@ -374,7 +410,7 @@ class _Page:
         table = _table(
             ("error code", "calls", "tools", "example call"),
             [
-                [_e(e.error_code), str(e.calls), _e(", ".join(e.tools)), self.call(e.example_call)]
+                [_e(e.error_code), str(e.calls), _listed(e.tools), self.call(e.example_call)]
                 for e in shown
             ],
             {1},
@@ -496,10 +532,11 @@ class _Page:
                 ("tool", "results", "truncated", "rate"),
                 [
                     [_e(t.tool), str(t.results), str(t.truncated), f"{t.rate:.1%}"]
-                    for t in a.truncation
+                    for t in a.truncation[:MAX_ROWS]
                 ],
                 {1, 2, 3},
             )
+            + self.more(len(a.truncation) - MAX_ROWS, f"agentteam-replay audit {self.sources}")
         )
 
     def boards(self) -> str:
@@ -575,7 +612,7 @@ class _Page:
         ]
         body = "".join(f"<h4>{_e(name)}</h4>{_json(value)}" for name, value in parts)
         return (
-            f'<section class="story" id="call-{_e(s.call_id)}">'
+            f'<section class="story" id="call-{escape(s.call_id)}">'
             f"<h3>Call <code>{_e(s.call_id)}</code></h3>"
             f'<dl class="facts">{dl}</dl>{body}</section>'
         )

@@ -8,8 +8,16 @@ Labels are text nodes escaped here; colours come from one fixed palette, in seri
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
+from html import escape as _escape
 from typing import Final
+
+from ._terminal import shown
+
+
+def escape(text: str) -> str:
+    """A label escaped, its control and bidirectional characters shown (``shown``), never obeyed."""
+    return _escape(shown(text, one_line=True))
+
 
 __all__ = ["OUTCOMES", "PALETTE", "bars", "colour", "lines", "spans", "stacked"]
 

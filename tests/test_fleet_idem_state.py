@@ -352,3 +352,82 @@ def test_a_shipping_login_cannot_write_the_state(
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
+
+
+def _claimed(calls: _Calls, changed: Any, unchanged: Any = (), numbers: Any = (3,)) -> None:
+    """A claim whose result lists ``changed`` and ``unchanged`` as the upstream wrote them."""
+    unchanged = list(unchanged) if isinstance(unchanged, tuple) else unchanged
+    data = {"channel": IDEM_CHANNEL, "claimed": True, "changed": changed, "unchanged": unchanged}
+    arguments = {"channel": IDEM_CHANNEL, "numbers": list(numbers), "claimed": True}
+    calls.call("task_set_claim", arguments, body=arguments, route="/set-claim", data=data)
+
+
+def _created(calls: _Calls, tasks: Any, *, reused: bool = False, extra: Any = None) -> None:
+    """A keyed create in a callback whose result's tasks are ``tasks``, as written."""
+    task = {"title": "a", **(extra or {})}
+    body = {"channel": IDEM_CHANNEL, "tasks": [task], "idempotencyKey": "k"}
+    body.update(workflowRunId="run-🚀", callbackEffectId="cb-流")
+    data = {"channel": IDEM_CHANNEL, "tasks": tasks, "reused": reused}
+    arguments = {"channel": IDEM_CHANNEL, "tasks": [{"title": "a"}], "idempotency_key": "k"}
+    calls.call("task_create", arguments, body=body, data=data, callback=True)
+
+
+def _updated(calls: _Calls, number: Any) -> None:
+    arguments = {"channel": IDEM_CHANNEL, "number": number, "patch": {"title": "x"}}
+    data = {"changed": True, "task": _task(3)}
+    calls.call("task_update", arguments, body=arguments, route="/update", data=data)
+
+
+def _numbered(number: Any) -> dict[str, Any]:
+    """Task 1's identity with its number written otherwise."""
+    return {**_task(1), "number": number}
+
+
+_SHAPES: dict[str, Any] = {
+    # a list that is not one: read as empty, as the store reads it
+    "changed null": lambda c: (_claimed(c, [3]), _claimed(c, None, [3])),
+    "unchanged null": lambda c: (_claimed(c, [3], None), _claimed(c, [], [3])),
+    "changed text": lambda c: (_claimed(c, "34"), _claimed(c, [3])),
+    "changed object": lambda c: (_claimed(c, {"3": 1}), _claimed(c, ["3"])),
+    "tasks null": lambda c: (_created(c, None), _created(c, None, reused=True)),
+    "tasks text": lambda c: (_created(c, "ab"), _created(c, "ab", reused=True)),
+    # a number that is not one: true is not task 1, [1] is a task of its own
+    "claim true then 1": lambda c: (_claimed(c, [True], numbers=[1]), _claimed(c, [1], [1])),
+    "claim list": lambda c: (_claimed(c, [[1]]), _claimed(c, [[1]])),
+    "update true": lambda c: (_claimed(c, [1], numbers=[1]), _updated(c, True), _claimed(c, [1])),
+    "created true": lambda c: (
+        _created(c, [_task(1)]),
+        _created(c, [_numbered(True)], reused=True),
+    ),
+    "baseline true": lambda c: (
+        _created(c, [_numbered(True)]),
+        _created(c, [_task(1)], reused=True),
+    ),
+    # a number by its value: 1.0 is 1
+    "claim 1.0": lambda c: (_claimed(c, [1.0]), _claimed(c, [1])),
+    "payload 1.0": lambda c: (
+        _created(c, [_task(1)], extra={"p": [1, {"q": 2}]}),
+        _created(c, [_task(1)], reused=True, extra={"p": [1.0, {"q": 2.0}]}),
+    ),
+    "identity 1.0": lambda c: (_created(c, [_task(1)]), _created(c, [_numbered(1.0)], reused=True)),
+}
+
+
+@pytest.mark.parametrize("shape", list(_SHAPES))
+def test_results_of_any_shape_give_the_local_checker_the_store_s_answer(
+    pg_url: str, shape: str
+) -> None:
+    """The upstream's result, whatever its shape, is read by the local checker as the store's
+    SQL reads it: the same findings and counts, no crash."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "shape.db"
+        calls = _Calls("shape-s0")
+        calls.started()
+        _SHAPES[shape](calls)
+        calls.ended()
+        with journal.open_sync_writer(path, key=KEY, journal_id="shape") as writer:
+            writer.append_many(calls.events)
+        local = replay.report([path], accept_unverified=True).idempotency
+        assert replay.ship([path], pg_url).ok
+    assert _same(pg_url)
+    assert to_json(local) == to_json(idempotency_from(pg_url, in_order=True))

@@ -275,3 +275,41 @@ def test_the_plain_lines_are_richs_lines(
             draw(console, listed)
             printed.append(out.getvalue())
     assert printed[0] == printed[1]
+
+
+class _EncodedOut(io.StringIO):
+    """A terminal whose encoding is not UTF (``PYTHONIOENCODING=ascii``, a Latin-1 locale)."""
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__()
+        self._encoding = encoding
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._encoding
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252", "utf-16"])
+@pytest.mark.parametrize("width", [80, None])
+def test_the_plain_lines_are_richs_lines_in_any_encoding(
+    journals: list[Path], encoding: str, width: int | None
+) -> None:
+    """Rich draws ASCII lines where the output's encoding is not UTF-8's: the plain lines are
+    those too (or rich's own), never a rule the output cannot encode."""
+    calls = [  # cells the plain lines take: printable ASCII, one cut
+        msgspec.structs.replace(c, agent_id="agt_a", tool="task_get", call_id=f"call-{i}" * 5)
+        for i, c in enumerate(replay.list_calls(journals[:1], limit=5).calls)
+    ]
+    listed = replay.CallList(calls=calls, scanned=5, matched=5)
+    printed = []
+    for draw in (one_table, calls_table.render_calls):
+        out = _EncodedOut(encoding)
+        console = (
+            SafeConsole(file=out, width=1 << 14, soft_wrap=True, highlight=False)
+            if width is None
+            else Console(file=out, width=width)
+        )
+        draw(console, listed)
+        printed.append(out.getvalue())
+    assert printed[0] == printed[1]
+    assert ("\u2500" in printed[1]) is encoding.startswith("utf")

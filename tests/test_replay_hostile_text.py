@@ -13,7 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -103,6 +106,39 @@ def test_a_journals_text_is_shown_not_obeyed(tmp_path: Path, command: str) -> No
         assert "\u241b]52;c;" in done.stdout
     if command in ("verify", "show"):
         assert "[/red][link=http://evil.example]" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
+@pytest.mark.parametrize("command", ["calls", "audit", "show", "calls --json"])
+def test_an_output_that_cannot_encode_a_journals_text_gets_it_escaped(
+    tmp_path: Path, encoding: str, command: str
+) -> None:
+    """An output whose encoding is not UTF (a pipe on Windows, a Latin-1 locale,
+    PYTHONIOENCODING=ascii): each character it lacks, a journal's or a stand-in, is written as
+    a JSON escape, the command ends as it would (no traceback), and its JSON is the same JSON."""
+    path = hostile_journal(tmp_path / "journal.db")
+    args = [*command.split(), str(path)]
+    if command == "show":
+        args.append("c1" + HOSTILE)
+
+    def run(**env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentteam_task_bridge.replay._cli", *args],
+            capture_output=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "80", **env},
+            check=False,
+        )
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+        return done.stdout.decode(env.get("PYTHONIOENCODING", "utf-8"))
+
+    out = run(PYTHONIOENCODING=encoding)
+    assert out.isascii() or encoding != "ascii"
+    if command == "calls --json":
+        assert json.loads(out) == json.loads(run())
+    else:
+        assert "\\u241b]52;c;" in out  # the stand-in of an escape, escaped
+        assert not OBEYED.search(out), out
 
 
 def test_on_a_terminal_only_its_own_colours_are_escapes(tmp_path: Path) -> None:

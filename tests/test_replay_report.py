@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 import pytest
 
@@ -220,6 +221,78 @@ def test_filters_select_the_calls_and_the_stories_are_bounded(multi: Path, tmp_p
     assert "calls in this report</dt><dd>0" in page
     counted = sum(sum(b.by_tool.values()) for b in whole.buckets)
     assert counted == whole.audit.calls
+
+
+def _rejected(call: str, tool: str, code: str, session: str = "s1") -> list[journal.Event]:
+    """A call the bridge refused (an unknown tool, say): its name and code as sent."""
+    received = journal.CallReceived(arguments={"channel": "general"})
+    rejected = journal.CallRejected(error_code=code, message="no such tool")
+    return [
+        call_event(call, received, tool=tool, session=session),
+        call_event(call, rejected, tool=tool, session=session),
+    ]
+
+
+@pytest.mark.parametrize("hostile", ["tools", "texts"])
+def test_the_page_stays_small_whatever_the_model_or_the_journal_names(
+    tmp_path: Path, hostile: str
+) -> None:
+    """The model names its tools (each unknown name is journaled, 128 characters); a journal's
+    writer names clients, agents, tools and error codes at any length: the page stays under
+    2 MB, naming the busiest tools and how many others, and a long text's start and length."""
+    events = [session_started("s1")]
+    if hostile == "tools":  # 4,000 distinct names, the first the busiest
+        events += _rejected("busy-0", "busiest", "unknown_tool")
+        events += _rejected("busy-1", "busiest", "unknown_tool")
+        for i in range(4_000):
+            events += _rejected(f"c{i}", f"tool_{i:05d}_" + "x" * 118, "unknown_tool")
+    else:  # 1 MB each, and 1 MB more in each call's arguments
+        big = "\U0001f980" * (1 << 18)
+        events = [session_started("s1", client_name=big, agent_id=big, workspace_id=big)]
+        for i in range(3):
+            events += _rejected(f"c{i}", f"tool{i}{big}", f"code{i}{big}")
+    path = tmp_path / "multi-sizes" / "journal.db"
+    path.parent.mkdir()
+    write_events(path, events)
+    html = tmp_path / "sizes.html"
+    page = _report(path, html)
+    assert html.stat().st_size < 2_000_000
+    links = _Links()
+    links.feed(page)
+    assert links.hrefs and all(h[1:] in links.ids for h in links.hrefs)
+    if hostile == "tools":
+        assert "busiest" in page and "3981 other tools" in page and "and 3991 more" in page
+    else:
+        big = "\U0001f980" * (1 << 18)
+        assert f"<td>{big[:1000]}… {len(big) - 1000} more characters</td>" in page
+
+
+# The bidirectional embeddings, overrides and isolates: text that reorders what a reader sees.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def test_names_that_reorder_or_break_the_page_are_shown_not_obeyed(tmp_path: Path) -> None:
+    """Tool names, error codes, clients, sessions and call ids holding markup breakers, quotes,
+    `#`, spaces, bidirectional overrides and control characters: escaped, the overrides and
+    controls shown as stand-ins wherever the page shows text (in SVG labels too), and every
+    call id's link still finds its story."""
+    rlo = "\u202e"
+    session = f"s{rlo}live\u2066"
+    tool = f"t{rlo}</script></style>]]>\x1b[2J"
+    events = [session_started(session, client_name=f"cli{rlo}\x07</title>")]
+    for call in (f"c{rlo}1", 'c"2 #x', "c 3", "c\u20284", "c%41", "c" * 1024):
+        events += _rejected(call, tool, f"e{rlo}<svg onload=alert(1)>", session=session)
+    path = tmp_path / "multi-bidi" / "journal.db"
+    path.parent.mkdir()
+    write_events(path, events)
+    page = _report(path, tmp_path / "bidi.html", "--stories", "100")
+    links = _Links()
+    links.feed(page)
+    assert links.scripts == 1 and "<svg onload" not in page and "\x1b" not in page
+    assert links.hrefs and all(unquote(h[1:]) in links.ids for h in links.hrefs)
+    shown_text = re.sub(r' id="[^"]*"', "", page)  # ids are anchors, never shown
+    assert not _BIDI.search(shown_text), _BIDI.search(shown_text)
+    assert "t\ufffd&lt;/script&gt;&lt;/style&gt;]]&gt;\u241b[2J" in page
 
 
 def _verify_in(pids: Path) -> Any:
