@@ -267,14 +267,16 @@ def test_the_plain_lines_are_richs_lines(
         patch.setattr(calls_table, "_CALL_CHUNK", chunk)
         for draw in (one_table, calls_table.render_calls):
             out = io.StringIO()
-            console = (
-                SafeConsole(file=out, width=1 << 14, soft_wrap=True, highlight=False)
-                if width is None
-                else Console(file=out, width=width)
-            )
-            draw(console, listed)
+            draw(_console_on(out, width), listed)
             printed.append(out.getvalue())
     assert printed[0] == printed[1]
+
+
+def _console_on(out: io.StringIO, width: int | None) -> Console:
+    """A console writing to ``out``: a terminal ``width`` wide, or a pipe's (None)."""
+    if width is None:
+        return SafeConsole(file=out, width=1 << 14, soft_wrap=True, highlight=False)
+    return Console(file=out, width=width)
 
 
 class _EncodedOut(io.StringIO):
@@ -304,12 +306,7 @@ def test_the_plain_lines_are_richs_lines_in_any_encoding(
     printed = []
     for draw in (one_table, calls_table.render_calls):
         out = _EncodedOut(encoding)
-        console = (
-            SafeConsole(file=out, width=1 << 14, soft_wrap=True, highlight=False)
-            if width is None
-            else Console(file=out, width=width)
-        )
-        draw(console, listed)
+        draw(_console_on(out, width), listed)
         printed.append(out.getvalue())
     assert printed[0] == printed[1]
     assert ("\u2500" in printed[1]) is encoding.startswith("utf")
