@@ -47,7 +47,6 @@ _CANONICAL_VALUES: Final = operator.itemgetter(
 _LEAF_VALUES: Final = operator.itemgetter(
     *(_DIGEST if f == "payload_sha256" else COLUMNS.index(f) for f in _Leaf.__struct_fields__)
 )
-_PAYLOAD_AT: Final = _Canonical.__struct_fields__.index("payload")
 _encode_canonical: Final = msgspec.json.Encoder().encode
 _encode_leaf: Final = _leaf_encoder.encode
 _sha256: Final = hashlib.sha256
@@ -106,11 +105,11 @@ class IntegrityPass:
                     )
                 ):
                     try:
-                        image = _CANONICAL_VALUES(value)
-                        canonical = _Canonical(*image)
-                        canonical.payload = _Raw(image[_PAYLOAD_AT].encode())
+                        payload = value[14].encode()
+                        canonical = _Canonical(*_CANONICAL_VALUES(value))
+                        canonical.payload = _Raw(payload)
                         salted = _sha256(bytes.fromhex(salt))
-                        salted.update(value[14].encode())
+                        salted.update(payload)
                         regular = (
                             _sha256(_encode_canonical(canonical)).hexdigest() == value[16]
                             and salted.hexdigest() == digest
@@ -120,13 +119,17 @@ class IntegrityPass:
                         regular = False
                     if regular:
                         # The tree's append, the border unchanged until the stored hashes match.
-                        size, at, made = frontier.size, len(hashes), [node]
-                        while size & 1:
-                            at -= 1
-                            node = _sha256(b"\x01" + hashes[at] + node).digest()
-                            made.append(node)
-                            size >>= 1
-                        regular = b"".join(made) == value[_STORED]
+                        size, at = frontier.size, len(hashes)
+                        if size & 1:
+                            made = [node]
+                            while size & 1:
+                                at -= 1
+                                node = _sha256(b"\x01" + hashes[at] + node).digest()
+                                made.append(node)
+                                size >>= 1
+                            regular = b"".join(made) == value[_STORED]
+                        else:  # a left leaf: its hash alone is stored
+                            regular = node == value[_STORED]
                         if regular:
                             del hashes[at:]
                             hashes.append(node)

@@ -17,6 +17,7 @@ import msgspec
 
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import (
+    ERASED_PAYLOAD,
     OUTCOMES,
     CallReceived,
     ContextInjected,
@@ -26,7 +27,7 @@ from agentteam_task_bridge.journal import (
     is_hidden_name,
 )
 
-from ._source import decode_payload
+from ._source import _DECODERS, decode_payload
 from ._story import MAX_OPEN_CALLS, is_mutation
 
 __all__ = ["EventChecks", "InDoubtCall", "Report", "find_hidden_names"]
@@ -144,6 +145,9 @@ def _is_hidden(key: str) -> bool:
     return hidden
 
 
+_NESTED: Final = (dict, list)  # a tuple made once, not a union each time it is tested
+
+
 def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
     """JSON paths of every mapping key that names hidden context, at any depth."""
     found: list[str] = []
@@ -153,11 +157,11 @@ def find_hidden_names(node: Any, path: str = "$", depth: int = 0) -> list[str]:
         for key, value in node.items():
             if isinstance(key, str) and _is_hidden(key):
                 found.append(f"{path}.{key}")
-            if isinstance(value, dict | list):
+            if isinstance(value, _NESTED):
                 found += find_hidden_names(value, f"{path}.{key}", depth + 1)
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            if isinstance(item, dict | list):
+            if isinstance(item, _NESTED):
                 found += find_hidden_names(item, f"{path}[{i}]", depth + 1)
     return found
 
@@ -217,12 +221,20 @@ class EventChecks:
 
     def check_event(self, row: tuple[Any, ...]) -> None:
         seq, kind, version, text = row[0], row[6], row[7], row[14]
-        known = journal.PAYLOAD_TYPES.get(kind)
-        if known is None or known.kind_version != version:
+        # One lookup says whether the kind is known and decodes it (decode_payload's decoders,
+        # one per kind and version): decode_payload itself for an erased payload or a failure.
+        decoder = _DECODERS.get((kind, version))
+        if decoder is None:
             self.report(seq, "kind_unknown", f"kind {kind!r} version {version!r}")
         if not isinstance(text, str):
             return
-        payload, problem = decode_payload(kind, version, text)
+        if decoder is not None and text != ERASED_PAYLOAD:
+            try:
+                payload, problem = decoder.decode(text), ""
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError, RecursionError):
+                payload, problem = decode_payload(kind, version, text)  # it names the problem
+        else:
+            payload, problem = decode_payload(kind, version, text)
         if problem:
             self.report(seq, "payload_invalid", problem)
         self._check_secrets(seq, row)
