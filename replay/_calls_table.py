@@ -24,6 +24,7 @@ from rich.text import Text
 from ._calls import CallList, CallStream
 from ._render import _STATUS_STYLE, _encode, _ms, _table
 from ._story import CallSummary
+from ._terminal import json_shown
 
 __all__ = ["SpilledCalls", "print_calls", "render_calls", "spill_calls", "write_calls_json"]
 
@@ -222,6 +223,6 @@ def write_calls_json(file: IO[str], stream: CallStream) -> None:
     file.write('{"calls":[')
     separator = ""
     for call in stream:
-        file.write(separator + _encode(msgspec.to_builtins(call)).decode())
+        file.write(separator + json_shown(_encode(msgspec.to_builtins(call)).decode()))
         separator = ","
     file.write(f'],"scanned":{stream.scanned},"matched":{stream.matched}}}\n')

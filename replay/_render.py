@@ -31,7 +31,7 @@ from ._idempotency import IdempotencyResult
 from ._key import KeyInfo
 from ._prune import PruneReport
 from ._rerun import RerunResult
-from ._terminal import shown
+from ._terminal import json_shown, shown
 from ._verify import VerifyResult
 
 __all__ = [
@@ -71,7 +71,7 @@ def to_json(result: Any) -> str:
     data = msgspec.to_builtins(result)
     if hasattr(result, "ok") and isinstance(data, dict):
         data = {"ok": bool(result.ok), **data}
-    return _encode(data).decode()
+    return json_shown(_encode(data).decode())
 
 
 def _table(*columns: str, title: str | None = None) -> Table:

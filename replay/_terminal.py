@@ -22,10 +22,14 @@ Invariants:
   ``one_line`` and escaped).
 * :func:`shown` with ``one_line`` also shows a newline, for the one-line error messages the
   command line prints outside rich.
+* JSON printed for a person (``--json``) holds no character a terminal obeys: JSON escapes C0
+  itself, and :func:`json_shown` writes DEL, C1 and the bidirectional controls as ``\\u``
+  escapes too, the same strings to any reader of the JSON.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -33,7 +37,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 from rich.text import Text
 
-__all__ = ["SafeConsole", "shown"]
+__all__ = ["SafeConsole", "json_shown", "shown"]
 
 # C0 (but newline and tab) and DEL as their control pictures (U+2400 block); C1 and the
 # bidirectional embeddings, overrides and isolates (which reorder what the reader sees) as U+FFFD.
@@ -50,6 +54,20 @@ def shown(text: str, *, one_line: bool = False) -> str:
     """``text`` with every control character a visible stand-in (and newlines too if
     ``one_line``): safe to write to a terminal."""
     return text.translate(_ONE_LINE if one_line else _MULTI_LINE)
+
+
+# What JSON leaves raw and a terminal obeys: DEL, C1, the bidirectional controls (_MULTI_LINE's).
+_JSON_OBEYED: Final = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_shown(text: str) -> str:
+    """JSON text with each character a terminal would obey written as its ``\\u`` escape (a
+    raw one can stand only in a string, where the escape is the same character)."""
+    return _JSON_OBEYED.sub(_escaped, text)
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return f"\\u{ord(found[0]):04x}"
 
 
 class SafeConsole(Console):

@@ -108,6 +108,27 @@ def test_a_journals_text_is_shown_not_obeyed(tmp_path: Path, command: str) -> No
         assert "[/red][link=http://evil.example]" in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize(
+    "command", ["verify", "calls", "show", "audit", "deprecations", "idempotency"]
+)
+def test_json_for_a_terminal_holds_no_character_it_would_obey(tmp_path: Path, command: str) -> None:
+    """``--json`` escapes C0 by JSON's rules; DEL, C1 (a CSI) and the bidirectional overrides
+    are written as escapes too, so the same JSON printed to a terminal is shown, not obeyed."""
+    path = hostile_journal(tmp_path / "journal.db")
+    args: list[str | Path] = [command, path, "--json"]
+    if command == "show":
+        args.insert(2, "c1" + HOSTILE)
+    if command == "verify":
+        args += ["--trusted-key", SEED_VKEY]
+    done = replay_main(*args)
+    assert done.returncode in (0, 1), done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    parsed = json.dumps(json.loads(done.stdout), ensure_ascii=False)
+    if command != "idempotency":  # its JSON names the registry's tools, not the journal's
+        assert "\\u009b31m\\u202e" in done.stdout  # the journal's C1 CSI and override
+        assert "\x9b31m\u202e" in parsed  # the same strings to a JSON reader
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
 @pytest.mark.parametrize("command", ["calls", "audit", "show", "calls --json"])
 def test_an_output_that_cannot_encode_a_journals_text_gets_it_escaped(
