@@ -36,6 +36,7 @@ from agentteam_task_bridge.journal import (
 
 from ._source import Progress, open_journals
 from ._story import CallStory, iter_stories, parse_wall
+from ._terminal import json_shown
 
 __all__ = ["ExportResult", "export_jsonl", "export_otlp", "push_otlp"]
 
@@ -75,7 +76,7 @@ def export_jsonl(
         for record in journals.records(progress):
             row = msgspec.to_builtins(record)
             row.pop("payload_json", None)
-            out.write(_encode(row).decode())
+            out.write(json_shown(_encode(row).decode()))
             out.write("\n")
             events += 1
     return ExportResult(format="jsonl", output=getattr(out, "name", "-"), events=events)
@@ -89,7 +90,7 @@ def export_otlp(
     opening, closing = _request_frame()
     out.write(opening)
     for count, span in _spans(paths, progress):
-        out.write(("," if spans else "") + "\n" + span.decode())
+        out.write(("," if spans else "") + "\n" + json_shown(span.decode()))
         spans, calls = spans + 1, count
     out.write("\n" + closing + "\n")
     return ExportResult(format="otlp", output=getattr(out, "name", "-"), spans=spans, calls=calls)

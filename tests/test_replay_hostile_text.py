@@ -129,6 +129,20 @@ def test_json_for_a_terminal_holds_no_character_it_would_obey(tmp_path: Path, co
         assert "\x9b31m\u202e" in parsed  # the same strings to a JSON reader
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "otlp"])
+def test_an_export_to_a_terminal_holds_no_character_it_would_obey(tmp_path: Path, fmt: str) -> None:
+    """``export`` writes JSON (a line per event, or OTLP spans) to stdout by default: the
+    characters a terminal obeys are JSON escapes there too, the same JSON to a collector."""
+    path = hostile_journal(tmp_path / "journal.db")
+    done = replay_main("export", path, "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    assert "\\u009b31m\\u202e" in done.stdout
+    lines = done.stdout.splitlines() if fmt == "jsonl" else [done.stdout]
+    parsed = json.dumps([json.loads(line) for line in lines], ensure_ascii=False)
+    assert "\x9b31m\u202e" in parsed
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
 @pytest.mark.parametrize("command", ["calls", "audit", "show", "calls --json"])
 def test_an_output_that_cannot_encode_a_journals_text_gets_it_escaped(
