@@ -6,6 +6,7 @@ beside a live writer (each query sees one consistent snapshot).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -139,16 +140,8 @@ class Reader:
         """The rows of :meth:`rows`, each with its leaf (salt, payload digest, stored hashes) as
         :class:`journal._tlog.TreeCheck` reads them: None in a v1 journal, where a leaf is
         missing, or without ``leaves``."""
-        if not (leaves and self.merkle):
-            return (
-                Stored(row, None) for row in self.rows(since_seq=since_seq, until_seq=until_seq)
-            )
-        cursor = self._conn.cursor()
-        cursor.row_factory = stored_of  # each row a Stored, made by sqlite3's fetch
-        stored: Iterator[Stored] = self._range(
-            self._select_leaves, "e.seq", since_seq, until_seq, cursor
-        )
-        return stored
+        values = self.stored_values(since_seq=since_seq, until_seq=until_seq, leaves=leaves)
+        return map(functools.partial(stored_of, None), values)  # NULL leaf columns: no leaf
 
     def stored_values(
         self, *, since_seq: int = 0, until_seq: int | None = None, leaves: bool = True

@@ -112,9 +112,10 @@ _STORED_OF: Final[Callable[[tuple[Row, Leaf | None]], Stored]] = functools.parti
 )
 
 
-def stored_of(_cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Stored:
+def stored_of(_cursor: sqlite3.Cursor | None, values: tuple[Any, ...]) -> Stored:
     """A ``row_factory`` for the events row with its leaf columns: the 17 COLUMNS, then salt,
-    payload digest and stored hashes (:data:`journal._reader` selects them in this order)."""
+    payload digest and stored hashes (:data:`journal._reader` selects them in this order);
+    ``Reader.stored_rows`` maps it over ``Reader.stored_values`` with no cursor."""
     salt = values[_WIDTH]
     return _STORED_OF(
         (ROW_OF(values[:_WIDTH]), None if salt is None else _LEAF_OF(values[_WIDTH:]))
