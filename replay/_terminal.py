@@ -56,8 +56,11 @@ def shown(text: str, *, one_line: bool = False) -> str:
     return text.translate(_ONE_LINE if one_line else _MULTI_LINE)
 
 
-# What JSON leaves raw and a terminal obeys: DEL, C1, the bidirectional controls (_MULTI_LINE's).
-_JSON_OBEYED: Final = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What JSON leaves raw and a terminal obeys: what _MULTI_LINE shows but C0 (JSON escapes it),
+# that is DEL, C1 and the bidirectional controls.
+_JSON_OBEYED: Final = re.compile(
+    "[" + "".join(re.escape(chr(c)) for c in sorted(_MULTI_LINE) if c >= 0x20) + "]"
+)
 
 
 def json_shown(text: str) -> str:
