@@ -28,6 +28,7 @@ the whole span as a fleet's machines are, so the last hour holds about 1/(24 x d
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -89,17 +90,24 @@ def plain_copy(url: str, paths: list[Path]) -> int:
     return count
 
 
-def idempotency_cli(args: list[str]) -> tuple[int, str]:
-    """``agentteam-replay idempotency ARGS --json`` as a process: exit status and stdout."""
+def replay_cli(args: list[str], *, output: bool = True) -> tuple[int, str]:
+    """``agentteam-replay ARGS`` as a process of its own: exit status and stdout (discarded,
+    and "" given, without ``output``)."""
     done = subprocess.run(
-        [sys.executable, "-m", "agentteam_task_bridge.replay._cli", "idempotency", *args, "--json"],
-        capture_output=True,
+        [sys.executable, "-m", "agentteam_task_bridge.replay._cli", *args],
+        stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
         check=False,
     )
     if done.returncode not in (0, 1):
-        raise RuntimeError(f"idempotency {args[:1]} failed: {done.stderr[-2000:]}")
-    return done.returncode, done.stdout
+        raise RuntimeError(f"agentteam-replay {args[0]} failed: {done.stderr[-2000:]}")
+    return done.returncode, done.stdout or ""
+
+
+def idempotency_cli(args: list[str]) -> tuple[int, str]:
+    """``agentteam-replay idempotency ARGS --json`` as a process: exit status and stdout."""
+    return replay_cli(["idempotency", *args, "--json"])
 
 
 def spread(path: Path, per: int, first_session: int, days: float) -> int:
@@ -179,7 +187,10 @@ def report_rows(
     # process's, 1.65x against 1.34x at 1M events in session 21).
     html = tmp / "from-cli.html"
     commands = (["audit", "--from", store], ["report", "--from", store, "--html", str(html)])
-    cli = [tuple(_replay_cli(args) for args in commands) for _ in range(3)]
+    cli = [
+        [_timed(functools.partial(replay_cli, args, output=False))[0] for args in commands]
+        for _ in range(3)
+    ]
     audit_cli, report_cli = min(a for a, _ in cli), min(r for _, r in cli)
     print(
         f"report --from as processes: {report_cli / audit_cli:.2f}x audit --from's (best of"
@@ -187,22 +198,6 @@ def report_rows(
         f" {html.stat().st_size / 1e6:.2f} MB",
         flush=True,
     )
-
-
-def _replay_cli(args: list[str]) -> float:
-    """Seconds ``agentteam-replay ARGS`` takes as a process of its own (stdout discarded)."""
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "agentteam_task_bridge.replay._cli", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    seconds = time.perf_counter() - start
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"agentteam-replay {args[0]} failed: {done.stderr[-2000:]}")
-    return seconds
 
 
 def calls_rows(
