@@ -58,8 +58,9 @@ def _may_hold_secret(text: str) -> bool:
 
     An ``earer`` is a trigger only before whitespace (``\\s`` is ``str.isspace``): a ``bearer``
     shape needs it there, and every call's ``context_injected`` names a ``bearer_token``. Where
-    lower-casing changed the text's length the offsets differ: any ``earer`` is one."""
-    if "eyJ" in text:
+    lower-casing changed the text's length the offsets differ: any ``earer`` is one. A ``J`` is
+    looked for first: one ``memchr``, where ``eyJ`` is a search of its own."""
+    if "J" in text and "eyJ" in text:
         return True
     lowered = text.lower()
     if "atk_" in lowered:
