@@ -30,7 +30,7 @@ from agentteam_task_bridge.journal import (
 from ._source import _DECODERS, decode_payload
 from ._story import MAX_OPEN_CALLS, is_mutation
 
-__all__ = ["EventChecks", "InDoubtCall", "Report", "find_hidden_names"]
+__all__ = ["UNREAD", "EventChecks", "InDoubtCall", "Report", "find_hidden_names"]
 
 # Hidden context the bridge itself puts in an upstream body, and the injected field it must equal.
 _INJECTED_INTO_BODY: Final = {
@@ -105,6 +105,11 @@ def first_secret(text: str) -> re.Match[str] | None:
             return found
     return None
 
+
+# The kinds of a call's events whose payload the checks read (for the session's events, all).
+_READ: Final = frozenset(("call_received", "context_injected", "upstream_request", "call_error"))
+# The kinds whose payload, in a call's event, no check reads: decoded only to find it invalid.
+UNREAD: Final = frozenset(journal.PAYLOAD_TYPES) - _READ
 
 _ROUTE_IDS: Final = re.compile(r"/workspaces/(?P<ws>[^/]+)/agents/(?P<agent>[^/]+)/")
 
@@ -205,9 +210,19 @@ class _Call:
 class EventChecks:
     """The call and session checks over one journal's events, fed in seq order."""
 
-    def __init__(self, journal_id: str | None, report: Report, *, starts_late: bool) -> None:
+    def __init__(
+        self,
+        journal_id: str | None,
+        report: Report,
+        *,
+        starts_late: bool,
+        decode_unread: bool = True,
+    ) -> None:
         self.journal_id = journal_id
         self.report = report
+        # Without ``decode_unread`` a call's event of an :data:`UNREAD` kind is not decoded and
+        # its payload_invalid not found: for a caller that decodes every payload itself.
+        self._unread: frozenset[str] = frozenset() if decode_unread else UNREAD
         # The journal's first file here starts after seq 1 (a pruned start, or segment_missing):
         # sessions and calls may have begun before it.
         self._starts_late = starts_late
@@ -229,17 +244,20 @@ class EventChecks:
             self.report(seq, "kind_unknown", f"kind {kind!r} version {version!r}")
         if not isinstance(text, str):
             return
+        call_id = row[3]
         if decoder is not None and text != ERASED_PAYLOAD:
-            try:
-                payload, problem = decoder.decode(text), ""
-            except (msgspec.DecodeError, msgspec.ValidationError, TypeError, RecursionError):
-                payload, problem = decode_payload(kind, version, text)  # it names the problem
+            if kind in self._unread and call_id is not None:
+                payload, problem = None, ""  # no check reads it; the caller decodes it
+            else:
+                try:
+                    payload, problem = decoder.decode(text), ""
+                except (msgspec.DecodeError, msgspec.ValidationError, TypeError, RecursionError):
+                    payload, problem = decode_payload(kind, version, text)  # it names the problem
         else:
             payload, problem = decode_payload(kind, version, text)
         if problem:
             self.report(seq, "payload_invalid", problem)
         self._check_secrets(seq, row)
-        call_id = row[3]
         if call_id is None:
             self._session_event(seq, row[2], kind, payload)
         else:

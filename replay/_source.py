@@ -65,6 +65,9 @@ class Journals:
 
     def __init__(self, readers: Sequence[Reader]) -> None:
         self.readers = list(readers)
+        # The rows :meth:`records` read (every row of every file, a second copy's too) whose
+        # payload does not decode: verify's payload_invalid (see replay.report).
+        self.undecoded = 0
         self.infos = [
             JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
             for r in self.readers
@@ -77,7 +80,7 @@ class Journals:
 
     def records(self, progress: Progress | None = None) -> Iterator[Record]:
         """Every event once, typed, ordered by (journal id, seq)."""
-        streams = [_keyed_records(r) for r in self._by_journal()]
+        streams = [self._keyed_records(r) for r in self._by_journal()]
         last: tuple[str, int] | None = None
         done = 0
         expected = self.expected_events
@@ -91,6 +94,14 @@ class Journals:
                 progress(done, expected)
         if progress is not None:
             progress(done, expected)
+
+    def _keyed_records(self, reader: Reader) -> Iterator[tuple[tuple[str, int], Record]]:
+        for row in reader.rows():
+            payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
+            if problem:
+                self.undecoded += 1
+            record = record_from_row(row, payload)
+            yield (record.journal_id, record.seq), record
 
     def events_of_call(self, call_id: str) -> list[Record]:
         """Every event of one call, across the files (indexed lookups, not a scan)."""
@@ -133,12 +144,6 @@ class Journals:
 def _first(item: tuple[tuple[str, int], Any]) -> tuple[str, int]:
     key: tuple[str, int] = item[0]
     return key
-
-
-def _keyed_records(reader: Reader) -> Iterator[tuple[tuple[str, int], Record]]:
-    for row in reader.rows():
-        record = to_record(row)
-        yield (record.journal_id, record.seq), record
 
 
 _DECODERS: Final[dict[tuple[str, int], msgspec.json.Decoder[Any]]] = {

@@ -218,6 +218,7 @@ def verify(
     accept_unverified: bool = False,
     auto_checkpoint: bool = True,
     local_key_file: bool = False,
+    decode_unread: bool = True,
     progress: Progress | None = None,
 ) -> VerifyResult:
     """Verify journal files: chain, sequence, checkpoints, call grammar, invariants.
@@ -230,7 +231,10 @@ def verify(
     HMAC-era checkpoints). ``trust_recorded_keys``: also trust the keys each journal names.
     ``accept_unverified``: count signatures no trusted key made as unchecked instead of failing.
     ``local_key_file``: the trusted keys are this machine's key files, taken for want of a key
-    given (``key_file_replaced`` applies; see :mod:`replay._trust`).
+    given (``key_file_replaced`` applies; see :mod:`replay._trust`). Without ``decode_unread``,
+    a call's payload that no check reads (a response's, a result's: ``UNREAD`` kinds) is not
+    decoded, so its ``payload_invalid`` is not found: for a caller that decodes every payload
+    itself and verifies again where one fails (``report``).
     Raises ReplayInputError for a file that cannot be used.
     """
     if not paths:
@@ -287,6 +291,7 @@ def verify(
                 accept_unverified=accept_unverified,
                 held_beside=i in beside,
                 local_keys=local_key_ids([key, *trusted]) if local_key_file else None,
+                decode_unread=decode_unread,
             )
             report = check.run(tick if progress is not None else None)
             reports.append(report)
@@ -373,6 +378,7 @@ class _FileCheck:
         accept_unverified: bool,
         held_beside: bool,
         local_keys: set[str] | None = None,
+        decode_unread: bool = True,
     ):
         self.segments = segments
         self.local_keys = local_keys
@@ -389,7 +395,10 @@ class _FileCheck:
         self.omitted = 0
         # The first file here starts after seq 1 (a pruned start, or segment_missing).
         self.events = EventChecks(
-            self.journal_id, self.report, starts_late=segments[0].segment.first_seq > 1
+            self.journal_id,
+            self.report,
+            starts_late=segments[0].segment.first_seq > 1,
+            decode_unread=decode_unread,
         )
 
     def report(self, seq: int | None, rule: str, detail: str, call_id: str | None = None) -> None:

@@ -33,6 +33,7 @@ from .replay_helpers import (
     replay_main,
     route,
     session_started,
+    tamper,
     write_events,
 )
 
@@ -338,6 +339,33 @@ def test_a_verification_process_that_dies_is_replaced_by_verifying_here(
     monkeypatch.setattr("agentteam_task_bridge.replay._report.verify", dies_elsewhere)
     reported = replay.report([multi], trusted=trusted)
     assert reported.verify == real([multi], trusted=trusted) and reported.audit.calls == 14
+
+
+@pytest.mark.parametrize("kind", ["upstream_response", "call_result", "call_error", "none"])
+@pytest.mark.parametrize(
+    "text", ["not json", "[]", '{"status": true, "result": 3, "error_code": 5, "duration_ms": "1"}']
+)
+def test_the_verdict_finds_a_payload_no_check_reads_that_does_not_decode(
+    multi: Path, tmp_path: Path, kind: str, text: str
+) -> None:
+    """The second process leaves the payloads no check reads (a response's, a result's)
+    undecoded; this one decodes every payload, and where one does not decode the journal is
+    verified again here: the verdict is always verify's, payload_invalid included."""
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    path = tmp_path / "journal.db"
+    shutil.copyfile(multi, path)
+    if kind != "none":
+        tamper(
+            path,
+            "UPDATE events SET payload = ? WHERE seq = (SELECT max(seq) FROM events"
+            " WHERE kind = ? AND call_id IS NOT NULL)",
+            params=(text, kind),
+        )
+    reported = replay.report([path], trusted=trusted)
+    verified = replay.verify([path], trusted=trusted)
+    assert reported.verify == verified
+    invalid = [f for f in verified.findings if f.rule == "payload_invalid"]
+    assert len(invalid) == (kind != "none")
 
 
 def test_calls_over_a_long_span_fold_into_bounded_buckets() -> None:
