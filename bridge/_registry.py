@@ -7,10 +7,10 @@ the metadata of contract section 9.1, and the one upstream operation of section 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-import mcp_types as types
 import msgspec
 
 from agentteam_task_bridge.journal import TASKS_ROUTE_TEMPLATE
@@ -20,6 +20,9 @@ from . import _outputs as out
 from ._compat import ARGUMENT_ALIASES, TOOL_MIGRATIONS
 from ._errors import OperationKind
 from ._schema import input_schema, output_schema
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 PermissionClass = Literal["read_only", "agent_mutation", "destructive_mutation"]
 BudgetClass = Literal["collection", "detail", "receipt"]
@@ -73,7 +76,6 @@ class ToolSpec:
     # with its own cursor when they are cut or bounded (`_detail`).
     sectioned: bool = False
     receipt_lists_tasks: bool = False
-    tool: types.Tool = field(init=False, repr=False, compare=False)
 
     @property
     def read_only(self) -> bool:
@@ -100,24 +102,26 @@ class ToolSpec:
     def budget_bytes(self) -> int:
         return BUDGET_BYTES[self.budget]
 
-    def __post_init__(self) -> None:
-        # Built once at import: tools/list never builds a schema per call.
-        object.__setattr__(
-            self,
-            "tool",
-            types.Tool(
-                name=self.name,
+    @functools.cached_property
+    def tool(self) -> types.Tool:
+        """The MCP definition, built at its first use (the server builds them all at import:
+        tools/list never builds a schema per call). Not at the registry's import: the MCP
+        types and the schemas cost about 0.2 s that `agentteam-replay`, which reads the
+        registry's data only, does not need."""
+        import mcp_types as types
+
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=input_schema(self.input_type),
+            output_schema=output_schema(_pascal(self.name) + "Result", self.data_type),
+            annotations=types.ToolAnnotations(
                 title=self.title,
-                description=self.description,
-                input_schema=input_schema(self.input_type),
-                output_schema=output_schema(_pascal(self.name) + "Result", self.data_type),
-                annotations=types.ToolAnnotations(
-                    title=self.title,
-                    read_only_hint=self.read_only,
-                    destructive_hint=self.destructive,
-                    idempotent_hint=self.idempotent_hint,
-                    open_world_hint=False,
-                ),
+                read_only_hint=self.read_only,
+                destructive_hint=self.destructive,
+                idempotent_hint=self.idempotent_hint,
+                open_world_hint=False,
             ),
         )
 
@@ -258,7 +262,12 @@ REGISTRY: tuple[ToolSpec, ...] = (
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in REGISTRY}
 # The migration table of old names (section 11) belongs to the registry too; it lives in _compat.
 MIGRATION_TABLE = {"tool_names": TOOL_MIGRATIONS, "argument_spellings": ARGUMENT_ALIASES}
-MCP_TOOLS: list[types.Tool] = [spec.tool for spec in REGISTRY]
+
+
+def mcp_tools() -> list[types.Tool]:
+    """Every tool's MCP definition, in the registry's order (what tools/list serves)."""
+    return [spec.tool for spec in REGISTRY]
+
 
 INSTRUCTIONS = (
     "AgentTeam Task tools for this workspace: " + ", ".join(TOOLS) + ". "

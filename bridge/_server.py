@@ -48,7 +48,7 @@ from ._journaling import open_journal
 from ._lifecycle import STDIN_CLOSED, STOP_SIGNALS, Shutdown, Unanswered
 from ._network import NetworkConfigError
 from ._paths import default_journal_dir, default_runtime_db, is_pool
-from ._registry import INSTRUCTIONS, MCP_TOOLS
+from ._registry import INSTRUCTIONS, mcp_tools
 from ._retention import retain_payloads
 from ._screen import LOG_SCREEN
 from ._upstream import TransportFailure, UpstreamClient
@@ -58,7 +58,7 @@ log = logging.getLogger("agentteam.bridge")
 start_log = logging.getLogger("agentteam.bridge.start")
 SERVER_NAME = "agentteam-tasks"
 _PROBE_SECONDS = 5.0
-_LIST_RESULT = types.ListToolsResult(tools=MCP_TOOLS)
+_LIST_RESULT = types.ListToolsResult(tools=mcp_tools())
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentteam_task_bridge.bridge._registry import INSTRUCTIONS, MCP_TOOLS, REGISTRY, TOOLS
+from agentteam_task_bridge.bridge._registry import INSTRUCTIONS, REGISTRY, TOOLS, mcp_tools
 from agentteam_task_bridge.journal import is_hidden_name
 
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -42,17 +42,17 @@ def test_exactly_the_seven_canonical_tools_in_a_stable_order() -> None:
         "task_checkpoint",
         "task_delete",
     ]
-    assert [t.name for t in MCP_TOOLS] == list(TOOLS)
+    assert [t.name for t in mcp_tools()] == list(TOOLS)
 
 
 def test_tools_list_bytes_are_deterministic() -> None:
-    first = json.dumps([_wire(t) for t in MCP_TOOLS], sort_keys=False)
+    first = json.dumps([_wire(t) for t in mcp_tools()], sort_keys=False)
     import importlib
 
     from agentteam_task_bridge.bridge import _registry as registry
 
     importlib.reload(registry)
-    assert json.dumps([_wire(t) for t in registry.MCP_TOOLS], sort_keys=False) == first
+    assert json.dumps([_wire(t) for t in registry.mcp_tools()], sort_keys=False) == first
 
 
 @pytest.mark.parametrize("spec", REGISTRY, ids=lambda s: s.name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,16 @@ def test_a_key_honoured_outside_a_callback_is_caught(tmp_path: Path) -> None:
     )
     result = replay.check_idempotency([path])
     assert [(f.seq, f.rule) for f in result.findings] == [(6, "key_outside_callback")]
+
+
+def test_the_declared_hints_are_read_without_the_mcp_types() -> None:
+    """The registry's data is read without building the MCP definitions (pydantic models and
+    schemas, about 0.2 s at every `report` and `idempotency`): the server builds those."""
+    code = (
+        "import sys; from agentteam_task_bridge.replay._idempotency import declared_hints;"
+        "hints = declared_hints(); assert hints['task_set_claim'] and not hints['task_create'];"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp_types', 'pydantic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
