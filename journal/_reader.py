@@ -73,12 +73,13 @@ def decode_row(row: Row) -> Record:
     return record_from_row(row, payload)
 
 
-def record_from_row(row: Sequence[Any], payload: Any) -> Record:
+def record_from_row(row: Sequence[Any], payload: Any, *, checked: bool = True) -> Record:
     """A stored row (a Row, or a tuple in COLUMNS order) with its payload already decoded, as a
     Record; JournalFormatError if a column holds what no bridge writes (``row_problem``: the
-    analyses compute with the columns; verify reports it as row_malformed)."""
+    analyses compute with the columns; verify reports it as row_malformed). Not ``checked``:
+    for a caller that has every row checked otherwise (``report``, by verify beside it)."""
     row = as_row(row)
-    problem = row_problem(row)
+    problem = row_problem(row) if checked else None
     if problem is not None:
         raise JournalFormatError(f"event {row.seq!r}: {problem} (verify: row_malformed)")
     # The columns in order, the decoded payload before its text (Record's field order).

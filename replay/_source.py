@@ -78,9 +78,12 @@ class Journals:
         """An upper bound of the events a merged pass yields (the sum of head seqs)."""
         return sum(info.head_seq for info in self.infos)
 
-    def records(self, progress: Progress | None = None) -> Iterator[Record]:
-        """Every event once, typed, ordered by (journal id, seq)."""
-        streams = [self._keyed_records(r) for r in self._by_journal()]
+    def records(
+        self, progress: Progress | None = None, *, checked: bool = True
+    ) -> Iterator[Record]:
+        """Every event once, typed, ordered by (journal id, seq); not ``checked``, a row's
+        columns are taken as they are (see ``journal.record_from_row``)."""
+        streams = [self._keyed_records(r, checked) for r in self._by_journal()]
         last: tuple[str, int] | None = None
         done = 0
         expected = self.expected_events
@@ -95,12 +98,14 @@ class Journals:
         if progress is not None:
             progress(done, expected)
 
-    def _keyed_records(self, reader: Reader) -> Iterator[tuple[tuple[str, int], Record]]:
+    def _keyed_records(
+        self, reader: Reader, checked: bool
+    ) -> Iterator[tuple[tuple[str, int], Record]]:
         for row in reader.rows():
             payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
             if problem:
                 self.undecoded += 1
-            record = record_from_row(row, payload)
+            record = record_from_row(row, payload, checked=checked)
             yield (record.journal_id, record.seq), record
 
     def events_of_call(self, call_id: str) -> list[Record]:

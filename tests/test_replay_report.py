@@ -368,6 +368,39 @@ def test_the_verdict_finds_a_payload_no_check_reads_that_does_not_decode(
     assert len(invalid) == (kind != "none")
 
 
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("http_response_status_code", 200.5),  # taken as it is, the pass would not fail
+        ("duration_ms", "5 ms"),  # the column's affinity keeps a number-like text a number
+        ("ts_wall", "yesterday"),
+        ("ts_mono_ns", "12 ns"),
+        ("call_id", b"c1"),
+        ("kind", b"upstream_response"),
+    ],
+)
+def test_a_row_no_bridge_writes_fails_the_report_as_it_fails_the_audit(
+    multi: Path, tmp_path: Path, column: str, value: object
+) -> None:
+    """The pass takes each row as it is while verify, beside it, checks every row: where verify
+    finds one no bridge writes, the pass runs again checking each, so the report fails on it
+    as `audit` does, whatever the row would have done to the pass."""
+    path = tmp_path / "journal.db"
+    shutil.copyfile(multi, path)
+    tamper(
+        path,
+        f"UPDATE events SET {column} = ? WHERE seq = (SELECT max(seq) FROM events"
+        " WHERE kind = 'upstream_response')",
+        params=(value,),
+    )
+    with pytest.raises(journal.JournalFormatError) as audited:
+        replay.audit([path])
+    with pytest.raises(journal.JournalFormatError) as reported:
+        replay.report([path], accept_unverified=True)
+    assert str(reported.value) == str(audited.value)
+    assert "row_malformed" in str(reported.value)
+
+
 def test_calls_over_a_long_span_fold_into_bounded_buckets() -> None:
     from agentteam_task_bridge.replay._report import MAX_BUCKETS, _Timeline
 
