@@ -1,6 +1,6 @@
 """verify's secret screen finds what a search of the whole text finds, where a shape starts.
 
-:func:`replay._invariants.first_secret` tries ``_SECRET`` only at the offsets where one of its
+:func:`replay._secrets.first_secret` tries ``_SECRET`` only at the offsets where one of its
 shapes can start (found with ``find``); it must return the same leftmost match, at the same
 offset, as ``_SECRET.search`` over the whole text, for every text: shapes in any letter case,
 several triggers in one text (a decoy ``bearer_token`` before a real credential), word
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentteam_task_bridge.replay._invariants import _SECRET, _may_hold_secret, first_secret
+from agentteam_task_bridge.replay._secrets import _SECRET, _may_hold_secret, first_secret
 
 # Pieces a text is made of: triggers that are secrets, triggers that are not, word characters
 # that break a boundary, and characters lower() maps to another length or another letter.
