@@ -174,13 +174,13 @@ def _gather(
     page = _Pass(where, stories)
     with open_journals(paths) as journals:
         try:
-            page.run(journals.records(progress, checked=rows_checked))
+            page.run(journals.records(progress, checked=rows_checked, screened=True))
             checked = page.checker.result()
         except Exception as exc:  # a row of another shape can break the pass anywhere
             if rows_checked:
                 raise
             raise _CheckRows from exc
-        verified = verdict(journals.undecoded > 0)
+        verified = verdict(journals.undecoded > 0 or journals.secrets > 0)
         if not rows_checked and (
             verified.findings_omitted or any(f.rule == "row_malformed" for f in verified.findings)
         ):
@@ -263,14 +263,17 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
     sends back the result or the input error verify raised; should it die otherwise, verify
     runs again here, where its error shows as it is.
 
-    The process decodes only the payloads verify's checks read (``decode_unread=False``): the
-    pass over the calls decodes every payload of every file anyway. The function returned is
-    told whether one did not decode (``Journals.undecoded``); then verify runs again here,
-    decoding them all, so the verdict is always verify's own. Why: about 6% of verify's time,
-    decoding responses and results only to find them invalid, measured on the bench journal."""
+    The process decodes only the payloads verify's checks read and screens no row for secrets
+    (``decode_unread=False, screen=False``): the pass over the calls decodes every payload of
+    every file anyway, and screens every row as verify does (``Journals.records``). The function
+    returned is told whether a payload did not decode or a row holds a secret's shape
+    (``Journals.undecoded``, ``Journals.secrets``); then verify runs again here, whole, so the
+    verdict is always verify's own. Why: verify decoded responses and results only to find them
+    invalid (about 6% of its time on the bench journal) and screened every row (about 8%),
+    while the pass over the calls, the shorter of the two, decodes them anyway."""
     if "fork" not in multiprocessing.get_all_start_methods():
         result = verify(paths, **options)
-        return lambda undecoded: result
+        return lambda again: result
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_verify_child, args=(sender, paths, options), daemon=True)
@@ -278,7 +281,7 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
     sender.close()
     done: list[VerifyResult] = []
 
-    def wait(undecoded: bool) -> VerifyResult:
+    def wait(again: bool) -> VerifyResult:
         if done:
             return done[0]
         try:
@@ -290,7 +293,7 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
             process.join()
         if kind == "input":
             raise ReplayInputError(value)
-        done.append(value if kind == "ok" and not undecoded else verify(paths, **options))
+        done.append(value if kind == "ok" and not again else verify(paths, **options))
         return done[0]
 
     return wait
@@ -298,7 +301,7 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
 
 def _verify_child(sender: Connection, paths: Sequence[str | Path], options: Any) -> None:
     try:
-        sender.send(("ok", verify(paths, decode_unread=False, **options)))
+        sender.send(("ok", verify(paths, decode_unread=False, screen=False, **options)))
     except ReplayInputError as exc:
         sender.send(("input", str(exc)))
     except BaseException:  # the parent verifies again and shows the error

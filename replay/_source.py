@@ -32,6 +32,7 @@ from agentteam_task_bridge import journal
 from agentteam_task_bridge.journal import Payload, Reader, Record, record_from_row
 
 from ._forks import find_forks
+from ._secrets import SecretScreen
 
 __all__ = [
     "JournalInfo",
@@ -66,8 +67,10 @@ class Journals:
     def __init__(self, readers: Sequence[Reader]) -> None:
         self.readers = list(readers)
         # The rows :meth:`records` read (every row of every file, a second copy's too) whose
-        # payload does not decode: verify's payload_invalid (see replay.report).
+        # payload does not decode: verify's payload_invalid; where it screened them, those
+        # holding a secret's shape: verify's secret_in_payload (see replay.report).
         self.undecoded = 0
+        self.secrets = 0
         self.infos = [
             JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
             for r in self.readers
@@ -79,11 +82,12 @@ class Journals:
         return sum(info.head_seq for info in self.infos)
 
     def records(
-        self, progress: Progress | None = None, *, checked: bool = True
+        self, progress: Progress | None = None, *, checked: bool = True, screened: bool = False
     ) -> Iterator[Record]:
         """Every event once, typed, ordered by (journal id, seq); not ``checked``, a row's
-        columns are taken as they are (see ``journal.record_from_row``)."""
-        streams = [self._keyed_records(r, checked) for r in self._by_journal()]
+        columns are taken as they are (see ``journal.record_from_row``); ``screened``, every
+        row read is screened for secrets as verify screens it (``secrets`` counts them)."""
+        streams = [self._keyed_records(r, checked, screened) for r in self._by_journal()]
         last: tuple[str, int] | None = None
         done = 0
         expected = self.expected_events
@@ -99,14 +103,20 @@ class Journals:
             progress(done, expected)
 
     def _keyed_records(
-        self, reader: Reader, checked: bool
+        self, reader: Reader, checked: bool, screened: bool
     ) -> Iterator[tuple[tuple[str, int], Record]]:
+        screen = SecretScreen(self._found_secret).row if screened else None
         for row in reader.rows():
             payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
             if problem:
                 self.undecoded += 1
+            if screen is not None and isinstance(row[14], str):  # the rows verify screens
+                screen(row[0], row)
             record = record_from_row(row, payload, checked=checked)
             yield (record.journal_id, record.seq), record
+
+    def _found_secret(self, seq: int, rule: str, detail: str, call_id: str | None) -> None:
+        self.secrets += 1
 
     def events_of_call(self, call_id: str) -> list[Record]:
         """Every event of one call, across the files (indexed lookups, not a scan)."""

@@ -219,6 +219,7 @@ def verify(
     auto_checkpoint: bool = True,
     local_key_file: bool = False,
     decode_unread: bool = True,
+    screen: bool = True,
     progress: Progress | None = None,
 ) -> VerifyResult:
     """Verify journal files: chain, sequence, checkpoints, call grammar, invariants.
@@ -233,8 +234,9 @@ def verify(
     ``local_key_file``: the trusted keys are this machine's key files, taken for want of a key
     given (``key_file_replaced`` applies; see :mod:`replay._trust`). Without ``decode_unread``,
     a call's payload that no check reads (a response's, a result's: ``UNREAD`` kinds) is not
-    decoded, so its ``payload_invalid`` is not found: for a caller that decodes every payload
-    itself and verifies again where one fails (``report``).
+    decoded, so its ``payload_invalid`` is not found; without ``screen``, no row is screened for
+    secrets (``secret_in_payload``, :mod:`replay._secrets`): both for a caller that decodes and
+    screens every row itself and verifies again where one fails (``report``).
     Raises ReplayInputError for a file that cannot be used.
     """
     if not paths:
@@ -292,6 +294,7 @@ def verify(
                 held_beside=i in beside,
                 local_keys=local_key_ids([key, *trusted]) if local_key_file else None,
                 decode_unread=decode_unread,
+                screen=screen,
             )
             report = check.run(tick if progress is not None else None)
             reports.append(report)
@@ -379,6 +382,7 @@ class _FileCheck:
         held_beside: bool,
         local_keys: set[str] | None = None,
         decode_unread: bool = True,
+        screen: bool = True,
     ):
         self.segments = segments
         self.local_keys = local_keys
@@ -399,6 +403,7 @@ class _FileCheck:
             self.report,
             starts_late=segments[0].segment.first_seq > 1,
             decode_unread=decode_unread,
+            screen=screen,
         )
 
     def report(self, seq: int | None, rule: str, detail: str, call_id: str | None = None) -> None:

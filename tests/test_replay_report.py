@@ -369,6 +369,37 @@ def test_the_verdict_finds_a_payload_no_check_reads_that_does_not_decode(
 
 
 @pytest.mark.parametrize(
+    "edit",
+    [
+        'payload = replace(payload, \'"status":\', \'"note":"ATK_0123456789ab","status":\')'
+        " WHERE seq = (SELECT max(seq) FROM events WHERE kind = 'upstream_response')",
+        'payload = \'{"x":"bearer  abcdefghijkl",\' || substr(payload, 2)'
+        " WHERE seq = (SELECT max(seq) FROM events WHERE kind = 'call_result')",
+        "gen_ai_tool_name = 'Bearer abcdefghijkl' WHERE seq = 5",
+        "jsonrpc_request_id = 'eyJhbGciOi.eyJzdWIiOi.' WHERE seq = 6",
+        "call_id = 'task_atk_0123456789' WHERE seq = 7",
+        "session_id = session_id WHERE seq = 1",  # nothing: the verdict is the process's
+    ],
+)
+def test_the_verdict_finds_a_secret_in_any_text_of_any_row(
+    multi: Path, tmp_path: Path, edit: str
+) -> None:
+    """The second process screens no row for secrets; this one screens every row of every file
+    as verify does, and where one holds a secret's shape the journal is verified again here:
+    the verdict is always verify's, secret_in_payload included."""
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    path = tmp_path / "journal.db"
+    shutil.copyfile(multi, path)
+    tamper(path, f"UPDATE events SET {edit}")
+    reported = replay.report([path], trusted=trusted)
+    verified = replay.verify([path], trusted=trusted)
+    assert reported.verify == verified
+    secrets = [f for f in verified.findings if f.rule == "secret_in_payload"]
+    assert len(secrets) == (not edit.startswith("session_id"))
+    assert not any(f.rule == "payload_invalid" for f in verified.findings)
+
+
+@pytest.mark.parametrize(
     "column, value",
     [
         ("http_response_status_code", 200.5),  # taken as it is, the pass would not fail
