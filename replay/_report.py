@@ -19,6 +19,7 @@ the bridge redacted before writing, and what the journal erased stays erased.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -150,14 +151,14 @@ def report(
         except _CheckRows:  # the pass, which took each row as it is, runs again checking each
             return _gather(paths, where, verified, stories, gate_days, progress)
     except ReplayInputError:
-        verified(False)  # an input verify refuses is reported as verify words it
+        verified(_nothing_left)  # an input verify refuses is reported as verify words it
         raise
 
 
 def _gather(
     paths: Sequence[str | Path],
     where: ReportFilter,
-    verdict: Callable[[bool], VerifyResult],
+    verdict: Callable[[Callable[[VerifyResult], bool]], VerifyResult],
     stories: int,
     gate_days: int,
     progress: Progress | None,
@@ -180,7 +181,7 @@ def _gather(
             if rows_checked:
                 raise
             raise _CheckRows from exc
-        verified = verdict(journals.undecoded > 0 or journals.secrets > 0)
+        verified = verdict(functools.partial(_left_to_verify, journals))
         if not rows_checked and (
             verified.findings_omitted or any(f.rule == "row_malformed" for f in verified.findings)
         ):
@@ -211,6 +212,23 @@ def _gather(
         stories_first=first,
         stories_more=page.matched - first,
     )
+
+
+def _left_to_verify(journals: Journals, verified: VerifyResult) -> bool:
+    """Whether ``verify(decode_unread=False, screen=False)``'s ``verified`` may not be verify's
+    whole verdict over the rows the pass read: a payload did not decode or a row holds a
+    secret's shape (``Journals.undecoded``, ``Journals.secrets``), or a journal's last row is not
+    the one the pass read (a file written between the two reads: the one that read more saw
+    rows the other did not check)."""
+    return (
+        journals.undecoded > 0
+        or journals.secrets > 0
+        or any(j.head_seq != journals.read_through.get(j.journal_id, 0) for j in verified.journals)
+    )
+
+
+def _nothing_left(verified: VerifyResult) -> bool:
+    return False  # the process's result stands
 
 
 class _CheckRows(Exception):
@@ -257,7 +275,9 @@ class _Pass:
         acc.sessions_ended([s for s in ended if where.keeps_session(s)])
 
 
-def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[bool], VerifyResult]:
+def _verify_beside(
+    paths: Sequence[str | Path], **options: Any
+) -> Callable[[Callable[[VerifyResult], bool]], VerifyResult]:
     """Start :func:`replay.verify` in a second process (forked, where the platform forks),
     beside the pass over the calls; the function returned waits for its result. The process
     sends back the result or the input error verify raised; should it die otherwise, verify
@@ -266,14 +286,14 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
     The process decodes only the payloads verify's checks read and screens no row for secrets
     (``decode_unread=False, screen=False``): the pass over the calls decodes every payload of
     every file anyway, and screens every row as verify does (``Journals.records``). The function
-    returned is told whether a payload did not decode or a row holds a secret's shape
-    (``Journals.undecoded``, ``Journals.secrets``); then verify runs again here, whole, so the
-    verdict is always verify's own. Why: verify decoded responses and results only to find them
-    invalid (about 6% of its time on the bench journal) and screened every row (about 8%),
-    while the pass over the calls, the shorter of the two, decodes them anyway."""
+    returned is given a test of the process's result (:func:`_left_to_verify`); where it
+    holds, verify runs again here, whole, so the verdict is always verify's own. Why: verify
+    decoded responses and results only to find them invalid (about 6% of its time on the bench
+    journal) and screened every row (about 8%), while the pass over the calls, then the shorter
+    of the two, decodes every payload anyway."""
     if "fork" not in multiprocessing.get_all_start_methods():
         result = verify(paths, **options)
-        return lambda again: result
+        return lambda again: result  # verified whole
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_verify_child, args=(sender, paths, options), daemon=True)
@@ -281,7 +301,7 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
     sender.close()
     done: list[VerifyResult] = []
 
-    def wait(again: bool) -> VerifyResult:
+    def wait(again: Callable[[VerifyResult], bool]) -> VerifyResult:
         if done:
             return done[0]
         try:
@@ -293,7 +313,7 @@ def _verify_beside(paths: Sequence[str | Path], **options: Any) -> Callable[[boo
             process.join()
         if kind == "input":
             raise ReplayInputError(value)
-        done.append(value if kind == "ok" and not again else verify(paths, **options))
+        done.append(value if kind == "ok" and not again(value) else verify(paths, **options))
         return done[0]
 
     return wait

@@ -71,6 +71,9 @@ class Journals:
         # holding a secret's shape: verify's secret_in_payload (see replay.report).
         self.undecoded = 0
         self.secrets = 0
+        # The last seq :meth:`records` read of each journal id (its files' last rows, read to
+        # the end), to compare with what verify read of them.
+        self.read_through: dict[str | None, int] = {}
         self.infos = [
             JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
             for r in self.readers
@@ -106,6 +109,7 @@ class Journals:
         self, reader: Reader, checked: bool, screened: bool
     ) -> Iterator[tuple[tuple[str, int], Record]]:
         screen = SecretScreen(self._found_secret).row if screened else None
+        seq = 0
         for row in reader.rows():
             payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
             if problem:
@@ -113,7 +117,10 @@ class Journals:
             if screen is not None and isinstance(row[14], str):  # the rows verify screens
                 screen(row[0], row)
             record = record_from_row(row, payload, checked=checked)
-            yield (record.journal_id, record.seq), record
+            seq = record.seq
+            yield (record.journal_id, seq), record
+        if isinstance(seq, int) and seq > self.read_through.get(reader.journal_id, 0):
+            self.read_through[reader.journal_id] = seq
 
     def _found_secret(self, seq: int, rule: str, detail: str, call_id: str | None) -> None:
         self.secrets += 1

@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -430,6 +431,39 @@ def test_a_row_no_bridge_writes_fails_the_report_as_it_fails_the_audit(
         replay.report([path], accept_unverified=True)
     assert str(reported.value) == str(audited.value)
     assert "row_malformed" in str(reported.value)
+
+
+def test_a_journal_written_between_the_two_reads_is_verified_whole_again(
+    multi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verifying process left payloads undecoded and rows unscreened that the pass here
+    decodes and screens: the pass must have read the rows it verified. An event written after
+    the process read the journal and before this pass did: verify runs again here, whole."""
+    trusted = [replay._verify.load_trusted_key(SEED_VKEY)]
+    path = tmp_path / "journal.db"
+    shutil.copyfile(multi, path)
+    here, verified = os.getpid(), tmp_path / "verified"
+    real_verify, real_records = replay._verify.verify, replay._source.Journals.records
+
+    def verify_then_say(*args: Any, **kwargs: Any) -> Any:
+        result = real_verify(*args, **kwargs)
+        if os.getpid() != here:
+            verified.touch()
+        return result
+
+    def write_then_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 60
+        while not verified.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert verified.exists()
+        write_events(path, [call_event("late", journal.CallReceived(arguments={"q": "late"}))])
+        return real_records(self, *args, **kwargs)
+
+    monkeypatch.setattr("agentteam_task_bridge.replay._report.verify", verify_then_say)
+    monkeypatch.setattr("agentteam_task_bridge.replay._source.Journals.records", write_then_read)
+    reported = replay.report([path], trusted=trusted)
+    now = replay.verify([path], trusted=trusted)
+    assert reported.verify == now and reported.verify.events == replay.verify([multi]).events + 1
 
 
 def test_calls_over_a_long_span_fold_into_bounded_buckets() -> None:
