@@ -9,7 +9,9 @@ journal (``journal_id_malformed``, the NFC form said: the store normalizes nothi
 what the journal says; an id a store already holds keeps shipping), and its login under its
 cap (``journals_capped``): the store's ``store_meta`` setting ``journals_per_login:<login>``,
 else ``journals_per_login`` (a non-negative integer; DEFAULT_JOURNALS_PER_LOGIN when absent or
-not one), which only the owner may change, counted under the login's advisory lock.
+not one), which only the owner may change, counted under the login's advisory lock in a
+READ COMMITTED transaction (a snapshot taken before the lock would miss the journals registered
+while it waited: another isolation level registers no new journal, ``journals_capped``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ BEGIN
         ' journal: % is not (as NFC: %); the store normalizes nothing, name the journal in NFC',
         left(quote_literal(a_journal), 200), left(quote_literal(normalize(a_journal, NFC)), 200)
         USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
+    END IF;
+    -- The count below must see every journal committed before the lock: a statement's
+    -- snapshot, taken after it, only under READ COMMITTED (a transaction's is older).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+      RAISE EXCEPTION 'the store refuses journal %: a new journal is registered in a READ'
+        ' COMMITTED transaction, so its login''s journals are counted after its lock (this'
+        ' one is %)', left(quote_literal(a_journal), 200),
+        upper(current_setting('transaction_isolation'))
+        USING ERRCODE = 'check_violation', DETAIL = 'journals_capped';
     END IF;
     PERFORM pg_advisory_xact_lock(
       hashtextextended('agentteam.register_journal ' || session_user, 0));
