@@ -143,6 +143,30 @@ def test_an_export_to_a_terminal_holds_no_character_it_would_obey(tmp_path: Path
     assert "\x9b31m\u202e" in parsed
 
 
+@pytest.mark.parametrize("command", ["prove --call", "check-proof"])
+def test_a_proof_s_json_for_a_terminal_holds_no_character_it_would_obey(
+    tmp_path: Path, command: str
+) -> None:
+    """attack9: ``prove --json`` wrote the call id, and ``check-proof --json`` the leaves of a
+    proof file (anyone's: their tool names, sessions, call ids), with C1 and bidirectional
+    controls raw. They are JSON escapes there too; the proof file itself is the same JSON."""
+    path = hostile_journal(tmp_path / "journal.db")
+    proof = tmp_path / "proof.json"
+    written = replay_main("prove", path, "--call", "c1" + HOSTILE, "--output", proof)
+    assert written.returncode == 0, written.stderr
+    if command == "check-proof":
+        done = replay_main("check-proof", proof, "--trusted-key", SEED_VKEY, "--json")
+    else:
+        done = replay_main("prove", path, "--call", "c1" + HOSTILE, "--json")
+    assert done.returncode == 0, done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    assert "\\u009b31m\\u202e" in done.stdout
+    parsed = json.loads(done.stdout)
+    assert "\x9b31m\u202e" in json.dumps(parsed, ensure_ascii=False)
+    if command != "check-proof":
+        assert parsed == json.loads(proof.read_text(encoding="utf-8"))
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
 @pytest.mark.parametrize("command", ["calls", "audit", "show", "calls --json"])
 def test_an_output_that_cannot_encode_a_journals_text_gets_it_escaped(
