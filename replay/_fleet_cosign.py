@@ -52,6 +52,7 @@ from agentteam_task_bridge import journal
 
 from ._cosign import Cosignature, CosignerKey, WitnessKey
 from ._fleet_store import StoreUnreachable, connect, psycopg_module, redact_store_url
+from ._terminal import shown
 
 if TYPE_CHECKING:
     import psycopg
@@ -546,10 +547,9 @@ def witness_follow(
                 told = (item.journal_id, item.outcome, item.tree_size)
                 if item.outcome in REFUSED and told not in said:
                     said.add(told)
+                    line = f"{item.journal_id}: {item.outcome}: {item.detail}"
                     print(
-                        f"agentteam-replay witness: {item.journal_id}: {item.outcome}:"
-                        f" {item.detail}",
-                        file=sys.stderr,
+                        f"agentteam-replay witness: {shown(line, one_line=True)}", file=sys.stderr
                     )
             stop.wait(interval)
     finally:

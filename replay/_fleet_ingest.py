@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._fleet_register import MAX_JOURNAL_ID, REGISTER
+from ._fleet_register import MAX_JOURNAL_ID, REGISTER, read_committed_only
 
 __all__ = [
     "ERASED_ROW",
@@ -562,6 +562,7 @@ BEGIN
       USING ERRCODE = 'check_violation', DETAIL = 'finding_malformed';
   END IF;
   -- A login's findings one at a time, so the count and the duplicate check hold.
+  {read_committed_only("'the store refuses a finding'", "findings_capped")}
   PERFORM pg_advisory_xact_lock(hashtextextended('agentteam.record_finding ' || session_user, 0));
   IF EXISTS (SELECT 1 FROM agentteam.findings f
              WHERE f.journal_id = a_journal AND f.reported_by = session_user

@@ -9,7 +9,9 @@ journal (``journal_id_malformed``, the NFC form said: the store normalizes nothi
 what the journal says; an id a store already holds keeps shipping), and its login under its
 cap (``journals_capped``): the store's ``store_meta`` setting ``journals_per_login:<login>``,
 else ``journals_per_login`` (a non-negative integer; DEFAULT_JOURNALS_PER_LOGIN when absent or
-not one), which only the owner may change, counted under the login's advisory lock.
+not one), which only the owner may change, counted under the login's advisory lock in a
+READ COMMITTED transaction (a snapshot taken before the lock would miss the journals registered
+while it waited: another isolation level registers no new journal, ``journals_capped``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from typing import Final
 
 from agentteam_task_bridge import journal
 
-__all__ = ["DEFAULT_JOURNALS_PER_LOGIN", "JOURNALS_PER_LOGIN", "MAX_JOURNAL_ID", "REGISTER"]
+__all__ = [
+    "DEFAULT_JOURNALS_PER_LOGIN",
+    "JOURNALS_PER_LOGIN",
+    "MAX_JOURNAL_ID",
+    "REGISTER",
+    "read_committed_only",
+]
 
 # Bytes of a journal id: every table's key holds it (a btree entry holds 2,704).
 MAX_JOURNAL_ID: Final = 1024
@@ -29,6 +37,26 @@ MAX_JOURNAL_ID: Final = 1024
 JOURNALS_PER_LOGIN: Final = "journals_per_login"
 DEFAULT_JOURNALS_PER_LOGIN: Final = 10_000
 
+
+def read_committed_only(refused: str, detail: str) -> str:
+    """PL/pgSQL refusing (``check_violation``, DETAIL ``detail``; ``refused``: the message's
+    start, an SQL text expression) a call in a transaction that is not READ COMMITTED. A
+    function that counts a login's rows under the login's lock must count every row committed
+    before the lock: under READ COMMITTED each statement takes its snapshot then; a REPEATABLE
+    READ or SERIALIZABLE transaction (SERIALIZABLE beside a READ COMMITTED one too) reads the
+    snapshot of its first statement, taken before it waited, and counts none of the rows the
+    login's other sessions added meanwhile."""
+    return f"""IF current_setting('transaction_isolation') <> 'read committed' THEN
+      RAISE EXCEPTION '%: only in a READ COMMITTED transaction, so what it counts under the'
+        ' login''s lock is counted after the lock (this transaction is %)', {refused},
+        upper(current_setting('transaction_isolation'))
+        USING ERRCODE = 'check_violation', DETAIL = '{detail}';
+    END IF;"""
+
+
+_REFUSED_UNLESS_READ_COMMITTED: Final = read_committed_only(
+    "'the store refuses journal ' || left(quote_literal(a_journal), 200)", "journals_capped"
+)
 # A journal id stands in its checkpoints' origin line (journal.origin_line): one line, no space;
 # a new one is NFC, so one name is one journal (the store normalizes nothing: an id is what the
 # journal says). The cap is counted under the login's lock, so two sessions cannot both pass it.
@@ -52,6 +80,7 @@ BEGIN
         left(quote_literal(a_journal), 200), left(quote_literal(normalize(a_journal, NFC)), 200)
         USING ERRCODE = 'check_violation', DETAIL = 'journal_id_malformed';
     END IF;
+    {_REFUSED_UNLESS_READ_COMMITTED}
     PERFORM pg_advisory_xact_lock(
       hashtextextended('agentteam.register_journal ' || session_user, 0));
     SELECT CASE WHEN m.value ~ '^[0-9]{{1,15}}$' THEN m.value::bigint

@@ -22,6 +22,7 @@ from agentteam_task_bridge import journal
 
 from . import _prove
 from ._source import ReplayInputError
+from ._terminal import json_shown
 
 __all__ = ["COMMANDS", "add_prove", "run"]
 
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
             raise ReplayInputError("--trusted-key must be an Ed25519 public key")
         checked = _prove.check_proof(args.proof, verifiers)
         if args.json:
-            print(_to_json(checked), file=out.file)
+            print(json_shown(_to_json(checked)), file=out.file)
         else:
             _render_check(out, checked)
         return EXIT_OK if checked.ok else EXIT_FAILED
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         _write_private(args.output, _to_json(proof) + "\n")
         out.print(f"wrote {args.output}")
     elif args.json:
-        print(_to_json(proof), file=out.file)
+        print(json_shown(_to_json(proof)), file=out.file)
     else:
         _render_proof(out, proof)
     return EXIT_OK

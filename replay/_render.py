@@ -123,8 +123,9 @@ def _time(ts: str | None) -> str:
 
 
 def _whole(console: Console, value: Any, indent: str = "  ") -> None:
-    """A JSON value in full, one member a line (what the model saw is never cut)."""
-    for line in json.dumps(value, indent=2, ensure_ascii=False).splitlines():
+    """A JSON value in full, one member a line (what the model saw is never cut): cut at the
+    JSON's own newlines, not at a line separator in a string (``str.splitlines`` would)."""
+    for line in json.dumps(value, indent=2, ensure_ascii=False).split("\n"):
         console.print(Text(indent + line), soft_wrap=True)
 
 

@@ -11,9 +11,10 @@ Invariants:
 * :class:`SafeConsole` renders strings without markup unless a call asks for it
   (``print(..., markup=True)``, whose interpolated values are then passed through
   :func:`rich.markup.escape`).
-* Every control character (C0 but newline and tab, DEL, C1) and every bidirectional override
-  that reaches the terminal through a :class:`SafeConsole` is shown as a visible stand-in
-  (:func:`shown`): the control pictures ``␛`` ``␇`` … for C0 and DEL, ``�`` for the rest. The
+* Every control character (C0 but newline and tab, DEL, C1), every bidirectional override and
+  the line and paragraph separators (U+2028, U+2029) that reach the terminal through a
+  :class:`SafeConsole` are shown as visible stand-ins (:func:`shown`): the control pictures
+  ``␛`` ``␇`` … for C0 and DEL, ``␤`` for the separators, ``�`` for the rest. The
   ANSI sequences rich itself writes for colours are styles, never text, and are kept.
 * A string printed without markup (every table cell, every line of values) is one line: a
   newline in it is shown (``␤``), so a journal's text cannot print a row or a verdict of its
@@ -23,8 +24,8 @@ Invariants:
 * :func:`shown` with ``one_line`` also shows a newline, for the one-line error messages the
   command line prints outside rich.
 * JSON printed for a person (``--json``) holds no character a terminal obeys: JSON escapes C0
-  itself, and :func:`json_shown` writes DEL, C1 and the bidirectional controls as ``\\u``
-  escapes too, the same strings to any reader of the JSON.
+  itself, and :func:`json_shown` writes DEL, C1, the bidirectional controls and the line and
+  paragraph separators as ``\\u`` escapes too, the same strings to any reader of the JSON.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ _MULTI_LINE: Final[dict[int, str]] = {
     0x7F: "\u2421",
     **{c: "\ufffd" for c in range(0x80, 0xA0)},
     **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+    # The line and paragraph separators: line ends to str.splitlines and JavaScript, not "\n".
+    0x2028: "\u2424",
+    0x2029: "\u2424",
 }
 _ONE_LINE: Final[dict[int, str]] = {**_MULTI_LINE, 0x0A: "\u2424"}
 
@@ -57,7 +61,7 @@ def shown(text: str, *, one_line: bool = False) -> str:
 
 
 # What JSON leaves raw and a terminal obeys: what _MULTI_LINE shows but C0 (JSON escapes it),
-# that is DEL, C1 and the bidirectional controls.
+# that is DEL, C1, the bidirectional controls and the line and paragraph separators.
 _JSON_OBEYED: Final = re.compile(
     "[" + "".join(re.escape(chr(c)) for c in sorted(_MULTI_LINE) if c >= 0x20) + "]"
 )

@@ -19,6 +19,7 @@ from typing import Any, Final
 from rich.console import Console
 
 from ._cosign import CosignerKey
+from ._terminal import shown
 
 __all__ = ["add_witness", "run", "witness_key", "witness_keys"]
 
@@ -190,5 +191,6 @@ def run(args: argparse.Namespace, out: Console) -> int:
             out.print("no new checkpoint since this witness's last run", highlight=False)
     for item in report.journals:
         if item.outcome in REFUSED:
-            print(f"agentteam-replay witness: refused {item.journal_id}", file=sys.stderr)
+            refused = shown(item.journal_id, one_line=True)
+            print(f"agentteam-replay witness: refused {refused}", file=sys.stderr)
     return 0 if report.ok else 1

@@ -10,6 +10,7 @@ page names the login that reported it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,40 @@ def test_a_login_records_at_most_its_share_of_findings(
         conn.execute(RECORD, ("j-new", 1, "fork", "d", None))  # another login's share is its own
     assert len(_rows(pg_url, mallory)) == MAX_FINDINGS_PER_LOGIN
     assert len(_rows(pg_url, other)) == 1
+
+
+def test_sessions_whose_snapshot_predates_the_lock_cannot_pass_the_findings_cap(
+    pg_url: str, shipping_login: Callable[[], tuple[str, str]]
+) -> None:
+    """attack9: REPEATABLE READ sessions counted the login's findings in a snapshot taken before
+    its lock, so each added its own up to the cap (four sessions at one place short of it: four
+    rows past it). A finding is recorded only in a READ COMMITTED transaction."""
+    mallory, url = shipping_login()
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany(
+            RECORD, [(f"j{i}", i, "fork", "d", None) for i in range(MAX_FINDINGS_PER_LOGIN - 1)]
+        )
+    go = threading.Barrier(4)
+    refused: list[str | None] = []
+
+    def race(seq: int) -> None:
+        with psycopg.connect(url) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            conn.execute("SELECT 1")  # the snapshot, before any other session records
+            go.wait()
+            try:
+                conn.execute(RECORD, ("j-race", seq, "fork", "d", None))
+                conn.commit()
+            except psycopg.errors.CheckViolation as exc:
+                refused.append(exc.diag.message_detail)
+
+    threads = [threading.Thread(target=race, args=(seq,)) for seq in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(_rows(pg_url, mallory)) <= MAX_FINDINGS_PER_LOGIN
+    assert refused == ["findings_capped"] * 4
+    with psycopg.connect(url, autocommit=True) as conn:  # READ COMMITTED: the last place
+        conn.execute(RECORD, ("j-race", 9, "fork", "d", None))
+    assert len(_rows(pg_url, mallory)) == MAX_FINDINGS_PER_LOGIN

@@ -221,3 +221,55 @@ def test_a_shipping_login_cannot_raise_or_bypass_its_cap(
             "SELECT count(*) FROM agentteam.journals WHERE owner = %s", (name,)
         ).fetchone()
     assert row == (4,)
+
+
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_sessions_whose_snapshot_predates_the_lock_cannot_pass_the_cap(
+    pg_url: str, shipping_login: Logins, isolation: str
+) -> None:
+    """attack9: a transaction's snapshot taken before the login's lock (REPEATABLE READ, or
+    SERIALIZABLE beside a READ COMMITTED one) counted none of the journals registered while it
+    waited: four sessions at a cap of one registered four. A new journal is registered only in
+    a READ COMMITTED transaction (its count then sees every one committed before the lock);
+    a journal the login already holds ships on in any."""
+    (name, url) = shipping_login()
+    _set(pg_url, "journals_per_login", "1")
+    vkey = VKEY.to_text()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(REGISTER, ("held", vkey))
+    _set(pg_url, "journals_per_login", "2")
+    go = threading.Barrier(4)
+    errors: list[str] = []
+
+    def race(journal_id: str, level: str) -> None:
+        with psycopg.connect(url) as conn:
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+            conn.execute("SELECT 1")  # the snapshot, before any other session registers
+            go.wait()
+            try:
+                conn.execute(REGISTER, (journal_id, vkey))
+                conn.commit()
+            except psycopg.errors.CheckViolation as exc:
+                errors.append(str(exc.diag.message_detail))
+            except psycopg.errors.SerializationFailure:
+                errors.append("serialization_failure")
+
+    levels = [isolation, isolation, isolation, "READ COMMITTED"]
+    threads = [threading.Thread(target=race, args=(uuid.uuid4().hex, lv)) for lv in levels]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM agentteam.journals WHERE owner = %s", (name,)
+        ).fetchone()
+    assert row is not None and row[0] <= 2, f"{row[0]} journals at a cap of 2 ({errors})"
+    # Refused with a reason, whatever the other sessions do; a held journal ships on.
+    with psycopg.connect(url) as conn:
+        conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        assert conn.execute(REGISTER, ("held", vkey)).fetchone() is not None
+        with pytest.raises(psycopg.errors.CheckViolation) as caught:
+            conn.execute(REGISTER, (uuid.uuid4().hex, vkey))
+    assert caught.value.diag.message_detail == "journals_capped"
+    assert "READ COMMITTED" in str(caught.value.diag.message_primary)

@@ -9,15 +9,18 @@ key in force at its last cosignature. Against a real PostgreSQL.
 
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from agentteam_task_bridge import journal, replay
-from agentteam_task_bridge.replay._fleet_cosign import cosign_once
+from agentteam_task_bridge.replay._fleet_cosign import cosign_once, witness_follow
 
 from .fleet_helpers import journal_events, write_fleet_journal
+from .journal_helpers import KEY
 from .replay_helpers import consolidated_copy, replay_main
 from .test_fleet_cosign import WITNESS, logins  # noqa: F401  (the fixture: logins(role) -> URL)
 
@@ -83,3 +86,41 @@ def test_a_malformed_approval_is_a_usage_error(given: str, tmp_path: Path) -> No
     )  # fmt: skip
     assert done.returncode == 2 and "--approve-key" in done.stderr, done.stderr
     assert not (tmp_path / "k").exists()
+
+
+class _OneRound(threading.Event):
+    """A stop that is set once the first round waits: ``witness --follow`` runs one round."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.set()
+        return True
+
+
+def test_witness_follow_shows_a_refused_journal_s_id_not_obeying_it(
+    logins: Any,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """attack9: ``witness --follow`` wrote a refused journal's id and detail raw to stderr (and
+    ``witness`` the id of each journal it refused); a
+    journal id may hold bidirectional controls (the store refuses only controls and spaces),
+    which reordered the line. They are shown as stand-ins there, as on every other line."""
+    shipper, witness = logins("agentteam_ship"), logins("agentteam_witness")
+    jid = "j-\u202eli.txt\u2066-\u202c"
+    path = tmp_path / "a.db"
+    with journal.open_sync_writer(path, key=KEY, journal_id=jid) as writer:
+        writer.append_many(journal_events(1, 2))
+    assert replay.ship([path], shipper).ok
+    assert _outcomes(witness) == ["cosigned"]
+    _append(path, jid, ROTATED, 20)
+    assert replay.ship([path], shipper).ok
+    report = witness_follow(witness, WITNESS, interval=0.01, stop=_OneRound())
+    assert [j.outcome for j in report.journals] == ["key_unapproved"]
+    err = capsys.readouterr().err
+    assert ": key_unapproved: " in err and err.count("\n") == 1, err
+    assert not re.search("[\u202a-\u202e\u2066-\u2069]", err), err
+    assert "j-\ufffdli.txt\ufffd-\ufffd" in err
+    key_file = tmp_path / "w" / "witness.key"
+    once = replay_main("witness", "--from", witness, "--key", key_file)
+    assert once.returncode == 1 and "refused j-\ufffdli.txt\ufffd-\ufffd\n" in once.stderr
+    assert not re.search("[\u202a-\u202e\u2066-\u2069]", once.stderr + once.stdout), once

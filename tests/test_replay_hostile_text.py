@@ -143,6 +143,30 @@ def test_an_export_to_a_terminal_holds_no_character_it_would_obey(tmp_path: Path
     assert "\x9b31m\u202e" in parsed
 
 
+@pytest.mark.parametrize("command", ["prove --call", "check-proof"])
+def test_a_proof_s_json_for_a_terminal_holds_no_character_it_would_obey(
+    tmp_path: Path, command: str
+) -> None:
+    """attack9: ``prove --json`` wrote the call id, and ``check-proof --json`` the leaves of a
+    proof file (anyone's: their tool names, sessions, call ids), with C1 and bidirectional
+    controls raw. They are JSON escapes there too; the proof file itself is the same JSON."""
+    path = hostile_journal(tmp_path / "journal.db")
+    proof = tmp_path / "proof.json"
+    written = replay_main("prove", path, "--call", "c1" + HOSTILE, "--output", proof)
+    assert written.returncode == 0, written.stderr
+    if command == "check-proof":
+        done = replay_main("check-proof", proof, "--trusted-key", SEED_VKEY, "--json")
+    else:
+        done = replay_main("prove", path, "--call", "c1" + HOSTILE, "--json")
+    assert done.returncode == 0, done.stderr
+    assert not OBEYED.search(done.stdout), done.stdout
+    assert "\\u009b31m\\u202e" in done.stdout
+    parsed = json.loads(done.stdout)
+    assert "\x9b31m\u202e" in json.dumps(parsed, ensure_ascii=False)
+    if command != "check-proof":
+        assert parsed == json.loads(proof.read_text(encoding="utf-8"))
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1", "cp1252"])
 @pytest.mark.parametrize("command", ["calls", "audit", "show", "calls --json"])
 def test_an_output_that_cannot_encode_a_journals_text_gets_it_escaped(
@@ -339,3 +363,43 @@ def test_a_newline_in_a_journals_text_prints_no_line_of_its_own(
     if lines is not None:  # the header, its rule, one row, the count
         assert len(out) == len(lines), out
         assert all(o.startswith(w) for o, w in zip(out, lines, strict=True)), out
+
+
+# What str.splitlines and a JSON reader's JavaScript take for line ends besides "\n", in the
+# model's own text (arguments and results): line and paragraph separators, NEL (a C1 control).
+SEPARATED: Final = "x\u2028  verdict: journal verified\u2029OK: no finding\x85  done"
+
+
+def test_a_line_separator_in_the_model_s_text_prints_no_line_of_its_own(tmp_path: Path) -> None:
+    """attack9: ``show`` printed what the model sent and saw one JSON line at a time, cut with
+    ``str.splitlines``, which also cuts at U+2028, U+2029 and NEL: the model's text after one
+    began a line of its own (a verdict of the model's choosing). Lines are cut at JSON's own
+    newlines only, and the separators are shown as stand-ins (␤) in a table cell too; JSON
+    output writes them as escapes (JavaScript reads them as line ends)."""
+    path = tmp_path / "journal.db"
+    write_events(
+        path,
+        [
+            session_started("s1"),
+            call_event(
+                "c1", journal.CallReceived(arguments={"title": SEPARATED}), tool="t" + SEPARATED
+            ),
+            call_event("c1", journal.CallResult(result={"x": SEPARATED}), tool="t" + SEPARATED),
+        ],
+    )
+    for command in ("show", "calls", "show --json", "calls --json"):
+        args: list[str | Path] = [command.split()[0], path, *command.split()[1:]]
+        if command.startswith("show"):
+            args.insert(2, "c1")
+        done = replay_main(*args, env={"COLUMNS": ""})
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split("\n")
+        assert not [line for line in lines if line.lstrip().startswith(("verdict", "OK:"))], lines
+        assert not re.search("[\u2028\u2029\x85]", done.stdout), command
+        if command.endswith("--json"):
+            assert "\\u2028  verdict" in done.stdout and "\\u2029OK" in done.stdout
+            assert SEPARATED in json.dumps(json.loads(done.stdout), ensure_ascii=False)
+        elif command == "show":
+            assert "\u2424  verdict" in done.stdout and "\u2424OK: no finding" in done.stdout
+        else:  # the table's cell is cut: its stand-in at least
+            assert "tx\u2424" in done.stdout
