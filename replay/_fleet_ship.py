@@ -98,6 +98,15 @@ class _Refused(Exception):
         self.finding = finding
 
 
+def _connect(store_url: str) -> psycopg.Connection[Any]:
+    """A shipping connection, in autocommit, its transactions READ COMMITTED whatever the
+    server's or the login's default: a new journal is registered (and a finding recorded) only
+    in one, whose count of the login's journals sees every one committed before its lock."""
+    conn = connect(store_url, autocommit=True)
+    conn.execute("SET default_transaction_isolation TO 'read committed'")
+    return conn
+
+
 def ship(
     paths: Sequence[str | os.PathLike[str]],
     store_url: str,
@@ -116,7 +125,7 @@ def ship(
     the others after the journal each is shipping (its batches committed or not).
     """
     files = journal_files(paths)
-    conn = connect(store_url, autocommit=True)
+    conn = _connect(store_url)
     shipped: list[JournalShipped | None] = [None] * len(files)
     counts = [0] * len(files)
     lock = threading.Lock()
@@ -151,7 +160,7 @@ def ship(
 
     def job() -> None:
         try:
-            own = connect(store_url, autocommit=True)
+            own = _connect(store_url)
         except BaseException as exc:
             with lock:
                 failed.append(exc)

@@ -273,3 +273,22 @@ def test_sessions_whose_snapshot_predates_the_lock_cannot_pass_the_cap(
             conn.execute(REGISTER, (uuid.uuid4().hex, vkey))
     assert caught.value.diag.message_detail == "journals_capped"
     assert "READ COMMITTED" in str(caught.value.diag.message_primary)
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_ship_registers_new_journals_whatever_the_login_s_default_isolation(
+    pg_url: str, shipping_login: Logins, tmp_path: Path, level: str
+) -> None:
+    """A new journal is registered only in a READ COMMITTED transaction: ship sets its own
+    sessions so, where the login's (or the server's) default is another level."""
+    (name, url) = shipping_login()
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        owner.execute(f"ALTER ROLE {name} SET default_transaction_isolation TO '{level}'")
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SHOW transaction_isolation").fetchone()
+    assert row == (level,)
+    paths = [tmp_path / f"j{i}.db" for i in range(3)]
+    for i, path in enumerate(paths):
+        write_fleet_journal(path, 40 + i, 2)
+    shipped = replay.ship(paths, url, jobs=2)
+    assert shipped.ok and shipped.refused == 0, [j.refused for j in shipped.journals]
