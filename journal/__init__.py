@@ -115,6 +115,7 @@ from ._errors import (
     JournalFormatError,
     JournalUnavailable,
     JournalUnavailableReason,
+    sqlite_reason,
 )
 from ._events import (
     ERASED_PAYLOAD,
@@ -304,6 +305,7 @@ __all__ = [
     "segment_index",
     "segment_path",
     "sign_checkpoint",
+    "sqlite_reason",
     "start_tree",
     "stored_index_of",
     "tasks_route",

@@ -172,8 +172,22 @@ def _wall_problem(text: str) -> str | None:
 
 
 def _short(value: Any) -> str:
+    """A value as a finding names it: a number, or a text or bytes of a time's characters
+    only, whole (cut at 40 characters); any other text or bytes by at most its first 10
+    characters and its length. A file's text may hold anything, and 12 characters of a token
+    are a leak (the secret screen's ``secret_in_payload`` shows 6)."""
+    if isinstance(value, str | bytes):
+        shown = value if isinstance(value, str) else value.decode("latin-1")
+        if len(value) <= _SHOWN or (len(value) <= 40 and set(shown) <= _TIMELIKE):
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:_SHOWN]!r}… ({len(value)} {unit})"
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+_SHOWN: Final = 10
+_TIMELIKE: Final = frozenset("0123456789-:.,+TZtz ")
 
 
 def as_row(row: Sequence[Any]) -> Row:

@@ -10,6 +10,7 @@ JournalError
 from __future__ import annotations
 
 import errno
+import re
 import sqlite3
 from typing import Final, Literal
 
@@ -91,7 +92,26 @@ def classify_sqlite_error(exc: sqlite3.Error) -> JournalUnavailable:
     code = getattr(exc, "sqlite_errorcode", None)
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     reason = _SQLITE_REASONS.get(code & 0xFF, "io_error") if isinstance(code, int) else "io_error"
-    return JournalUnavailable(reason, f"{name}: {exc}")
+    return JournalUnavailable(reason, f"{name}: {sqlite_reason(exc)}")
+
+
+# sqlite3's words for a text it cannot read as UTF-8; they go on to quote the text whole.
+_UNDECODABLE: Final = re.compile(r"Could not decode to UTF-8 column '([^']*)' with text ")
+
+
+def undecodable(exc: sqlite3.Error) -> bool:
+    """Whether sqlite3 refused a row because a text in it is not UTF-8."""
+    return _UNDECODABLE.match(str(exc)) is not None
+
+
+def sqlite_reason(exc: sqlite3.Error) -> str:
+    """What an SQLite error says, without a journal's text it may quote: for a text that is
+    not UTF-8, its column, not the text (which may hold anything: a secret, a terminal's
+    controls)."""
+    found = _UNDECODABLE.match(str(exc))
+    if found is None:
+        return str(exc)
+    return f"a text in column {found.group(1)!r} is not UTF-8 (a row no bridge writes)"
 
 
 def classify_os_error(exc: OSError) -> JournalUnavailable:

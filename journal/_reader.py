@@ -7,6 +7,7 @@ beside a live writer (each query sees one consistent snapshot).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -18,7 +19,7 @@ import msgspec
 
 from ._canonical import COLUMNS, GENESIS_HASH, ROW_OF, Row, as_row, row_problem
 from ._checkpoint import Checkpoint, checkpoint_of
-from ._errors import JournalFormatError
+from ._errors import JournalFormatError, undecodable
 from ._events import ERASED_PAYLOAD, PAYLOAD_TYPES, Payload, Record
 from ._schema import LEAF_STORE_KEY, LEAVES_IN_EVENTS, connect_reader
 from ._segments import SegmentInfo
@@ -85,6 +86,17 @@ def record_from_row(row: Sequence[Any], payload: Any, *, checked: bool = True) -
     # The columns in order, the decoded payload before its text (Record's field order).
     fields: tuple[Any, ...] = (*row[:_PAYLOAD], payload, *row[_PAYLOAD:])
     return Record(*fields)
+
+
+class _Undecodable(bytes):
+    """A text column's bytes that are not UTF-8 (see ``Reader._range``)."""
+
+
+def _lenient_text(data: bytes) -> str | bytes:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return _Undecodable(data)
 
 
 class Reader:
@@ -156,18 +168,35 @@ class Reader:
         return self._range(self._select_leaves, "e.seq", since_seq, until_seq)
 
     def _range(
-        self,
-        select: str,
-        seq: str,
-        since_seq: int,
-        until_seq: int | None,
-        cursor: sqlite3.Cursor | None = None,
-    ) -> sqlite3.Cursor:
-        sql, params = f"{select} WHERE {seq} > ?", [since_seq]
-        if until_seq is not None:
-            sql += f" AND {seq} <= ?"
-            params.append(until_seq)
-        return (cursor or self._conn.cursor()).execute(f"{sql} ORDER BY {seq}", params)
+        self, select: str, seq: str, since_seq: int, until_seq: int | None
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows ``select`` reads with since_seq < seq <= until_seq, in seq order. A row
+        with a text that is not UTF-8 (which sqlite3 refuses to read, quoting it) comes with
+        that text as bytes, what a BLOB reads as and every check refuses there: a hostile
+        file is read to its end, and no error quotes what it holds."""
+        sql = f"{select} WHERE {seq} > ?" + ("" if until_seq is None else f" AND {seq} <= ?")
+        sql += f" ORDER BY {seq}"
+        since = since_seq
+        while True:
+            params = [since] if until_seq is None else [since, until_seq]
+            try:  # through a chain: ``yield from`` would close the cursor on an early stop
+                yield from itertools.chain(self._conn.execute(sql, params))
+                return
+            except sqlite3.OperationalError as exc:
+                if not undecodable(exc):
+                    raise
+            # The rows before it were given: read on from ``since`` to it, texts leniently.
+            self._conn.text_factory = _lenient_text
+            try:
+                bad = next(
+                    row
+                    for row in self._conn.execute(sql, params)
+                    if any(type(v) is _Undecodable for v in row)
+                )
+            finally:
+                self._conn.text_factory = str
+            yield tuple(bytes(v) if type(v) is _Undecodable else v for v in bad)
+            since, *_ = bad
 
     def leaf(self, seq: int) -> bytes | None:
         """The Merkle leaf of the event at ``seq`` (a v2 journal), or None."""

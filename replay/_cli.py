@@ -427,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except journal.JournalFormatError as exc:
         _fail(str(exc))
     except sqlite3.Error as exc:
-        _fail(f"cannot read the journal: {exc}")
+        _fail(f"cannot read the journal: {journal.sqlite_reason(exc)}")
     except OSError as exc:
         _fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ a batch as the readers do and refuses the batch at the first that does not parse
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,27 @@ def test_a_payload_the_store_cannot_parse_is_refused_and_the_reports_go_on(
             with conn.transaction():
                 assert send_batch(conn, journal_id, _rows(journal_id, payload, bad_at)) == 3, what
     _reports_work(pg_url)
+
+
+def test_a_journal_with_a_text_that_is_not_utf8_is_refused_and_the_run_goes_on(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """sqlite3 refuses to read a text that is not UTF-8: one such row stopped `ship`'s whole run,
+    the other journals with it, and its error quoted the text. The reader gives it as bytes:
+    that journal is refused at the row (row_malformed), the others ship."""
+    paths = [tmp_path / f"j{i}.db" for i in range(3)]
+    for i, path in enumerate(paths):
+        write_fleet_journal(path, 60 + i, 2)
+    conn = sqlite3.connect(paths[1], isolation_level=None)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+        conn.execute(f"DROP TRIGGER {name}")
+    raw = (b"atk_" + b"Q" * 20 + b"\xff").hex()
+    conn.execute(f"UPDATE events SET payload = CAST(X'{raw}' AS TEXT) WHERE seq = 3")
+    conn.close()
+    shipped = replay.ship(paths, pg_url, jobs=2)
+    refused = [j for j in shipped.journals if j.refused is not None]
+    assert [j.path for j in refused] == [str(paths[1])]
+    finding = refused[0].refused
+    assert finding is not None and (finding.seq, finding.rule) == (3, "row_malformed")
+    assert "QQQQQQQ" not in finding.detail
+    assert all(j.shipped > 0 for j in shipped.journals if j.refused is None)

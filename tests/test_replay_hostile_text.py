@@ -288,6 +288,37 @@ def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
             ], findings
 
 
+@pytest.mark.parametrize("column", ["payload", "session_id", "gen_ai_tool_name", "ts_wall"])
+def test_a_text_that_is_not_utf8_is_row_malformed_and_never_quoted(
+    tmp_path: Path, column: str
+) -> None:
+    """sqlite3 refuses to read a text that is not UTF-8 and quotes it whole in its error: a
+    token, a terminal's controls. The reader gives that text as bytes, so verify names the row
+    (row_malformed) and reads on to the end; every other command stops on it as on a BLOB;
+    nothing shows more than 10 of its characters."""
+    path = hostile_journal(tmp_path / "journal.db")
+    secret = "atk_" + "Q" * 20
+    raw = (secret.encode() + b"\xff\x1b[31m").hex()
+    tamper(path, f"UPDATE events SET {column} = CAST(X'{raw}' AS TEXT) WHERE seq = 3")
+    events = journal.open_reader(path).count()
+    code, out = cli_json("verify", path, "--trusted-key", SEED_VKEY, wire=False)
+    assert code == 1 and out["journals"][0]["events"] == events
+    said = f"{column} is bytes b'atk_QQQQQQ'… ({len(raw) // 2} bytes), not text"
+    assert {"seq": 3, "rule": "row_malformed", "detail": said} in [
+        {k: f[k] for k in ("seq", "rule", "detail")} for f in out["findings"]
+    ], out["findings"]
+    for command in ("verify", "calls", "audit", "idempotency", "report", "export"):
+        args: list[str | Path] = [command, path]
+        if command == "report":
+            args += ["--html", tmp_path / "report.html"]
+        if command == "export":
+            args += ["-o", tmp_path / "spans.json"]
+        done = replay_main(*args)
+        assert done.returncode in (1, 2), (command, done.stderr)
+        assert "QQQQQQQ" not in done.stdout + done.stderr and "\x1b" not in done.stderr, command
+        assert "Traceback" not in done.stderr, command
+
+
 @pytest.mark.parametrize(
     ("column", "value", "said"),
     [
@@ -295,8 +326,26 @@ def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
         ("ts_mono_ns", 1.5, "ts_mono_ns is float 1.5, not an integer"),
         ("kind_version", "one", "kind_version is str 'one', not an integer"),
         ("ts_wall", "yesterday", "ts_wall 'yesterday' is not an RFC 3339 time"),
-        ("ts_wall", "2026-12-04T10:00:00", "ts_wall '2026-12-04T10:00:00' has no UTC offset"),
-        ("ts_wall", b"2026-12-04T10:00:00Z", "ts_wall is bytes b'2026-12-04T10:00:00Z', not text"),
+        (
+            "ts_wall",
+            "2026-12-04T10:00:00",
+            "ts_wall '2026-12-04T10:00:00' has no UTC offset",
+        ),
+        (
+            "ts_wall",
+            b"2026-12-04T10:00:00Z",
+            "ts_wall is bytes b'2026-12-04T10:00:00Z', not text",
+        ),
+        (
+            "session_id",
+            b"atk_0123456789a",
+            "session_id is bytes b'atk_012345'… (15 bytes), not text",
+        ),
+        (
+            "ts_wall",
+            "Bearer 0123456789",
+            "ts_wall 'Bearer 012'… (17 characters) is not an RFC 3339 time",
+        ),
         ("session_id", b"\xff\xfe", "session_id is bytes b'\\xff\\xfe', not text"),
         ("duration_ms", "slow", "duration_ms is str 'slow', not a number"),
     ],
