@@ -32,6 +32,7 @@ keeps (``0.30000000000000001``, ``1e400``) may be read otherwise than the store 
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -42,9 +43,12 @@ import msgspec
 
 from agentteam_task_bridge import bridge
 from agentteam_task_bridge.journal import (
+    CallError,
     CallReceived,
+    CallRejected,
     CallResult,
     ContextInjected,
+    InjectedField,
 )
 
 from ._findings import Finding
@@ -55,6 +59,8 @@ __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
 REPEAT_WINDOW: Final = 65_536
 _KEY_FIELDS: Final = ("idempotencyKey", "workflowRunId", "callbackEffectId")
+_RAW_SIGNATURE: Final = 256
+_FLOAT_TEXT: Final = re.compile(rb"[0-9][.eE]")  # in canonical JSON: a float, or a string's text
 _canonical = msgspec.json.Encoder(order="sorted").encode
 
 Task = tuple[str | None, str | None, Hashable]  # workspace, channel, number (see _number)
@@ -155,9 +161,10 @@ class _Checker:
         self.findings: list[Finding] = []
         self.epochs: dict[Task, int] = {}
         self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
-        # digest of a call's signature -> (epochs of its tasks after it, its place in the feed),
-        # oldest first
-        self.recent: OrderedDict[bytes, tuple[tuple[int, ...], int]] = OrderedDict()
+        # a call's signature (:func:`_signature`) -> its place in the feed, then the epochs of
+        # its tasks after it; oldest first, at most REPEAT_WINDOW entries, and one placed more
+        # than REPEAT_WINDOW calls ago counts as absent
+        self.recent: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
         self.keyed = self.claim_calls = self.claim_repeats = self.calls = 0
 
     def report(self, story: CallStory, rule: str, detail: str) -> None:
@@ -173,26 +180,67 @@ class _Checker:
         )
 
     def feed(self, story: CallStory) -> None:
+        """One call, in the order of the feed: its key, its claim, then its repeat and the
+        epochs it advances (the hot path: every call passes here; what only some tools need is
+        read by those tools' methods)."""
         self.calls += 1
         call = _Call(story)
-        tool, received = call.tool, call.received
-        if tool is None or received is None:
+        tool = call.tool
+        if tool is None or call.received is None:
             return
         data = call.data
-        injected = call.injected
-        workspace = injected.get("workspace_id") or (
-            story.session.workspace_id if story.session else None
-        )
-        agent = injected.get("agent_id") or (story.session.agent_id if story.session else None)
-        workspace, agent = _intern(workspace), _intern(agent)
-        key = _key_of(call) if tool == "task_create" else None
-        if key is not None:
-            self._keyed_create(call, key, workspace, agent, data)
-        if tool == "task_set_claim" and data is not None:
+        workspace = agent = None
+        for field in call.fields:  # the last of each name, as `injected` keeps
+            name = field.name
+            if name == "workspace_id":
+                workspace = field.value
+            elif name == "agent_id":
+                agent = field.value
+        if not workspace or not agent:
+            session = story.session
+            if not workspace:
+                workspace = session.workspace_id if session is not None else None
+            if not agent:
+                agent = session.agent_id if session is not None else None
+        workspace = sys.intern(workspace) if isinstance(workspace, str) else None
+        agent = sys.intern(agent) if isinstance(agent, str) else None
+        if tool == "task_create":
+            key = _key_of(call)
+            if key is not None:
+                self._keyed_create(call, key, workspace, agent, data)
+        elif tool == "task_set_claim" and data is not None:
             self._claim(story, workspace, agent, data)
-        tasks = _tasks_touched(call, tool, workspace, data)  # the same before and after
-        self._repeat(call, tool, workspace, agent, data, tasks)
-        self._advance_epochs(call, tool, workspace, agent, data, tasks)
+        tasks = _tasks_touched(call.body, tool, workspace, data)  # the same before and after
+        changes = 0 if data is None else _changes(tool, data)
+        requests = call.requests
+        if requests and call.outcome is not None:  # a repeat: the previous identical call
+            req = requests[-1]
+            signature = _signature([workspace, agent, tool, req.method, req.route, req.body])
+            place, recent, epochs = self.calls, self.recent, self.epochs
+            previous = recent.pop(signature, None)
+            if previous is not None and previous[0] >= place - REPEAT_WINDOW:
+                if not tasks:
+                    clean = len(previous) == 1
+                elif len(tasks) == 1:
+                    clean = len(previous) == 2 and previous[1] == epochs.get(tasks[0], 0)
+                else:
+                    clean = previous[1:] == tuple([epochs.get(t, 0) for t in tasks])
+                if clean:
+                    self._hint(call, tool, data)
+            if data is not None:  # the epochs its tasks have after it
+                if not tasks:
+                    recent[signature] = (place,)
+                elif isinstance(changes, int):
+                    recent[signature] = (place, *[epochs.get(t, 0) + changes for t in tasks])
+                else:
+                    recent[signature] = (
+                        place,
+                        *[epochs.get(t, 0) + (t[2] in changes) for t in tasks],
+                    )
+                if len(recent) > REPEAT_WINDOW:  # the oldest, more than REPEAT_WINDOW calls
+                    recent.popitem(last=False)  # ago by the next call
+        if data is not None and call.mutation:
+            self._advance_epochs(tool, workspace, agent, data, tasks, changes)
 
     # --- keyed creates ----------------------------------------------------------------
 
@@ -201,11 +249,12 @@ class _Checker:
     ) -> None:
         self.keyed += 1
         story = call.story
-        injected = call.injected
-        run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
         body = call.body
         if body is not None and not (body.get("workflowRunId") and body.get("callbackEffectId")):
             run, callback = body.get("workflowRunId"), body.get("callbackEffectId")
+        else:
+            injected = call.injected
+            run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
         scope = (workspace, agent, run, callback, "task_create", key)
         group = self.groups.get(scope)
         if group is None:
@@ -233,18 +282,24 @@ class _Checker:
                 group.violations += 1
                 self.report(story, "key_outside_callback", f"key {key!r} honoured")
             return
-        if story.error_code == "idempotency_conflict":
+        outcome = call.outcome.payload if call.outcome is not None else None
+        if isinstance(outcome, CallError | CallRejected) and (
+            outcome.error_code == "idempotency_conflict"
+        ):
             group.conflicts += 1
             return
         if data is None or body is None:
             return
-        digest = _digest(_by_value({k: v for k, v in body.items() if k not in _KEY_FIELDS}))
-        tasks = [t for t in _listed(data, "tasks") if isinstance(t, dict)]
-        identities = [(t.get("channel"), t.get("number"), t.get("scope_id")) for t in tasks]
+        digest = _value_digest({k: v for k, v in body.items() if k not in _KEY_FIELDS})
+        identities = [
+            (t.get("channel"), t.get("number"), t.get("scope_id"))
+            for t in _listed(data, "tasks")
+            if isinstance(t, dict)
+        ]
         reused = data.get("reused") is True
         baseline = self.baselines.get(scope)
         if baseline is None:
-            self.baselines[scope] = (digest, _digest(_by_value(identities)))
+            self.baselines[scope] = (digest, _value_digest(identities))
             group.numbers = [n for _, n, _ in identities if _is_int(n)]
             group.baseline_call, group.baseline_reused = story.call_id, reused
             group.created += 0 if reused else 1
@@ -267,7 +322,7 @@ class _Checker:
                 "replay_allocated_numbers",
                 f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
             )
-        elif _digest(_by_value(identities)) != baseline[1]:
+        elif _value_digest(identities) != baseline[1]:
             group.violations += 1
             self.report(
                 story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
@@ -309,67 +364,43 @@ class _Checker:
 
     # --- repeats and hints ------------------------------------------------------------
 
-    def _repeat(
-        self,
-        call: _Call,
-        tool: str,
-        workspace: str | None,
-        agent: str | None,
-        data: Any,
-        tasks: list[Task],
-    ) -> None:
-        requests, story = call.requests, call.story
-        if not requests or call.outcome is None:
-            return
-        req = requests[-1]
-        signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
-        recent = self.recent
-        while recent and next(iter(recent.values()))[1] < self.calls - REPEAT_WINDOW:
-            recent.popitem(last=False)  # more than REPEAT_WINDOW calls ago
-        previous = recent.pop(signature, None)
-        succeeded = data is not None
-        if previous is not None:
-            epochs, _ = previous
-            clean = epochs == tuple(self.epochs.get(t, 0) for t in tasks)
-            if clean:
-                check = self.hint_checks.setdefault(
-                    tool, HintCheck(tool=tool, declared=self.hints.get(tool))
+    def _hint(self, call: _Call, tool: str, data: dict[str, Any] | None) -> None:
+        """A clean repeat (nothing observed changed its tasks since the identical call)."""
+        check = self.hint_checks.get(tool)
+        if check is None:
+            check = self.hint_checks[tool] = HintCheck(tool=tool, declared=self.hints.get(tool))
+        check.repeats += 1
+        if _repeat_was_safe(tool, call, data):
+            check.safe += 1
+        else:
+            check.unsafe += 1
+            if check.declared:
+                self.report(
+                    call.story,
+                    "idempotent_hint_unsafe",
+                    f"{tool} declares idempotentHint but an identical repeat changed state",
                 )
-                check.repeats += 1
-                if _repeat_was_safe(tool, call, data):
-                    check.safe += 1
-                else:
-                    check.unsafe += 1
-                    if check.declared:
-                        self.report(
-                            story,
-                            "idempotent_hint_unsafe",
-                            f"{tool} declares idempotentHint but an identical repeat changed state",
-                        )
-        if succeeded:
-            after = tuple(self.epochs.get(t, 0) + _changes(story, tool, data, t) for t in tasks)
-            recent[signature] = (after, self.calls)
 
     def _advance_epochs(
         self,
-        call: _Call,
         tool: str,
         workspace: str | None,
         agent: str | None,
-        data: Any,
-        tasks: list[Task],
+        data: dict[str, Any],
+        tasks: Sequence[Task],
+        changes: int | set[int | float],
     ) -> None:
-        if data is None or not call.mutation:
-            return
-        story = call.story
+        """A successful mutation: its changes to its tasks, then the claims it reports."""
+        epochs = self.epochs
         for task in tasks:
-            if _changes(story, tool, data, task):
-                self.epochs[task] = self.epochs.get(task, 0) + 1
+            if changes if isinstance(changes, int) else task[2] in changes:
+                epochs[task] = epochs.get(task, 0) + 1
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
             desired = agent if data["claimed"] else None
+            channel = _intern(data.get("channel"))
             for number in [*_listed(data, "changed"), *_listed(data, "unchanged")]:
-                task = (workspace, _intern(data.get("channel")), _number(number))
-                self.claims[task] = (desired, self.epochs.get(task, 0))
+                task = (workspace, channel, _number(number))
+                self.claims[task] = (desired, epochs.get(task, 0))
 
     def result(self) -> IdempotencyResult:
         for tool, declared in self.hints.items():
@@ -429,6 +460,24 @@ def _digest(value: Any) -> bytes:
     return hashlib.sha256(_canonical(value)).digest()[:16]
 
 
+def _value_digest(value: Any) -> bytes:
+    """:func:`_digest` of :func:`_by_value` of ``value``: without copying it when its canonical
+    JSON holds no float (every float's text has a digit before a ``.`` or an ``e``; a
+    non-finite one is ``null`` either way), which most payloads do not."""
+    text = _canonical(value)
+    if _FLOAT_TEXT.search(text) is not None:
+        text = _canonical(_by_value(value))
+    return hashlib.sha256(text).digest()[:16]
+
+
+def _signature(value: Any) -> bytes:
+    """A repeat's key: the canonical JSON itself up to ``_RAW_SIGNATURE`` bytes (no hashing for
+    the many short requests), else its :func:`_digest`. A signature's text is longer than 16
+    bytes (a list of six values), so a text never equals a digest."""
+    text = _canonical(value)
+    return text if len(text) <= _RAW_SIGNATURE else hashlib.sha256(text).digest()[:16]
+
+
 def _held(holder: str | None) -> str:
     return f"claimed by {holder}" if holder else "unclaimed"
 
@@ -436,13 +485,13 @@ def _held(holder: str | None) -> str:
 class _Call:
     """What the checks read of one call, from its story's one pass (:meth:`CallStory.scan`,
     shared with the call's summary; a property scans the events at each use): the tool the
-    last named, the first ``call_received`` and ``context_injected``, every upstream request,
-    the last outcome and its result's ``data``."""
+    last named, the first ``call_received`` and ``context_injected`` (its fields), every
+    upstream request, the last outcome and its result's ``data``."""
 
     __slots__ = (
         "body",
         "data",
-        "injected",
+        "fields",
         "mutation",
         "outcome",
         "received",
@@ -454,21 +503,17 @@ class _Call:
     def __init__(self, story: CallStory) -> None:
         self.story = story
         scan = story.scan()
-        tool, received, injected, outcome = scan.tool, scan.received, scan.injected, scan.outcome
-        requests = scan.requests
-        self.tool = tool
-        self.received = (
-            received.payload
-            if received is not None and isinstance(received.payload, CallReceived)
-            else None
+        self.tool = scan.tool
+        received = scan.received
+        payload = received.payload if received is not None else None
+        self.received = payload if isinstance(payload, CallReceived) else None
+        injected = scan.injected
+        payload = injected.payload if injected is not None else None
+        self.fields: list[InjectedField] = (
+            payload.fields if isinstance(payload, ContextInjected) else []
         )
-        self.injected: dict[str, Any] = (
-            {f.name: f.value for f in injected.payload.fields}
-            if injected is not None and isinstance(injected.payload, ContextInjected)
-            else {}
-        )
-        self.requests = requests
-        self.outcome = outcome
+        self.requests = requests = scan.requests
+        self.outcome = outcome = scan.outcome
         last = requests[-1].body if requests else None
         # The upstream body as sent (the last request's), when it is an object.
         self.body: dict[str, Any] | None = last if isinstance(last, dict) else None
@@ -478,6 +523,11 @@ class _Call:
             data = result.result.get("data")
         self.data: dict[str, Any] | None = data if isinstance(data, dict) else None
         self.mutation = scan.mutation
+
+    @property
+    def injected(self) -> dict[str, Any]:
+        """The injected context by name (the last of each)."""
+        return {f.name: f.value for f in self.fields}
 
 
 def _key_of(call: _Call) -> str | None:
@@ -489,34 +539,43 @@ def _key_of(call: _Call) -> str | None:
     return key.strip() if isinstance(key, str) else None
 
 
-def _tasks_touched(call: _Call, tool: str, workspace: str | None, data: Any) -> list[Task]:
+_NO_TASKS: Final[tuple[Task, ...]] = ()
+
+
+def _tasks_touched(
+    body: dict[str, Any] | None, tool: str, workspace: str | None, data: dict[str, Any] | None
+) -> Sequence[Task]:
     """The tasks a call addresses, from its upstream body (the request as sent)."""
-    body = call.body
     if body is None:
-        return []
-    channel = _intern(body.get("channel"))
-    numbers: list[Any] = []
-    if _is_int(body.get("number")):
-        numbers = [body["number"]]
-    elif isinstance(body.get("numbers"), list):
-        numbers = body["numbers"]
-    elif tool == "task_create" and isinstance(data, dict):
+        return _NO_TASKS
+    number = body.get("number")
+    if _is_int(number):
+        return [(workspace, _intern(body.get("channel")), number)]
+    numbers = body.get("numbers")
+    if isinstance(numbers, list):
+        channel = _intern(body.get("channel"))
+        return [(workspace, channel, n) for n in numbers if _is_int(n)]
+    if tool == "task_create" and data is not None:
         return [
             (workspace, _intern(t.get("channel")), t["number"])
             for t in _listed(data, "tasks")
             if isinstance(t, dict) and _is_int(t.get("number"))
         ]
-    return [(workspace, channel, n) for n in numbers if _is_int(n)]
+    return _NO_TASKS
 
 
-def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
-    """1 when the (successful) call changed that task, by its own report, else 0."""
-    if data is None:
-        return 0
+def _changes(tool: str, data: dict[str, Any]) -> int | set[int | float]:
+    """What a successful call changed, by its own report: 1 (each task it addresses) or 0, or
+    for a claim the numbers it reports ``changed`` (a number equal to a task's, 1 and 1.0
+    alike, as :func:`_number` keys it; ``true`` is not 1)."""
     if tool == "task_update":
         return 1 if data.get("changed") else 0
     if tool == "task_set_claim":
-        return 1 if any(_number(v) == task[2] for v in _listed(data, "changed")) else 0
+        return {
+            v
+            for v in _listed(data, "changed")
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
     if tool in ("task_checkpoint", "task_delete"):
         return 1
     if tool == "task_create":
