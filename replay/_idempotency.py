@@ -16,9 +16,14 @@ Three checks over the calls of the journals (contract sections 7.2 and 13.2):
 "Observed" means within the journals given: a change made by someone who does not write to them
 is invisible, so these checks can miss a fault but do not invent one from others' activity
 except through such a change. Memory is one small entry per key scope and per task touched, and
-a bounded window of recent call signatures for repeats: a repeat is compared with the previous
+a bounded window of recent call signatures for repeats (a request's canonical text up to
+``_RAW_SIGNATURE`` bytes, a digest of a longer one): a repeat is compared with the previous
 identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule ``idempotency
 --from`` computes the same way in SQL).
+
+Every call of a report passes :meth:`_Checker.feed`, so it reads only what every call needs and
+leaves the rest to the methods of the tools that need it; tests/idempotency_oracle.py keeps the
+checker as it was before it was made cheaper, and the tests hold this one to it.
 
 What the upstream's results hold is read as the store's SQL reads it (``_fleet_calls``), whatever
 its shape: a list it names (``changed``, ``unchanged``, ``tasks``) is read only when it is a
@@ -211,7 +216,7 @@ class _Checker:
         elif tool == "task_set_claim" and data is not None:
             self._claim(story, workspace, agent, data)
         tasks = _tasks_touched(call.body, tool, workspace, data)  # the same before and after
-        changes = 0 if data is None else _changes(tool, data)
+        changes = 0 if data is None or not tasks else _changes(tool, data)
         requests = call.requests
         if requests and call.outcome is not None:  # a repeat: the previous identical call
             req = requests[-1]
@@ -455,15 +460,10 @@ def _by_value(value: Any) -> Any:
     return value
 
 
-def _digest(value: Any) -> bytes:
-    """16 bytes of SHA-256 over the canonical JSON: compact keys for what is kept."""
-    return hashlib.sha256(_canonical(value)).digest()[:16]
-
-
 def _value_digest(value: Any) -> bytes:
-    """:func:`_digest` of :func:`_by_value` of ``value``: without copying it when its canonical
-    JSON holds no float (every float's text has a digit before a ``.`` or an ``e``; a
-    non-finite one is ``null`` either way), which most payloads do not."""
+    """16 bytes of SHA-256 over the canonical JSON of :func:`_by_value` of ``value`` (compact
+    keys for what is kept), without that copy when the text holds no float (every float's text
+    has a digit before a ``.`` or an ``e``; a non-finite one is ``null`` either way)."""
     text = _canonical(value)
     if _FLOAT_TEXT.search(text) is not None:
         text = _canonical(_by_value(value))
