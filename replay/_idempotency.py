@@ -201,12 +201,9 @@ class _Checker:
                 workspace = field.value
             elif name == "agent_id":
                 agent = field.value
-        if not workspace or not agent:
-            session = story.session
-            if not workspace:
-                workspace = session.workspace_id if session is not None else None
-            if not agent:
-                agent = session.agent_id if session is not None else None
+        session = story.session  # where the call's own is missing or empty
+        workspace = workspace or (session.workspace_id if session is not None else None)
+        agent = agent or (session.agent_id if session is not None else None)
         workspace = sys.intern(workspace) if isinstance(workspace, str) else None
         agent = sys.intern(agent) if isinstance(agent, str) else None
         if tool == "task_create":
@@ -215,37 +212,7 @@ class _Checker:
                 self._keyed_create(call, key, workspace, agent, data)
         elif tool == "task_set_claim" and data is not None:
             self._claim(story, workspace, agent, data)
-        tasks = _tasks_touched(call.body, tool, workspace, data)  # the same before and after
-        changes = 0 if data is None or not tasks else _changes(tool, data)
-        requests = call.requests
-        if requests and call.outcome is not None:  # a repeat: the previous identical call
-            req = requests[-1]
-            signature = _signature([workspace, agent, tool, req.method, req.route, req.body])
-            place, recent, epochs = self.calls, self.recent, self.epochs
-            previous = recent.pop(signature, None)
-            if previous is not None and previous[0] >= place - REPEAT_WINDOW:
-                if not tasks:
-                    clean = len(previous) == 1
-                elif len(tasks) == 1:
-                    clean = len(previous) == 2 and previous[1] == epochs.get(tasks[0], 0)
-                else:
-                    clean = previous[1:] == tuple([epochs.get(t, 0) for t in tasks])
-                if clean:
-                    self._hint(call, tool, data)
-            if data is not None:  # the epochs its tasks have after it
-                if not tasks:
-                    recent[signature] = (place,)
-                elif isinstance(changes, int):
-                    recent[signature] = (place, *[epochs.get(t, 0) + changes for t in tasks])
-                else:
-                    recent[signature] = (
-                        place,
-                        *[epochs.get(t, 0) + (t[2] in changes) for t in tasks],
-                    )
-                if len(recent) > REPEAT_WINDOW:  # the oldest, more than REPEAT_WINDOW calls
-                    recent.popitem(last=False)  # ago by the next call
-        if data is not None and call.mutation:
-            self._advance_epochs(tool, workspace, agent, data, tasks, changes)
+        self._repeat(call, tool, workspace, agent, data)
 
     # --- keyed creates ----------------------------------------------------------------
 
@@ -368,6 +335,46 @@ class _Checker:
         self.claim_repeats += repeated
 
     # --- repeats and hints ------------------------------------------------------------
+
+    def _repeat(
+        self, call: _Call, tool: str, workspace: str | None, agent: str | None, data: Any
+    ) -> None:
+        """The previous identical call (its signature's), clean when nothing observed changed
+        its tasks since; then what this one leaves for the next, and the epochs it advances."""
+        requests = call.requests
+        if not requests or call.outcome is None:
+            return  # no request sent, or no outcome: no repeat, nothing changed
+        req = requests[-1]
+        signature = _signature([workspace, agent, tool, req.method, req.route, req.body])
+        place, recent, epochs = self.calls, self.recent, self.epochs
+        previous = recent.pop(signature, None)
+        if previous is not None and previous[0] < place - REPEAT_WINDOW:
+            previous = None  # the identical call is more than REPEAT_WINDOW calls ago
+        if previous is None and data is None:
+            return  # nothing to compare with, nothing to keep or change
+        tasks = _tasks_touched(call.body, tool, workspace, data)  # the same before and after
+        if previous is not None:  # a repeat: clean when nothing changed its tasks since
+            if not tasks:
+                clean = len(previous) == 1
+            elif len(tasks) == 1:
+                clean = len(previous) == 2 and previous[1] == epochs.get(tasks[0], 0)
+            else:
+                clean = previous[1:] == tuple([epochs.get(t, 0) for t in tasks])
+            if clean:
+                self._hint(call, tool, data)
+        if data is None:
+            return
+        changes = _changes(tool, data) if tasks else 0
+        if not tasks:  # the epochs its tasks have after it
+            recent[signature] = (place,)
+        elif isinstance(changes, int):
+            recent[signature] = (place, *[epochs.get(t, 0) + changes for t in tasks])
+        else:
+            recent[signature] = (place, *[epochs.get(t, 0) + (t[2] in changes) for t in tasks])
+        if len(recent) > REPEAT_WINDOW:  # the oldest is more than REPEAT_WINDOW calls ago
+            recent.popitem(last=False)  # by the next call
+        if call.mutation:
+            self._advance_epochs(tool, workspace, agent, data, tasks, changes)
 
     def _hint(self, call: _Call, tool: str, data: dict[str, Any] | None) -> None:
         """A clean repeat (nothing observed changed its tasks since the identical call)."""
@@ -539,15 +546,12 @@ def _key_of(call: _Call) -> str | None:
     return key.strip() if isinstance(key, str) else None
 
 
-_NO_TASKS: Final[tuple[Task, ...]] = ()
-
-
 def _tasks_touched(
     body: dict[str, Any] | None, tool: str, workspace: str | None, data: dict[str, Any] | None
 ) -> Sequence[Task]:
     """The tasks a call addresses, from its upstream body (the request as sent)."""
     if body is None:
-        return _NO_TASKS
+        return ()
     number = body.get("number")
     if _is_int(number):
         return [(workspace, _intern(body.get("channel")), number)]
@@ -561,13 +565,12 @@ def _tasks_touched(
             for t in _listed(data, "tasks")
             if isinstance(t, dict) and _is_int(t.get("number"))
         ]
-    return _NO_TASKS
+    return ()
 
 
 def _changes(tool: str, data: dict[str, Any]) -> int | set[int | float]:
-    """What a successful call changed, by its own report: 1 (each task it addresses) or 0, or
-    for a claim the numbers it reports ``changed`` (a number equal to a task's, 1 and 1.0
-    alike, as :func:`_number` keys it; ``true`` is not 1)."""
+    """What a successful call changed, by its own report: 1 (each task it addresses) or 0, or a
+    claim's numbers ``changed`` (1 and 1.0 alike, as :func:`_number` keys them; not ``true``)."""
     if tool == "task_update":
         return 1 if data.get("changed") else 0
     if tool == "task_set_claim":
