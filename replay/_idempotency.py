@@ -17,9 +17,9 @@ Three checks over the calls of the journals (contract sections 7.2 and 13.2):
 is invisible, so these checks can miss a fault but do not invent one from others' activity
 except through such a change. Memory is one small entry per key scope and per task touched, and
 a bounded window of recent call signatures for repeats (a request's canonical text up to
-``_RAW_SIGNATURE`` bytes, a digest of a longer one): a repeat is compared with the previous
-identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule ``idempotency
---from`` computes the same way in SQL).
+``_RAW_SIGNATURE`` bytes, a digest of a longer one: :func:`_kept`): a repeat is compared with
+the previous identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule
+``idempotency --from`` computes the same way in SQL).
 
 Every call of a report passes :meth:`_Checker.feed`, so it reads only what every call needs and
 leaves the rest to the methods of the tools that need it; tests/idempotency_oracle.py keeps the
@@ -64,7 +64,8 @@ __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
 REPEAT_WINDOW: Final = 65_536
 _KEY_FIELDS: Final = ("idempotencyKey", "workflowRunId", "callbackEffectId")
-_RAW_SIGNATURE: Final = 256
+_RAW_SIGNATURE: Final = 256  # a request's text kept as it is up to this many bytes
+_RAW_KEPT: Final = 64  # a baseline's payload and identities, kept for every key scope
 _FLOAT_TEXT: Final = re.compile(rb"[0-9][.eE]")  # in canonical JSON: a float, or a string's text
 _canonical = msgspec.json.Encoder(order="sorted").encode
 
@@ -160,13 +161,13 @@ class _Checker:
     def __init__(self, hints: dict[str, bool]) -> None:
         self.hints = hints
         self.groups: dict[tuple[Any, ...], KeyGroup] = {}
-        # scope -> (canonical payload digest, digest of the task identities) of the first success
+        # scope -> the canonical payload and the task identities of its first success (_value_key)
         self.baselines: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
         self.hint_checks: dict[str, HintCheck] = {}
         self.findings: list[Finding] = []
         self.epochs: dict[Task, int] = {}
         self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
-        # a call's signature (:func:`_signature`) -> its place in the feed, then the epochs of
+        # a call's signature (its request, _kept) -> its place in the feed, then the epochs of
         # its tasks after it; oldest first, at most REPEAT_WINDOW entries, and one placed more
         # than REPEAT_WINDOW calls ago counts as absent
         self.recent: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
@@ -262,7 +263,7 @@ class _Checker:
             return
         if data is None or body is None:
             return
-        digest = _value_digest({k: v for k, v in body.items() if k not in _KEY_FIELDS})
+        digest = _value_key({k: v for k, v in body.items() if k not in _KEY_FIELDS})
         identities = [
             (t.get("channel"), t.get("number"), t.get("scope_id"))
             for t in _listed(data, "tasks")
@@ -271,7 +272,7 @@ class _Checker:
         reused = data.get("reused") is True
         baseline = self.baselines.get(scope)
         if baseline is None:
-            self.baselines[scope] = (digest, _value_digest(identities))
+            self.baselines[scope] = (digest, _value_key(identities))
             group.numbers = [n for _, n, _ in identities if _is_int(n)]
             group.baseline_call, group.baseline_reused = story.call_id, reused
             group.created += 0 if reused else 1
@@ -294,7 +295,7 @@ class _Checker:
                 "replay_allocated_numbers",
                 f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
             )
-        elif _value_digest(identities) != baseline[1]:
+        elif _value_key(identities) != baseline[1]:
             group.violations += 1
             self.report(
                 story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
@@ -345,7 +346,8 @@ class _Checker:
         if not requests or call.outcome is None:
             return  # no request sent, or no outcome: no repeat, nothing changed
         req = requests[-1]
-        signature = _signature([workspace, agent, tool, req.method, req.route, req.body])
+        text = _canonical([workspace, agent, tool, req.method, req.route, req.body])
+        signature = _kept(text, _RAW_SIGNATURE)
         place, recent, epochs = self.calls, self.recent, self.epochs
         previous = recent.pop(signature, None)
         if previous is not None and previous[0] < place - REPEAT_WINDOW:
@@ -467,22 +469,20 @@ def _by_value(value: Any) -> Any:
     return value
 
 
-def _value_digest(value: Any) -> bytes:
-    """16 bytes of SHA-256 over the canonical JSON of :func:`_by_value` of ``value`` (compact
-    keys for what is kept), without that copy when the text holds no float (every float's text
-    has a digit before a ``.`` or an ``e``; a non-finite one is ``null`` either way)."""
+def _value_key(value: Any) -> bytes:
+    """:func:`_kept` of the canonical JSON of :func:`_by_value` of ``value``, without that copy
+    when the text holds no float (every float's text has a digit before a ``.`` or an ``e``; a
+    non-finite one is ``null`` either way)."""
     text = _canonical(value)
     if _FLOAT_TEXT.search(text) is not None:
         text = _canonical(_by_value(value))
-    return hashlib.sha256(text).digest()[:16]
+    return _kept(text, _RAW_KEPT)
 
 
-def _signature(value: Any) -> bytes:
-    """A repeat's key: the canonical JSON itself up to ``_RAW_SIGNATURE`` bytes (no hashing for
-    the many short requests), else its :func:`_digest`. A signature's text is longer than 16
-    bytes (a list of six values), so a text never equals a digest."""
-    text = _canonical(value)
-    return text if len(text) <= _RAW_SIGNATURE else hashlib.sha256(text).digest()[:16]
+def _kept(text: bytes, limit: int) -> bytes:
+    """A canonical text as kept to be compared: itself when longer than 16 bytes and at most
+    ``limit`` (no hashing), else 16 bytes of its SHA-256 (so a text never equals a digest)."""
+    return text if 16 < len(text) <= limit else hashlib.sha256(text).digest()[:16]
 
 
 def _held(holder: str | None) -> str:

@@ -25,6 +25,7 @@ from agentteam_task_bridge.replay._story import CallStory, SessionInfo
 from . import idempotency_oracle
 
 ERASED = {"erased": True}
+LONG = "t" * 300  # a payload and a request longer than the checker keeps as they are
 # Few values of each, most of them well formed, so that calls repeat, keys meet again and claims
 # land on known tasks; the hostile shapes among them.
 NUMBER = st.sampled_from([1, 1, 1, 2, 2, 1.0, 2.0, True, "1", None, [1], 1.5, -0.0])
@@ -219,7 +220,12 @@ KEYED_CREATE = st.builds(
         {
             "channel": st.just("eng"),
             "tasks": st.sampled_from(
-                [[{"title": "t", "priority": 1}], [{"title": "t", "priority": 1.0}]]
+                [
+                    [{"title": "t", "priority": 1}],
+                    [{"title": "t", "priority": 1.0}],
+                    [{"title": LONG, "priority": 1}],  # kept as a digest, signed as one
+                    [{"title": LONG, "priority": 1.0}],
+                ]
             ),
             "workflowRunId": st.just("run"),
             "callbackEffectId": st.just("cb"),
@@ -387,8 +393,10 @@ KEYED = {"channel": "eng", "idempotencyKey": "k", "workflowRunId": "r", "callbac
 UPDATE = _call("task_update", {"channel": "eng", "number": 1}, {"changed": False})
 
 
-def _create(priority: object, number: object, scope: object, reused: bool) -> dict[str, Any]:
-    body = {**KEYED, "tasks": [{"title": "t", "priority": priority}]}
+def _create(
+    priority: object, number: object, scope: object, reused: bool, title: str = "t"
+) -> dict[str, Any]:
+    body = {**KEYED, "tasks": [{"title": title, "priority": priority}]}
     task = {"channel": "eng", "number": number, "scope_id": scope}
     call = _call("task_create", body, {"reused": reused, "tasks": [task]})
     call["injected"] = [*call["injected"], ("workflow_run_id", "r"), ("callback_effect_id", "c")]
@@ -406,6 +414,14 @@ CASES: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
     "a payload's 1.0 equals its 1": (
         [_create(1, 1, "s1", False), _create(1.0, 1, "s1", True)],
         {"findings": [], "replays": 2},
+    ),
+    "a long payload's 1.0 equals its 1": (
+        [_create(1, 1, "s1", False, LONG), _create(1.0, 1, "s1", True, LONG)],
+        {"findings": [], "replays": 2},
+    ),
+    "a long payload's 1.5 is not its 1": (
+        [_create(1, 1, "s1", False, LONG), _create(1.5, 1, "s1", True, LONG)],
+        {"findings": ["conflict_not_reported"], "replays": 1},
     ),
     "a replay's number 1.0 and scope 1.0 equal 1": (
         [_create(1, 1, 1, False), _create(1, 1.0, 1.0, True)],
