@@ -195,6 +195,9 @@ class _Checker:
         if tool is None or call.received is None:
             return
         data = call.data
+        claim = tool == "task_set_claim" and data is not None
+        if tool != "task_create" and not claim and (not call.requests or call.outcome is None):
+            return  # not a key nor a claim, and no repeat: nothing to check or keep
         workspace = agent = None
         for field in call.fields:  # the last of each name, as `injected` keeps
             name = field.name
@@ -211,7 +214,7 @@ class _Checker:
             key = _key_of(call)
             if key is not None:
                 self._keyed_create(call, key, workspace, agent, data)
-        elif tool == "task_set_claim" and data is not None:
+        elif claim:
             self._claim(story, workspace, agent, data)
         self._repeat(call, tool, workspace, agent, data)
 
