@@ -9,6 +9,7 @@ beyond a small repeat window."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -20,9 +21,11 @@ from hypothesis import strategies as st
 from agentteam_task_bridge import journal
 from agentteam_task_bridge.replay import _idempotency
 from agentteam_task_bridge.replay._idempotency import _Checker, declared_hints
-from agentteam_task_bridge.replay._story import CallStory, SessionInfo
+from agentteam_task_bridge.replay._source import open_journals
+from agentteam_task_bridge.replay._story import CallStory, SessionInfo, iter_stories
 
 from . import idempotency_oracle
+from .fleet_helpers import write_idempotency_fleet
 
 ERASED = {"erased": True}
 LONG = "t" * 300  # a payload and a request longer than the checker keeps as they are
@@ -299,7 +302,9 @@ def _story(n: int, call: dict[str, Any]) -> CallStory:
     return story
 
 
-def _record(jid: str, call_id: str, seq: int, kind: str, payload: Any, tool: str | None) -> Any:
+def _record(
+    jid: str, call_id: str, seq: int, kind: str, payload: Any, tool: str | None
+) -> journal.Record:
     return journal.Record(
         seq=seq,
         journal_id=jid,
@@ -323,7 +328,10 @@ def _record(jid: str, call_id: str, seq: int, kind: str, payload: Any, tool: str
 
 
 def _both(calls: list[dict[str, Any]], window: int) -> tuple[Any, Any]:
-    stories = [_story(n, call) for n, call in enumerate(calls)]
+    return _fed([_story(n, call) for n, call in enumerate(calls)], window)
+
+
+def _fed(stories: list[CallStory], window: int) -> tuple[Any, Any]:
     hints = declared_hints()
     with (
         mock.patch.object(_idempotency, "REPEAT_WINDOW", window),
@@ -457,3 +465,16 @@ def test_the_store_s_reading_holds_case_by_case(name: str) -> None:
     if "repeats" in holds:
         update = next(h for h in checked["hints"] if h["tool"] == "task_update")
         assert update["repeats"] == holds["repeats"]
+
+
+@pytest.mark.parametrize("window", [3, 65_536])
+def test_journals_written_and_read_back_give_what_the_oracle_gives(
+    tmp_path: Path, window: int
+) -> None:
+    """Journals written by the journal's writer (the fleet's idempotency journals: every rule
+    broken somewhere), read back as ``report`` reads them."""
+    with open_journals(write_idempotency_fleet(tmp_path)) as journals:
+        stories = list(iter_stories(journals.records(None), in_order=True))
+    checked, expected = _fed(stories, window)
+    assert checked == expected
+    assert checked["findings"] and checked["groups"] and checked["claim_repeats"]
