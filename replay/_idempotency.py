@@ -16,9 +16,14 @@ Three checks over the calls of the journals (contract sections 7.2 and 13.2):
 "Observed" means within the journals given: a change made by someone who does not write to them
 is invisible, so these checks can miss a fault but do not invent one from others' activity
 except through such a change. Memory is one small entry per key scope and per task touched, and
-a bounded window of recent call signatures for repeats: a repeat is compared with the previous
-identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule ``idempotency
---from`` computes the same way in SQL).
+a bounded window of recent call signatures for repeats (a request's canonical text up to
+``_RAW_SIGNATURE`` bytes, a digest of a longer one: :func:`_kept`): a repeat is compared with
+the previous identical call when that one is among the last ``REPEAT_WINDOW`` calls (a rule
+``idempotency --from`` computes the same way in SQL).
+
+Every call of a report passes :meth:`_Checker.feed`, so it reads only what every call needs and
+leaves the rest to the methods of the tools that need it; tests/idempotency_oracle.py keeps the
+checker as it was before it was made cheaper, and the tests hold this one to it.
 
 What the upstream's results hold is read as the store's SQL reads it (``_fleet_calls``), whatever
 its shape: a list it names (``changed``, ``unchanged``, ``tasks``) is read only when it is a
@@ -32,6 +37,7 @@ keeps (``0.30000000000000001``, ``1e400``) may be read otherwise than the store 
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -42,9 +48,12 @@ import msgspec
 
 from agentteam_task_bridge import bridge
 from agentteam_task_bridge.journal import (
+    CallError,
     CallReceived,
+    CallRejected,
     CallResult,
     ContextInjected,
+    InjectedField,
 )
 
 from ._findings import Finding
@@ -55,6 +64,9 @@ __all__ = ["HintCheck", "IdempotencyResult", "KeyGroup", "check_idempotency"]
 
 REPEAT_WINDOW: Final = 65_536
 _KEY_FIELDS: Final = ("idempotencyKey", "workflowRunId", "callbackEffectId")
+_RAW_SIGNATURE: Final = 256  # a request's text kept as it is up to this many bytes
+_RAW_KEPT: Final = 64  # a baseline's payload and identities, kept for every key scope
+_FLOAT_TEXT: Final = re.compile(rb"[0-9][.eE]")  # in canonical JSON: a float, or a string's text
 _canonical = msgspec.json.Encoder(order="sorted").encode
 
 Task = tuple[str | None, str | None, Hashable]  # workspace, channel, number (see _number)
@@ -149,15 +161,16 @@ class _Checker:
     def __init__(self, hints: dict[str, bool]) -> None:
         self.hints = hints
         self.groups: dict[tuple[Any, ...], KeyGroup] = {}
-        # scope -> (canonical payload digest, digest of the task identities) of the first success
+        # scope -> the canonical payload and the task identities of its first success (_value_key)
         self.baselines: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
         self.hint_checks: dict[str, HintCheck] = {}
         self.findings: list[Finding] = []
         self.epochs: dict[Task, int] = {}
         self.claims: dict[Task, tuple[str | None, int]] = {}  # holder, epoch it was seen at
-        # digest of a call's signature -> (epochs of its tasks after it, its place in the feed),
-        # oldest first
-        self.recent: OrderedDict[bytes, tuple[tuple[int, ...], int]] = OrderedDict()
+        # a call's signature (its request, _kept) -> its place in the feed, then the epochs of
+        # its tasks after it; oldest first, at most REPEAT_WINDOW entries, and one placed more
+        # than REPEAT_WINDOW calls ago counts as absent
+        self.recent: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
         self.keyed = self.claim_calls = self.claim_repeats = self.calls = 0
 
     def report(self, story: CallStory, rule: str, detail: str) -> None:
@@ -173,26 +186,37 @@ class _Checker:
         )
 
     def feed(self, story: CallStory) -> None:
+        """One call, in the order of the feed: its key, its claim, then its repeat and the
+        epochs it advances (the hot path: every call passes here; what only some tools need is
+        read by those tools' methods)."""
         self.calls += 1
         call = _Call(story)
-        tool, received = call.tool, call.received
-        if tool is None or received is None:
+        tool = call.tool
+        if tool is None or call.received is None:
             return
         data = call.data
-        injected = call.injected
-        workspace = injected.get("workspace_id") or (
-            story.session.workspace_id if story.session else None
-        )
-        agent = injected.get("agent_id") or (story.session.agent_id if story.session else None)
-        workspace, agent = _intern(workspace), _intern(agent)
-        key = _key_of(call) if tool == "task_create" else None
-        if key is not None:
-            self._keyed_create(call, key, workspace, agent, data)
-        if tool == "task_set_claim" and data is not None:
+        claim = tool == "task_set_claim" and data is not None
+        if tool != "task_create" and not claim and (not call.requests or call.outcome is None):
+            return  # not a key nor a claim, and no repeat: nothing to check or keep
+        workspace = agent = None
+        for field in call.fields:  # the last of each name, as `injected` keeps
+            name = field.name
+            if name == "workspace_id":
+                workspace = field.value
+            elif name == "agent_id":
+                agent = field.value
+        session = story.session  # where the call's own is missing or empty
+        workspace = workspace or (session.workspace_id if session is not None else None)
+        agent = agent or (session.agent_id if session is not None else None)
+        workspace = sys.intern(workspace) if isinstance(workspace, str) else None
+        agent = sys.intern(agent) if isinstance(agent, str) else None
+        if tool == "task_create":
+            key = _key_of(call)
+            if key is not None:
+                self._keyed_create(call, key, workspace, agent, data)
+        elif claim:
             self._claim(story, workspace, agent, data)
-        tasks = _tasks_touched(call, tool, workspace, data)  # the same before and after
-        self._repeat(call, tool, workspace, agent, data, tasks)
-        self._advance_epochs(call, tool, workspace, agent, data, tasks)
+        self._repeat(call, tool, workspace, agent, data)
 
     # --- keyed creates ----------------------------------------------------------------
 
@@ -201,11 +225,12 @@ class _Checker:
     ) -> None:
         self.keyed += 1
         story = call.story
-        injected = call.injected
-        run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
         body = call.body
         if body is not None and not (body.get("workflowRunId") and body.get("callbackEffectId")):
             run, callback = body.get("workflowRunId"), body.get("callbackEffectId")
+        else:
+            injected = call.injected
+            run, callback = injected.get("workflow_run_id"), injected.get("callback_effect_id")
         scope = (workspace, agent, run, callback, "task_create", key)
         group = self.groups.get(scope)
         if group is None:
@@ -233,18 +258,24 @@ class _Checker:
                 group.violations += 1
                 self.report(story, "key_outside_callback", f"key {key!r} honoured")
             return
-        if story.error_code == "idempotency_conflict":
+        outcome = call.outcome.payload if call.outcome is not None else None
+        if isinstance(outcome, CallError | CallRejected) and (
+            outcome.error_code == "idempotency_conflict"
+        ):
             group.conflicts += 1
             return
         if data is None or body is None:
             return
-        digest = _digest(_by_value({k: v for k, v in body.items() if k not in _KEY_FIELDS}))
-        tasks = [t for t in _listed(data, "tasks") if isinstance(t, dict)]
-        identities = [(t.get("channel"), t.get("number"), t.get("scope_id")) for t in tasks]
+        digest = _value_key({k: v for k, v in body.items() if k not in _KEY_FIELDS})
+        identities = [
+            (t.get("channel"), t.get("number"), t.get("scope_id"))
+            for t in _listed(data, "tasks")
+            if isinstance(t, dict)
+        ]
         reused = data.get("reused") is True
         baseline = self.baselines.get(scope)
         if baseline is None:
-            self.baselines[scope] = (digest, _digest(_by_value(identities)))
+            self.baselines[scope] = (digest, _value_key(identities))
             group.numbers = [n for _, n, _ in identities if _is_int(n)]
             group.baseline_call, group.baseline_reused = story.call_id, reused
             group.created += 0 if reused else 1
@@ -267,7 +298,7 @@ class _Checker:
                 "replay_allocated_numbers",
                 f"replay of key {key!r} returned new task numbers {new_numbers[:10]}",
             )
-        elif _digest(_by_value(identities)) != baseline[1]:
+        elif _value_key(identities) != baseline[1]:
             group.violations += 1
             self.report(
                 story, "replay_identities_differ", f"replay of key {key!r} returned other tasks"
@@ -310,66 +341,83 @@ class _Checker:
     # --- repeats and hints ------------------------------------------------------------
 
     def _repeat(
-        self,
-        call: _Call,
-        tool: str,
-        workspace: str | None,
-        agent: str | None,
-        data: Any,
-        tasks: list[Task],
+        self, call: _Call, tool: str, workspace: str | None, agent: str | None, data: Any
     ) -> None:
-        requests, story = call.requests, call.story
+        """The previous identical call (its signature's), clean when nothing observed changed
+        its tasks since; then what this one leaves for the next, and the epochs it advances."""
+        requests = call.requests
         if not requests or call.outcome is None:
-            return
+            return  # no request sent, or no outcome: no repeat, nothing changed
         req = requests[-1]
-        signature = _digest([workspace, agent, tool, req.method, req.route, req.body])
-        recent = self.recent
-        while recent and next(iter(recent.values()))[1] < self.calls - REPEAT_WINDOW:
-            recent.popitem(last=False)  # more than REPEAT_WINDOW calls ago
+        text = _canonical([workspace, agent, tool, req.method, req.route, req.body])
+        signature = _kept(text, _RAW_SIGNATURE)
+        place, recent, epochs = self.calls, self.recent, self.epochs
         previous = recent.pop(signature, None)
-        succeeded = data is not None
-        if previous is not None:
-            epochs, _ = previous
-            clean = epochs == tuple(self.epochs.get(t, 0) for t in tasks)
+        if previous is not None and previous[0] < place - REPEAT_WINDOW:
+            previous = None  # the identical call is more than REPEAT_WINDOW calls ago
+        if previous is None and data is None:
+            return  # nothing to compare with, nothing to keep or change
+        tasks = _tasks_touched(call.body, tool, workspace, data)  # the same before and after
+        if previous is not None:  # a repeat: clean when nothing changed its tasks since
+            if not tasks:
+                clean = len(previous) == 1
+            elif len(tasks) == 1:
+                clean = len(previous) == 2 and previous[1] == epochs.get(tasks[0], 0)
+            else:
+                clean = previous[1:] == tuple([epochs.get(t, 0) for t in tasks])
             if clean:
-                check = self.hint_checks.setdefault(
-                    tool, HintCheck(tool=tool, declared=self.hints.get(tool))
+                self._hint(call, tool, data)
+        if data is None:
+            return
+        changes = _changes(tool, data) if tasks else 0
+        if not tasks:  # the epochs its tasks have after it
+            recent[signature] = (place,)
+        elif isinstance(changes, int):
+            recent[signature] = (place, *[epochs.get(t, 0) + changes for t in tasks])
+        else:
+            recent[signature] = (place, *[epochs.get(t, 0) + (t[2] in changes) for t in tasks])
+        if len(recent) > REPEAT_WINDOW:  # the oldest is more than REPEAT_WINDOW calls ago
+            recent.popitem(last=False)  # by the next call
+        if call.mutation:
+            self._advance_epochs(tool, workspace, agent, data, tasks, changes)
+
+    def _hint(self, call: _Call, tool: str, data: dict[str, Any] | None) -> None:
+        """A clean repeat (nothing observed changed its tasks since the identical call)."""
+        check = self.hint_checks.get(tool)
+        if check is None:
+            check = self.hint_checks[tool] = HintCheck(tool=tool, declared=self.hints.get(tool))
+        check.repeats += 1
+        if _repeat_was_safe(tool, call, data):
+            check.safe += 1
+        else:
+            check.unsafe += 1
+            if check.declared:
+                self.report(
+                    call.story,
+                    "idempotent_hint_unsafe",
+                    f"{tool} declares idempotentHint but an identical repeat changed state",
                 )
-                check.repeats += 1
-                if _repeat_was_safe(tool, call, data):
-                    check.safe += 1
-                else:
-                    check.unsafe += 1
-                    if check.declared:
-                        self.report(
-                            story,
-                            "idempotent_hint_unsafe",
-                            f"{tool} declares idempotentHint but an identical repeat changed state",
-                        )
-        if succeeded:
-            after = tuple(self.epochs.get(t, 0) + _changes(story, tool, data, t) for t in tasks)
-            recent[signature] = (after, self.calls)
 
     def _advance_epochs(
         self,
-        call: _Call,
         tool: str,
         workspace: str | None,
         agent: str | None,
-        data: Any,
-        tasks: list[Task],
+        data: dict[str, Any],
+        tasks: Sequence[Task],
+        changes: int | set[int | float],
     ) -> None:
-        if data is None or not call.mutation:
-            return
-        story = call.story
+        """A successful mutation: its changes to its tasks, then the claims it reports."""
+        epochs = self.epochs
         for task in tasks:
-            if _changes(story, tool, data, task):
-                self.epochs[task] = self.epochs.get(task, 0) + 1
+            if changes if isinstance(changes, int) else task[2] in changes:
+                epochs[task] = epochs.get(task, 0) + 1
         if tool == "task_set_claim" and isinstance(data.get("claimed"), bool):
             desired = agent if data["claimed"] else None
+            channel = _intern(data.get("channel"))
             for number in [*_listed(data, "changed"), *_listed(data, "unchanged")]:
-                task = (workspace, _intern(data.get("channel")), _number(number))
-                self.claims[task] = (desired, self.epochs.get(task, 0))
+                task = (workspace, channel, _number(number))
+                self.claims[task] = (desired, epochs.get(task, 0))
 
     def result(self) -> IdempotencyResult:
         for tool, declared in self.hints.items():
@@ -424,9 +472,20 @@ def _by_value(value: Any) -> Any:
     return value
 
 
-def _digest(value: Any) -> bytes:
-    """16 bytes of SHA-256 over the canonical JSON: compact keys for what is kept."""
-    return hashlib.sha256(_canonical(value)).digest()[:16]
+def _value_key(value: Any) -> bytes:
+    """:func:`_kept` of the canonical JSON of :func:`_by_value` of ``value``, without that copy
+    when the text holds no float (every float's text has a digit before a ``.`` or an ``e``; a
+    non-finite one is ``null`` either way)."""
+    text = _canonical(value)
+    if _FLOAT_TEXT.search(text) is not None:
+        text = _canonical(_by_value(value))
+    return _kept(text, _RAW_KEPT)
+
+
+def _kept(text: bytes, limit: int) -> bytes:
+    """A canonical text as kept to be compared: itself when longer than 16 bytes and at most
+    ``limit`` (no hashing), else 16 bytes of its SHA-256 (so a text never equals a digest)."""
+    return text if 16 < len(text) <= limit else hashlib.sha256(text).digest()[:16]
 
 
 def _held(holder: str | None) -> str:
@@ -436,13 +495,13 @@ def _held(holder: str | None) -> str:
 class _Call:
     """What the checks read of one call, from its story's one pass (:meth:`CallStory.scan`,
     shared with the call's summary; a property scans the events at each use): the tool the
-    last named, the first ``call_received`` and ``context_injected``, every upstream request,
-    the last outcome and its result's ``data``."""
+    last named, the first ``call_received`` and ``context_injected`` (its fields), every
+    upstream request, the last outcome and its result's ``data``."""
 
     __slots__ = (
         "body",
         "data",
-        "injected",
+        "fields",
         "mutation",
         "outcome",
         "received",
@@ -454,21 +513,17 @@ class _Call:
     def __init__(self, story: CallStory) -> None:
         self.story = story
         scan = story.scan()
-        tool, received, injected, outcome = scan.tool, scan.received, scan.injected, scan.outcome
-        requests = scan.requests
-        self.tool = tool
-        self.received = (
-            received.payload
-            if received is not None and isinstance(received.payload, CallReceived)
-            else None
+        self.tool = scan.tool
+        received = scan.received
+        payload = received.payload if received is not None else None
+        self.received = payload if isinstance(payload, CallReceived) else None
+        injected = scan.injected
+        payload = injected.payload if injected is not None else None
+        self.fields: list[InjectedField] = (
+            payload.fields if isinstance(payload, ContextInjected) else []
         )
-        self.injected: dict[str, Any] = (
-            {f.name: f.value for f in injected.payload.fields}
-            if injected is not None and isinstance(injected.payload, ContextInjected)
-            else {}
-        )
-        self.requests = requests
-        self.outcome = outcome
+        self.requests = requests = scan.requests
+        self.outcome = outcome = scan.outcome
         last = requests[-1].body if requests else None
         # The upstream body as sent (the last request's), when it is an object.
         self.body: dict[str, Any] | None = last if isinstance(last, dict) else None
@@ -478,6 +533,11 @@ class _Call:
             data = result.result.get("data")
         self.data: dict[str, Any] | None = data if isinstance(data, dict) else None
         self.mutation = scan.mutation
+
+    @property
+    def injected(self) -> dict[str, Any]:
+        """The injected context by name (the last of each)."""
+        return {f.name: f.value for f in self.fields}
 
 
 def _key_of(call: _Call) -> str | None:
@@ -489,34 +549,39 @@ def _key_of(call: _Call) -> str | None:
     return key.strip() if isinstance(key, str) else None
 
 
-def _tasks_touched(call: _Call, tool: str, workspace: str | None, data: Any) -> list[Task]:
+def _tasks_touched(
+    body: dict[str, Any] | None, tool: str, workspace: str | None, data: dict[str, Any] | None
+) -> Sequence[Task]:
     """The tasks a call addresses, from its upstream body (the request as sent)."""
-    body = call.body
     if body is None:
-        return []
-    channel = _intern(body.get("channel"))
-    numbers: list[Any] = []
-    if _is_int(body.get("number")):
-        numbers = [body["number"]]
-    elif isinstance(body.get("numbers"), list):
-        numbers = body["numbers"]
-    elif tool == "task_create" and isinstance(data, dict):
+        return ()
+    number = body.get("number")
+    if _is_int(number):
+        return [(workspace, _intern(body.get("channel")), number)]
+    numbers = body.get("numbers")
+    if isinstance(numbers, list):
+        channel = _intern(body.get("channel"))
+        return [(workspace, channel, n) for n in numbers if _is_int(n)]
+    if tool == "task_create" and data is not None:
         return [
             (workspace, _intern(t.get("channel")), t["number"])
             for t in _listed(data, "tasks")
             if isinstance(t, dict) and _is_int(t.get("number"))
         ]
-    return [(workspace, channel, n) for n in numbers if _is_int(n)]
+    return ()
 
 
-def _changes(story: CallStory, tool: str, data: Any, task: Task) -> int:
-    """1 when the (successful) call changed that task, by its own report, else 0."""
-    if data is None:
-        return 0
+def _changes(tool: str, data: dict[str, Any]) -> int | set[int | float]:
+    """What a successful call changed, by its own report: 1 (each task it addresses) or 0, or a
+    claim's numbers ``changed`` (1 and 1.0 alike, as :func:`_number` keys them; not ``true``)."""
     if tool == "task_update":
         return 1 if data.get("changed") else 0
     if tool == "task_set_claim":
-        return 1 if any(_number(v) == task[2] for v in _listed(data, "changed")) else 0
+        return {
+            v
+            for v in _listed(data, "changed")
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
     if tool in ("task_checkpoint", "task_delete"):
         return 1
     if tool == "task_create":
