@@ -333,3 +333,35 @@ class RawBridge:
     async def kill(self) -> None:
         self.process.kill()
         await self.process.wait()
+
+
+def bare_record(
+    seq: int,
+    kind: str,
+    payload: Any,
+    tool: str | None,
+    *,
+    journal_id: str = "j",
+    call_id: str = "c",
+) -> journal.Record:
+    """A call's event as a Record, its columns the least a story reads (checker unit tests)."""
+    return journal.Record(
+        seq=seq,
+        journal_id=journal_id,
+        session_id="s",
+        call_id=call_id,
+        ts_mono_ns=seq,
+        ts_wall="2026-12-04T00:00:00Z",
+        kind=kind,
+        kind_version=1,
+        mcp_method_name="tools/call",
+        gen_ai_tool_name=tool,
+        jsonrpc_request_id=None,
+        http_response_status_code=None,
+        error_type=None,
+        duration_ms=None,
+        payload=payload,
+        payload_json="{}",
+        prev_hash="",
+        hash="",
+    )

@@ -14,6 +14,8 @@ from agentteam_task_bridge import journal
 from agentteam_task_bridge.replay._idempotency import _Call
 from agentteam_task_bridge.replay._story import CallStory, is_mutation
 
+from .replay_helpers import bare_record
+
 ERASED = {"erased": True}
 PAYLOADS: dict[str, list[Any]] = {
     "call_received": [
@@ -49,35 +51,12 @@ EVENT = st.sampled_from(sorted(PAYLOADS)).flatmap(
 )
 
 
-def _record(seq: int, kind: str, payload: Any, tool: str | None) -> journal.Record:
-    return journal.Record(
-        seq=seq,
-        journal_id="j",
-        session_id="s",
-        call_id="c",
-        ts_mono_ns=seq,
-        ts_wall="2026-12-04T00:00:00Z",
-        kind=kind,
-        kind_version=1,
-        mcp_method_name="tools/call",
-        gen_ai_tool_name=tool,
-        jsonrpc_request_id=None,
-        http_response_status_code=None,
-        error_type=None,
-        duration_ms=None,
-        payload=payload,
-        payload_json="{}",
-        prev_hash="",
-        hash="",
-    )
-
-
 @settings(max_examples=400, deadline=None)
 @given(st.lists(EVENT, max_size=8))
 def test_one_pass_reads_what_the_story_says(events: list[tuple[str, Any, str | None]]) -> None:
     story = CallStory("j", "c", "s", None)
     for seq, (kind, payload, tool) in enumerate(events, 1):
-        story.add(_record(seq, kind, payload, tool))
+        story.add(bare_record(seq, kind, payload, tool))
     call = _Call(story)
     assert call.tool == story.tool
     assert call.received == story.received

@@ -26,6 +26,7 @@ from agentteam_task_bridge.replay._story import CallStory, SessionInfo, iter_sto
 
 from . import idempotency_oracle
 from .fleet_helpers import write_idempotency_fleet
+from .replay_helpers import bare_record
 
 ERASED = {"erased": True}
 LONG = "t" * 300  # a payload and a request longer than the checker keeps as they are
@@ -298,33 +299,8 @@ def _story(n: int, call: dict[str, Any]) -> CallStory:
     elif outcome is not None:
         events.append((outcome.kind, outcome))
     for seq, (kind, payload) in enumerate(events or [("call_received", ERASED)], 100 * n + 1):
-        story.add(_record(jid, f"c{n}", seq, kind, payload, call["tool"]))
+        story.add(bare_record(seq, kind, payload, call["tool"], journal_id=jid, call_id=f"c{n}"))
     return story
-
-
-def _record(
-    jid: str, call_id: str, seq: int, kind: str, payload: Any, tool: str | None
-) -> journal.Record:
-    return journal.Record(
-        seq=seq,
-        journal_id=jid,
-        session_id="s",
-        call_id=call_id,
-        ts_mono_ns=seq,
-        ts_wall="2026-12-04T00:00:00Z",
-        kind=kind,
-        kind_version=1,
-        mcp_method_name="tools/call",
-        gen_ai_tool_name=tool,
-        jsonrpc_request_id=None,
-        http_response_status_code=None,
-        error_type=None,
-        duration_ms=None,
-        payload=payload,
-        payload_json="{}",
-        prev_hash="",
-        hash="",
-    )
 
 
 def _both(calls: list[dict[str, Any]], window: int) -> tuple[Any, Any]:
