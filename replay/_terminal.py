@@ -41,12 +41,14 @@ from rich.text import Text
 __all__ = ["SafeConsole", "json_shown", "shown"]
 
 # C0 (but newline and tab) and DEL as their control pictures (U+2400 block); C1 and the
-# bidirectional embeddings, overrides and isolates (which reorder what the reader sees) as U+FFFD.
+# bidirectional embeddings, overrides, isolates and marks (LRM, RLM, ALM: invisible, they move
+# the digits and signs beside them), which reorder what the reader sees, as U+FFFD.
 _MULTI_LINE: Final[dict[int, str]] = {
     **{c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)},
     0x7F: "\u2421",
     **{c: "\ufffd" for c in range(0x80, 0xA0)},
     **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+    **{c: "\ufffd" for c in (0x061C, 0x200E, 0x200F)},
     # The line and paragraph separators: line ends to str.splitlines and JavaScript, not "\n".
     0x2028: "\u2424",
     0x2029: "\u2424",

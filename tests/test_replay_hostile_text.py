@@ -46,9 +46,12 @@ ESCAPES: Final = (
     "\x9b31m\u202e"  # C1 CSI, right-to-left override
 )
 MARKUP: Final = "[/red][link=http://evil.example]L[/link][conceal]hidden"
-HOSTILE: Final = ESCAPES + MARKUP
-# What a terminal obeys: C0 but newline and tab, DEL, C1, bidirectional controls.
-OBEYED: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+MARKS: Final = "\u200f1\u061c2\u200e"  # the implicit directional marks: they move the digits
+HOSTILE: Final = ESCAPES + MARKUP + MARKS
+# What a terminal obeys: C0 but newline and tab, DEL, C1, bidirectional controls and marks.
+OBEYED: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def hostile_journal(path: Path) -> Path:
