@@ -74,6 +74,9 @@ class Journals:
         # The last seq :meth:`records` read of each journal id (its files' last rows, read to
         # the end), to compare with what verify read of them.
         self.read_through: dict[str | None, int] = {}
+        # The (journal id, seq) of every row :meth:`records` read erased, to compare with the
+        # seqs verify found erased (a sealed segment erased between the two reads).
+        self.erased: set[tuple[str | None, Any]] = set()
         self.infos = [
             JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
             for r in self.readers
@@ -114,6 +117,8 @@ class Journals:
             payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
             if problem:
                 self.undecoded += 1
+            elif type(payload) is dict and row[14] == journal.ERASED_PAYLOAD:
+                self.erased.add((reader.journal_id, row[0]))
             if screen is not None and isinstance(row[14], str):  # the rows verify screens
                 screen(row[0], row)
             record = record_from_row(row, payload, checked=checked)

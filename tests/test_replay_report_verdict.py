@@ -91,3 +91,32 @@ def test_a_file_gone_between_the_two_reads_is_verified_whole_again(
     now = replay.verify([path], accept_unverified=True)
     assert "segment_missing" in {f.rule for f in now.findings}
     assert reported.verify == now
+
+
+def test_a_sealed_segment_erased_between_the_two_reads_is_verified_whole_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erasure journals its ``payload_erased`` event in the live segment first, then erases
+    the sealed segments (journal._erase): where the verifying process read in between, it saw
+    the secret unerased (and, screening nothing, did not report it) while the pass saw it
+    erased; the heads and the files are the same, the erased seqs are not."""
+    path = tmp_path / "journal.db"
+    _segmented_with_a_secret(path)
+    first = files_of(path)[0]
+    unerased = first.read_bytes()
+    signer = journal.SigningKey("agentteam-bridge/seed", KEY)
+    done = journal.erase_payloads(
+        path, journal.EraseSelector(call_id="leak"), reason="r", key=signer
+    )
+    assert done.seqs and str(first) in done.files
+    erased = first.read_bytes()
+    first.write_bytes(unerased)  # as it was between the live segment's event and its erasure
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(("-wal", "-shm"))]
+    half = replay.verify([path], accept_unverified=True)
+    assert "secret_in_payload" in {f.rule for f in half.findings}
+    _between_the_reads(monkeypatch, tmp_path / "verified", lambda: first.write_bytes(erased))
+    reported = replay.report([path], accept_unverified=True)
+    now = replay.verify([path], accept_unverified=True)
+    assert now.journals[0].erased_seqs == done.seqs
+    assert "secret_in_payload" not in {f.rule for f in now.findings}
+    assert reported.verify == now
