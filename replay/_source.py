@@ -131,21 +131,24 @@ class Journals:
         self.secrets += 1
 
     def events_of_call(self, call_id: str) -> list[Record]:
-        """Every event of one call, across the files (indexed lookups, not a scan)."""
+        """Every event of one call, across the files (indexed lookups, not a scan); a payload
+        that does not decode is left as a dict, as :meth:`records` leaves it (verify reports
+        it: payload_invalid)."""
         found: dict[tuple[str, int], Record] = {}
         for reader in self.readers:
-            for record in reader.events(call_id=call_id):
+            for record in reader.events(call_id=call_id, decode=to_record):
                 found.setdefault((record.journal_id, record.seq), record)
         return [found[k] for k in sorted(found)]
 
     def session_started(
         self, journal_id: str, session_id: str, kind: str = "session_started"
     ) -> Record | None:
-        """A session's start (or its first event of `kind`: its `session_handshake`)."""
+        """A session's start (or its first event of `kind`: its `session_handshake`); its
+        payload left as a dict where it does not decode (see :meth:`events_of_call`)."""
         for reader in self.readers:
             if reader.journal_id != journal_id:
                 continue
-            for record in reader.events(session_id=session_id, kind=kind):
+            for record in reader.events(session_id=session_id, kind=kind, decode=to_record):
                 return record
         return None
 

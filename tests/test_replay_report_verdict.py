@@ -10,18 +10,24 @@ or a retention job can, and generate tampered journals, comparing ``report(...).
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentteam_task_bridge import journal, replay
 from agentteam_task_bridge.journal import CallReceived, CallResult, Event
 
 from .journal_helpers import KEY
 from .journal_helpers.segmented import SEGMENT, call_events, files_of, session_event
+from .replay_helpers import call_event, injected, route, session_started, tamper, write_events
 
 
 def _segmented_with_a_secret(path: Path) -> None:
@@ -120,3 +126,206 @@ def test_a_sealed_segment_erased_between_the_two_reads_is_verified_whole_again(
     assert now.journals[0].erased_seqs == done.seqs
     assert "secret_in_payload" not in {f.rule for f in now.findings}
     assert reported.verify == now
+
+
+def _calls_journal(path: Path) -> None:
+    """Two sessions' calls of every outcome the checks read, a gap and a session's end."""
+    events = [session_started("s1"), session_started("s2", agent_id="agt_2")]
+    for i in range(4):
+        session, agent = ("s1", "agt_1") if i % 2 else ("s2", "agt_2")
+        call = f"c{i}"
+
+        def event(payload: journal.Payload, call: str = call, s: str = session) -> Event:
+            return call_event(call, payload, tool="task_create", session=s)
+
+        request = journal.UpstreamRequest(method="POST", route=route("", agent=agent), body={})
+        outcome: journal.Payload = (
+            CallResult(result={"data": {"number": i}})
+            if i % 3
+            else journal.CallError(error_code="outcome_unknown", retryable=False, message="m")
+        )
+        events += [
+            event(CallReceived(arguments={"channel": "general", "number": i})),
+            event(injected(agent=agent)),
+            event(request),
+            event(journal.UpstreamResponse(status=200, body={}, duration_ms=1.5)),
+            event(outcome),
+        ]
+    events.append(
+        Event(
+            session_id="s1",
+            payload=journal.JournalGap(
+                reason="disk_full", since="2026-12-05T00:00:00Z", seconds=1.0, calls=["c3"]
+            ),
+        )
+    )
+    events.append(Event(session_id="s1", payload=journal.SessionEnded(reason="eof")))
+    write_events(path, events)
+
+
+@pytest.fixture(scope="module")
+def calls_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("calls") / "journal.db"
+    _calls_journal(path)
+    return path
+
+
+_COLUMNS = journal.COLUMNS
+_NOT_UTF8 = object()  # a text column holding bytes that are not UTF-8
+_VALUES = st.sampled_from(
+    [
+        "not json",
+        "[]",
+        "{}",
+        '{"erased": true}',
+        journal.ERASED_PAYLOAD,
+        '{"status": true, "result": 3, "error_code": 5, "calls": 1, "workspace_id": 2}',
+        '{"x": "ATK_0123456789ab"}',
+        "Bearer abcdefghijkl",
+        "eyJhbGciOi.eyJzdWIiOi.",
+        "task_atk_0123456789",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+        None,
+        7,
+        2.5,
+        b"\x00bytes",
+        "s1",
+        "call_result",
+        "upstream_request",
+        _NOT_UTF8,
+    ]
+)
+_EDITS = st.lists(
+    st.tuples(st.integers(1, 24), st.sampled_from(_COLUMNS), _VALUES), min_size=0, max_size=3
+)
+_FILTERS = st.sampled_from(
+    [
+        None,
+        replay.ReportFilter(session="s1"),
+        replay.ReportFilter(journal="0"),
+        replay.ReportFilter(journal="zz"),
+    ]
+)
+
+
+def _edit(path: Path, edits: list[tuple[int, str, object]]) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+            conn.execute(f"DROP TRIGGER {name}")
+        for seq, column, value in edits:
+            if column == "seq":
+                continue  # rows moved or merged: a sequence_gap, tried elsewhere
+            try:
+                if value is _NOT_UTF8:
+                    conn.execute(
+                        f"UPDATE events SET {column} = CAST(X'ff41' AS TEXT) WHERE seq = ?", (seq,)
+                    )
+                else:
+                    conn.execute(f"UPDATE events SET {column} = ? WHERE seq = ?", (value, seq))
+            except sqlite3.Error:
+                continue  # a constraint the file keeps
+    finally:
+        conn.close()
+
+
+def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return ("ok", run())
+    except replay.ReplayInputError as exc:
+        return ("input", str(exc))
+    except journal.JournalFormatError as exc:
+        return ("format", str(exc))
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    edits=_EDITS,
+    copy=st.sampled_from(["none", "same", "edited copy", "older copy"]),
+    no_id=st.booleans(),
+    where=_FILTERS,
+    stories=st.sampled_from([0, 3, 50]),
+)
+def test_the_reports_verdict_is_verifys_over_any_tampered_journal(
+    calls_journal: Path,
+    edits: list[tuple[int, str, object]],
+    copy: str,
+    no_id: bool,
+    where: replay.ReportFilter | None,
+    stories: int,
+) -> None:
+    """Whatever an insider writes in any column of any row (a payload that does not decode, in
+    a kind the checks read or not; a secret's shape in the payload or the envelope; a value of
+    another type; a text that is not UTF-8), in one copy of a journal or both, with or without
+    its id, under any filter: the report's verdict is verify's, and where the report fails on
+    a row, it fails as the audit does."""
+    with tempfile.TemporaryDirectory() as temp:
+        directory = Path(temp)
+        path = directory / "journal.db"
+        shutil.copyfile(calls_journal, path)
+        if no_id:
+            _edit_meta(path)
+        other = directory / "backup.db"
+        if copy == "older copy":
+            shutil.copyfile(path, other)
+            _edit(other, [])
+            conn = sqlite3.connect(other, isolation_level=None)
+            conn.execute("DELETE FROM events WHERE seq > 20")
+            conn.close()
+        elif copy != "none":
+            shutil.copyfile(path, other)
+        _edit(other if copy == "edited copy" else path, edits)
+        paths = [directory] if copy != "none" else [path]
+        options: dict[str, Any] = {"accept_unverified": True}
+        verified = _outcome(lambda: replay.verify(paths, **options))
+        reported = _outcome(lambda: replay.report(paths, where, stories=stories, **options).verify)
+        audited = _outcome(lambda: replay.audit(paths))
+        if reported[0] == "format":
+            assert reported == audited
+            assert verified[0] == "ok"
+            assert "row_malformed" in {f.rule for f in verified[1].findings}
+        elif reported[0] == "input" and verified[0] == "ok":  # a fork: every reader refuses it
+            assert "fork" in {f.rule for f in verified[1].findings}
+            assert audited == reported
+        else:
+            assert reported == verified
+            if verified[0] == "ok" and audited[0] == "format":
+                pytest.fail(f"the report did not fail as the audit did: {audited[1]}")
+
+
+def _edit_meta(path: Path) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DELETE FROM journal_meta WHERE key = 'journal_id'")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", ["session_started", "call_received", "upstream_response"])
+@pytest.mark.parametrize("text", ["not json", "[]"])
+def test_a_named_calls_payload_that_does_not_decode_is_shown_as_the_pass_shows_it(
+    calls_journal: Path, tmp_path: Path, kind: str, text: str
+) -> None:
+    """The page reads back by id the calls it names (an in-doubt call, an error's example),
+    with their session's start: a payload there that does not decode is verify's
+    payload_invalid, which the audit goes on past; so does the report, whatever ``stories``."""
+    path = tmp_path / "journal.db"
+    shutil.copyfile(calls_journal, path)
+    tamper(
+        path,
+        "UPDATE events SET payload = ? WHERE seq = (SELECT min(seq) FROM events WHERE kind = ?)",
+        params=(text, kind),
+    )
+    verified = replay.verify([path], accept_unverified=True)
+    assert "payload_invalid" in {f.rule for f in verified.findings}
+    replay.audit([path])
+    for stories in (0, 50):
+        reported = replay.report([path], stories=stories, accept_unverified=True)
+        assert reported.verify == verified
+        assert reported.stories  # the calls it names, read back: c0 and c3 are in doubt
