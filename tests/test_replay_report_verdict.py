@@ -15,6 +15,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,8 @@ _FILTERS = st.sampled_from(
         replay.ReportFilter(session="s1"),
         replay.ReportFilter(journal="0"),
         replay.ReportFilter(journal="zz"),
+        replay.ReportFilter(since=datetime(2000, 1, 1, tzinfo=UTC)),
+        replay.ReportFilter(until=datetime(2000, 1, 1, tzinfo=UTC), session="s2"),
     ]
 )
 
@@ -329,3 +332,29 @@ def test_a_named_calls_payload_that_does_not_decode_is_shown_as_the_pass_shows_i
         reported = replay.report([path], stories=stories, accept_unverified=True)
         assert reported.verify == verified
         assert reported.stories  # the calls it names, read back: c0 and c3 are in doubt
+
+
+@pytest.mark.parametrize("secret_at", ["none", "first", "last"])
+def test_more_findings_than_verify_keeps_give_verifys_verdict(
+    tmp_path: Path, secret_at: str
+) -> None:
+    """More findings than MAX_FINDINGS (calls without an outcome at a session's end), a
+    secret's shape before them, after them or nowhere: the verdict, its omitted count
+    included, is verify's; the report runs the pass again checked and does not fail."""
+    path = tmp_path / "journal.db"
+    calls = replay._verify.MAX_FINDINGS + 20
+    events = [session_started("s1")]
+    events += [call_event(f"c{i}", CallReceived(arguments={"n": i})) for i in range(calls)]
+    events.append(Event(session_id="s1", payload=journal.SessionEnded(reason="eof")))
+    write_events(path, events)
+    if secret_at != "none":
+        where = "min" if secret_at == "first" else "max"
+        tamper(
+            path,
+            "UPDATE events SET gen_ai_tool_name = 'Bearer abcdefghijkl'"
+            f" WHERE seq = (SELECT {where}(seq) FROM events WHERE call_id IS NOT NULL)",
+        )
+    verified = replay.verify([path], accept_unverified=True)
+    assert verified.findings_omitted > 0
+    reported = replay.report([path], stories=0, accept_unverified=True)
+    assert reported.verify == verified
