@@ -358,3 +358,26 @@ def test_more_findings_than_verify_keeps_give_verifys_verdict(
     assert verified.findings_omitted > 0
     reported = replay.report([path], stories=0, accept_unverified=True)
     assert reported.verify == verified
+
+
+@pytest.mark.parametrize("layout", ["whole", "first missing", "copy of the live", "a later alone"])
+def test_a_rolled_over_journal_gives_verifys_verdict(tmp_path: Path, layout: str) -> None:
+    """A journal's segments (the first holding a secret's shape): whole, without its first
+    segment, beside a copy of its live segment, or its later segment given alone."""
+    path = tmp_path / "journal.db"
+    _segmented_with_a_secret(path)
+    first, live = files_of(path)
+    paths: list[Path] = [path]
+    if layout == "first missing":
+        first.unlink()
+    elif layout == "copy of the live":
+        shutil.copyfile(live, tmp_path / "backup.db")
+        paths = [tmp_path]
+    elif layout == "a later alone":
+        paths = [live]
+    verified = replay.verify(paths, accept_unverified=True)
+    reported = replay.report(paths, stories=0, accept_unverified=True)
+    assert reported.verify == verified
+    assert ("secret_in_payload" in {f.rule for f in verified.findings}) == (
+        layout in ("whole", "copy of the live")
+    )
