@@ -381,3 +381,22 @@ def test_a_rolled_over_journal_gives_verifys_verdict(tmp_path: Path, layout: str
     assert ("secret_in_payload" in {f.rule for f in verified.findings}) == (
         layout in ("whole", "copy of the live")
     )
+
+
+@pytest.mark.parametrize("payload", [b"{}", "not utf-8"])  # NOT NULL; 7 reads as "7"
+@pytest.mark.parametrize("column", ["session_id", "gen_ai_tool_name", "jsonrpc_request_id"])
+def test_a_secret_beside_a_payload_that_is_not_a_text_gives_verifys_verdict(
+    calls_journal: Path, tmp_path: Path, payload: object, column: str
+) -> None:
+    """A secret's shape in an envelope column of a row whose payload is no text: verify
+    screens no such row (it reports the row: row_malformed); neither does the pass, and the
+    report fails on the row as the audit does."""
+    path = tmp_path / "journal.db"
+    shutil.copyfile(calls_journal, path)
+    value = _NOT_UTF8 if payload == "not utf-8" else payload
+    _edit(path, [(6, "payload", value), (6, column, "Bearer abcdefghijkl")])
+    verified = replay.verify([path], accept_unverified=True)
+    assert "row_malformed" in {f.rule for f in verified.findings}
+    audited = _outcome(lambda: replay.audit([path]))
+    assert audited[0] == "format"
+    assert _outcome(lambda: replay.report([path], accept_unverified=True).verify) == audited
