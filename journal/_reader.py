@@ -233,8 +233,11 @@ class Reader:
         tool: str | None = None,
         since_seq: int = 0,
         until_seq: int | None = None,
+        decode: Callable[[Row], Record] = decode_row,
     ) -> Iterator[Record]:
-        """Events in seq order matching every filter given (``tool`` is ``gen_ai_tool_name``)."""
+        """Events in seq order matching every filter given (``tool`` is ``gen_ai_tool_name``);
+        each row made a Record by ``decode`` (a caller that goes on past a payload that does
+        not decode gives its own)."""
         clauses: list[str] = ["seq > ?"]
         params: list[object] = [since_seq]
         for column, value in (
@@ -254,7 +257,7 @@ class Reader:
             params.extend(kinds)
         cursor = self._conn.execute(f"{_SELECT} WHERE {' AND '.join(clauses)} ORDER BY seq", params)
         for row in map(ROW_OF, cursor):
-            yield decode_row(row)
+            yield decode(row)
 
     def checkpoints(self) -> list[Checkpoint]:
         """The checkpoints stored in the journal, oldest first."""

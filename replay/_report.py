@@ -219,11 +219,18 @@ def _left_to_verify(journals: Journals, verified: VerifyResult) -> bool:
     whole verdict over the rows the pass read: a payload did not decode or a row holds a
     secret's shape (``Journals.undecoded``, ``Journals.secrets``), or a journal's last row is not
     the one the pass read (a file written between the two reads: the one that read more saw
-    rows the other did not check)."""
+    rows the other did not check), or the files verified are not the files the pass read (one
+    removed or added between the two reads, a journal's head unchanged: a pruned segment's
+    rows, which the pass never screened), or the rows erased are not those verify found erased
+    (a sealed segment erased between the two reads: its ``payload_erased`` event was already in
+    the live one)."""
     return (
         journals.undecoded > 0
         or journals.secrets > 0
         or any(j.head_seq != journals.read_through.get(j.journal_id, 0) for j in verified.journals)
+        or {f for j in verified.journals for f in j.segments or [j.path]}
+        != {info.path for info in journals.infos}
+        or {(j.journal_id, s) for j in verified.journals for s in j.erased_seqs} != journals.erased
     )
 
 

@@ -74,6 +74,9 @@ class Journals:
         # The last seq :meth:`records` read of each journal id (its files' last rows, read to
         # the end), to compare with what verify read of them.
         self.read_through: dict[str | None, int] = {}
+        # The (journal id, seq) of every row :meth:`records` read erased, to compare with the
+        # seqs verify found erased (a sealed segment erased between the two reads).
+        self.erased: set[tuple[str | None, Any]] = set()
         self.infos = [
             JournalInfo(path=str(r.path), journal_id=r.journal_id, head_seq=r.head()[0])
             for r in self.readers
@@ -114,6 +117,8 @@ class Journals:
             payload, problem = decode_payload(row[6], row[7], row[14])  # as to_record
             if problem:
                 self.undecoded += 1
+            elif type(payload) is dict and row[14] == journal.ERASED_PAYLOAD:
+                self.erased.add((reader.journal_id, row[0]))
             if screen is not None and isinstance(row[14], str):  # the rows verify screens
                 screen(row[0], row)
             record = record_from_row(row, payload, checked=checked)
@@ -126,21 +131,24 @@ class Journals:
         self.secrets += 1
 
     def events_of_call(self, call_id: str) -> list[Record]:
-        """Every event of one call, across the files (indexed lookups, not a scan)."""
+        """Every event of one call, across the files (indexed lookups, not a scan); a payload
+        that does not decode is left as a dict, as :meth:`records` leaves it (verify reports
+        it: payload_invalid)."""
         found: dict[tuple[str, int], Record] = {}
         for reader in self.readers:
-            for record in reader.events(call_id=call_id):
+            for record in reader.events(call_id=call_id, decode=to_record):
                 found.setdefault((record.journal_id, record.seq), record)
         return [found[k] for k in sorted(found)]
 
     def session_started(
         self, journal_id: str, session_id: str, kind: str = "session_started"
     ) -> Record | None:
-        """A session's start (or its first event of `kind`: its `session_handshake`)."""
+        """A session's start (or its first event of `kind`: its `session_handshake`); its
+        payload left as a dict where it does not decode (see :meth:`events_of_call`)."""
         for reader in self.readers:
             if reader.journal_id != journal_id:
                 continue
-            for record in reader.events(session_id=session_id, kind=kind):
+            for record in reader.events(session_id=session_id, kind=kind, decode=to_record):
                 return record
         return None
 
