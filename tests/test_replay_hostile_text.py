@@ -89,6 +89,16 @@ def hostile_journal(path: Path) -> Path:
     return path
 
 
+def _reading_commands(path: Path, tmp_path: Path) -> list[tuple[str, list[str | Path]]]:
+    """Each command that reads a whole journal, with its arguments (its files in tmp_path)."""
+    extra: dict[str, list[str | Path]] = {
+        "report": ["--html", tmp_path / "report.html"],
+        "export": ["-o", tmp_path / "spans.json"],
+    }
+    commands = ("verify", "calls", "audit", "idempotency", "report", "export")
+    return [(command, [command, path, *extra.get(command, [])]) for command in commands]
+
+
 @pytest.mark.parametrize(
     "command", ["verify", "calls", "show", "audit", "deprecations", "idempotency"]
 )
@@ -275,12 +285,7 @@ def test_a_payload_nested_deeper_than_the_stack_is_a_finding(
         f"UPDATE events SET kind = '{kind}', payload = ? WHERE seq = 2",
         params=('{"arguments":{"x":' + deep + '},"vkey":' + deep + "}",),
     )
-    for command in ("verify", "calls", "audit", "idempotency", "report", "export"):
-        args: list[str | Path] = [command, path]
-        if command == "report":
-            args += ["--html", tmp_path / "report.html"]
-        if command == "export":
-            args += ["-o", tmp_path / "spans.json"]
+    for command, args in _reading_commands(path, tmp_path):
         done = replay_main(*args, "--json") if command == "verify" else replay_main(*args)
         assert done.returncode in (0, 1, 2), (command, done.stderr)
         assert "Traceback" not in done.stderr and "Recursion" not in done.stderr, command
@@ -310,12 +315,7 @@ def test_a_text_that_is_not_utf8_is_row_malformed_and_never_quoted(
     assert {"seq": 3, "rule": "row_malformed", "detail": said} in [
         {k: f[k] for k in ("seq", "rule", "detail")} for f in out["findings"]
     ], out["findings"]
-    for command in ("verify", "calls", "audit", "idempotency", "report", "export"):
-        args: list[str | Path] = [command, path]
-        if command == "report":
-            args += ["--html", tmp_path / "report.html"]
-        if command == "export":
-            args += ["-o", tmp_path / "spans.json"]
+    for command, args in _reading_commands(path, tmp_path):
         done = replay_main(*args)
         assert done.returncode in (1, 2), (command, done.stderr)
         assert "QQQQQQQ" not in done.stdout + done.stderr and "\x1b" not in done.stderr, command
